@@ -1,0 +1,56 @@
+# The two commands of README.md: `make serve` and `make test`. Every step below is idempotent,
+# so both do whatever set-up is missing and skip the rest.
+
+BUILD_DIR   ?= build
+CUDA_BUILD_DIR ?= build-cuda
+LLAMA_SRC   := $(CURDIR)/.deps/llama.cpp
+JOBS        ?= $(shell nproc)
+MODEL       ?= gemma3-270m
+HOST        ?= 127.0.0.1
+PORT        ?= 8080
+SERVE_ARGS  ?=
+VENV        := .venv
+BRISK       := $(BUILD_DIR)/bin/brisk
+
+export CCACHE_DIR ?= $(HOME)/.cache/ccache
+
+.PHONY: serve test deps llama-source build model python unit-test integration-test cuda clean
+
+serve: build model
+	$(BRISK) serve --model $(MODEL) --host $(HOST) --port $(PORT) $(SERVE_ARGS)
+
+test: build model python
+	$(MAKE) --no-print-directory unit-test integration-test
+
+deps:
+	@scripts/install-deps.sh
+
+llama-source: deps
+	@scripts/fetch-llama.sh
+
+$(BUILD_DIR)/CMakeCache.txt: | llama-source
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release -DBRISK_LLAMA_SOURCE_DIR=$(LLAMA_SRC)
+
+build: llama-source $(BUILD_DIR)/CMakeCache.txt
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+model: build
+	@$(BRISK) pull $(MODEL)
+
+python: deps
+	@scripts/setup-python.sh
+
+unit-test:
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+integration-test:
+	$(VENV)/bin/python -m pytest -v tests/integration
+
+# The CUDA build compiles anywhere nvcc and cuBLAS are installed; it runs where a GPU is.
+cuda: llama-source
+	cmake -S . -B $(CUDA_BUILD_DIR) -DCMAKE_BUILD_TYPE=Release -DBRISK_LLAMA_SOURCE_DIR=$(LLAMA_SRC) \
+	  -DBRISK_CUDA=ON -DBRISK_BUILD_TESTS=OFF $(CUDA_CMAKE_ARGS)
+	cmake --build $(CUDA_BUILD_DIR) -j $(JOBS)
+
+clean:
+	rm -rf $(BUILD_DIR) $(CUDA_BUILD_DIR)

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages brisk builds and tests with; does nothing when all are present.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ccache git curl
+  libboost-dev            # Boost.Asio / Beast (1.74 on Debian 12)
+  nlohmann-json3-dev      # 3.11
+  libcli11-dev            # 2.3
+  libspdlog-dev libfmt-dev
+  libgtest-dev
+  python3 python3-venv python3-pip
+)
+
+missing=()
+for package in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  exit 0
+fi
+
+echo "installing Debian packages: ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,13 @@
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace brisk {
+
+// Each verb registers its flags on `app` and returns the function that runs it.
+using CommandRunner = std::function<int()>;
+
+CommandRunner register_serve_command(CLI::App& app);
+CommandRunner register_pull_command(CLI::App& app);
+
+}  // namespace brisk

@@ -1,0 +1,24 @@
+#include <csignal>
+#include <iostream>
+#include <map>
+
+#include "app/commands.h"
+
+int main(int argc, char** argv) {
+  std::signal(SIGPIPE, SIG_IGN);
+  CLI::App app{"brisk: fast LLM inference, and why it is slow"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "brisk 0.1.0");
+  std::map<CLI::App*, brisk::CommandRunner> runners;
+  auto add = [&](const char* name, const char* description, auto register_command) {
+    CLI::App* command = app.add_subcommand(name, description);
+    runners[command] = register_command(*command);
+  };
+  add("serve", "Serve a model with an OpenAI-compatible API", brisk::register_serve_command);
+  add("pull", "Download a model into the local model cache", brisk::register_pull_command);
+  CLI11_PARSE(app, argc, argv);
+  for (auto& [command, run] : runners) {
+    if (command->parsed()) return run();
+  }
+  return 1;
+}

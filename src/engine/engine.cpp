@@ -1,0 +1,220 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <mutex>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "llama.h"
+
+namespace brisk {
+namespace {
+
+// llama.cpp logs every tensor at load time; keep its chatter at debug level and let only its
+// warnings and errors through at the levels they deserve.
+void forward_llama_log(ggml_log_level level, const char* text, void* /*user_data*/) {
+  std::string_view line(text);
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+  if (line.empty()) return;
+  switch (level) {
+    case GGML_LOG_LEVEL_ERROR:
+      spdlog::error("llama.cpp: {}", line);
+      break;
+    case GGML_LOG_LEVEL_WARN:
+      spdlog::warn("llama.cpp: {}", line);
+      break;
+    default:
+      spdlog::debug("llama.cpp: {}", line);
+  }
+}
+
+void init_backend_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llama_log_set(forward_llama_log, nullptr);
+    llama_backend_init();
+  });
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> Engine::load(const EngineOptions& options, std::string* error) {
+  init_backend_once();
+  std::unique_ptr<Engine> engine(new Engine());
+
+  llama_model_params model_params = llama_model_default_params();
+  model_params.n_gpu_layers = options.gpu_layers;
+  engine->model_ = llama_model_load_from_file(options.model_path.c_str(), model_params);
+  if (engine->model_ == nullptr) {
+    *error = "could not load model '" + options.model_path +
+             "' (is it a complete GGUF file? run with --log-level debug for llama.cpp's reason)";
+    return nullptr;
+  }
+  engine->vocab_ = llama_model_get_vocab(engine->model_);
+  if (!engine->choose_chat_template(options.chat_template, error)) return nullptr;
+
+  const int threads =
+      options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+  llama_context_params context_params = llama_context_default_params();
+  context_params.n_ctx = static_cast<uint32_t>(options.ctx_size);
+  context_params.n_batch = static_cast<uint32_t>(options.max_batched_tokens);
+  context_params.n_ubatch = static_cast<uint32_t>(std::min(options.max_batched_tokens, 512));
+  context_params.n_seq_max = static_cast<uint32_t>(options.max_seqs);
+  context_params.n_threads = threads;
+  context_params.n_threads_batch = threads;
+  // One KV pool for all sequences: a request may use any share of --ctx-size.
+  context_params.kv_unified = true;
+  context_params.swa_full = options.swa_full;
+  context_params.no_perf = true;
+  engine->context_ = llama_init_from_model(engine->model_, context_params);
+  if (engine->context_ == nullptr) {
+    *error = "could not create a llama.cpp context with --ctx-size " +
+             std::to_string(options.ctx_size) + " and --max-seqs " +
+             std::to_string(options.max_seqs) + " (out of memory? try smaller values)";
+    return nullptr;
+  }
+  engine->context_size_ = static_cast<int>(llama_n_ctx(engine->context_));
+  engine->batch_capacity_ = options.max_batched_tokens;
+  engine->batch_ = std::make_unique<llama_batch>(llama_batch_init(options.max_batched_tokens, 0, 1));
+  return engine;
+}
+
+Engine::~Engine() {
+  if (batch_) llama_batch_free(*batch_);
+  if (context_) llama_free(context_);
+  if (model_) llama_model_free(model_);
+}
+
+TokenList Engine::tokenize(std::string_view text, bool add_special) const {
+  // Parse special tokens like llama-server does, so templated prompts keep their markers.
+  const int32_t length = static_cast<int32_t>(text.size());
+  TokenList tokens(text.size() + 2);
+  int32_t count = llama_tokenize(vocab_, text.data(), length, tokens.data(),
+                                 static_cast<int32_t>(tokens.size()), add_special, true);
+  if (count < 0) {
+    tokens.resize(static_cast<size_t>(-count));
+    count = llama_tokenize(vocab_, text.data(), length, tokens.data(),
+                           static_cast<int32_t>(tokens.size()), add_special, true);
+  }
+  tokens.resize(static_cast<size_t>(std::max(count, 0)));
+  return tokens;
+}
+
+std::string Engine::token_piece(Token token) const {
+  char buffer[256];
+  int32_t length = llama_token_to_piece(vocab_, token, buffer, sizeof(buffer), 0, false);
+  if (length >= 0) return std::string(buffer, static_cast<size_t>(length));
+  std::string piece(static_cast<size_t>(-length), '\0');
+  length = llama_token_to_piece(vocab_, token, piece.data(), -length, 0, false);
+  piece.resize(static_cast<size_t>(std::max(length, 0)));
+  return piece;
+}
+
+bool Engine::is_end_of_generation(Token token) const { return llama_vocab_is_eog(vocab_, token); }
+
+// The GGUF's template when it has one, as llama-server does. Without one llama-server falls back
+// to ChatML, which is wrong for families with their own turn markers; we pick by architecture.
+bool Engine::choose_chat_template(const std::string& requested, std::string* error) {
+  if (!requested.empty()) {
+    chat_template_ = requested;
+    chat_template_origin_ = "--chat-template " + requested;
+  } else if (const char* embedded = llama_model_chat_template(model_, nullptr)) {
+    chat_template_ = embedded;
+    chat_template_origin_ = "the model's GGUF metadata";
+  } else {
+    const std::string architecture = metadata("general.architecture");
+    chat_template_ = architecture.starts_with("gemma") ? "gemma" : "chatml";
+    chat_template_origin_ = "built-in '" + chat_template_ + "' (the GGUF has no template; "
+                            "architecture " + architecture + ")";
+  }
+  std::string probe;
+  if (!apply_chat_template({{"user", "hi"}}, &probe, error)) {
+    *error = "chat template from " + chat_template_origin_ +
+             " is not one llama.cpp knows; pass --chat-template with a built-in name "
+             "(e.g. gemma, chatml, llama3)";
+    return false;
+  }
+  return true;
+}
+
+std::string Engine::metadata(const char* key) const {
+  char buffer[256];
+  const int32_t length = llama_model_meta_val_str(model_, key, buffer, sizeof(buffer));
+  return length > 0 ? std::string(buffer, std::min<size_t>(length, sizeof(buffer) - 1)) : "";
+}
+
+bool Engine::apply_chat_template(const std::vector<ChatMessage>& messages, std::string* prompt,
+                                 std::string* error) const {
+  std::vector<llama_chat_message> chat;
+  size_t total_chars = 0;
+  for (const ChatMessage& message : messages) {
+    chat.push_back({message.role.c_str(), message.content.c_str()});
+    total_chars += message.role.size() + message.content.size();
+  }
+  std::string buffer(2 * total_chars + 256, '\0');
+  int32_t length = llama_chat_apply_template(chat_template_.c_str(), chat.data(), chat.size(), true,
+                                             buffer.data(), static_cast<int32_t>(buffer.size()));
+  if (length > static_cast<int32_t>(buffer.size())) {
+    buffer.resize(static_cast<size_t>(length));
+    length = llama_chat_apply_template(chat_template_.c_str(), chat.data(), chat.size(), true,
+                                       buffer.data(), static_cast<int32_t>(buffer.size()));
+  }
+  if (length < 0) {
+    *error = "the chat template could not render these messages";
+    return false;
+  }
+  buffer.resize(static_cast<size_t>(length));
+  *prompt = std::move(buffer);
+  return true;
+}
+
+int Engine::train_context_size() const { return llama_model_n_ctx_train(model_); }
+
+int Engine::vocabulary_size() const { return llama_vocab_n_tokens(vocab_); }
+
+int Engine::max_request_tokens() const {
+  const int trained = train_context_size();
+  return trained > 0 ? std::min(context_size_, trained) : context_size_;
+}
+
+std::string Engine::description() const {
+  char buffer[256];
+  const int32_t length = llama_model_desc(model_, buffer, sizeof(buffer));
+  return std::string(buffer, static_cast<size_t>(std::max(length, 0)));
+}
+
+void Engine::clear_batch() { batch_->n_tokens = 0; }
+
+int Engine::batch_size() const { return batch_->n_tokens; }
+
+int Engine::add_to_batch(Token token, int position, int sequence, bool want_logits) {
+  const int index = batch_->n_tokens;
+  if (index >= batch_capacity_) return -1;  // the scheduler's budget keeps us from here
+  batch_->token[index] = token;
+  batch_->pos[index] = position;
+  batch_->n_seq_id[index] = 1;
+  batch_->seq_id[index][0] = sequence;
+  batch_->logits[index] = want_logits ? 1 : 0;
+  ++batch_->n_tokens;
+  return index;
+}
+
+DecodeStatus Engine::decode() {
+  const int32_t result = llama_decode(context_, *batch_);
+  if (result == 0) return DecodeStatus::ok;
+  if (result == 1) return DecodeStatus::no_kv_space;
+  spdlog::error("llama_decode failed with code {} for a batch of {} tokens", result,
+                batch_->n_tokens);
+  return DecodeStatus::failed;
+}
+
+Token Engine::sample(Sampler& sampler, int batch_index) {
+  return sampler.sample(context_, batch_index);
+}
+
+void Engine::release_sequence(int sequence) {
+  llama_memory_seq_rm(llama_get_memory(context_), sequence, -1, -1);
+}
+
+}  // namespace brisk

@@ -1,0 +1,85 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "engine/token.h"
+
+struct llama_model;
+struct llama_context;
+struct llama_vocab;
+struct llama_batch;
+
+namespace brisk {
+
+struct EngineOptions {
+  std::string model_path;
+  int ctx_size = 8192;            // KV cells shared by all sequences
+  int max_seqs = 16;              // sequence ids in the context
+  int max_batched_tokens = 512;   // tokens one decode step may carry
+  int threads = 0;                // 0 = all cores
+  int gpu_layers = 0;             // layers offloaded to the GPU (needs a CUDA build)
+  bool swa_full = false;          // full-size sliding-window caches (more memory)
+  std::string chat_template;      // a llama.cpp built-in name; empty: the GGUF's own
+};
+
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+enum class DecodeStatus { ok, no_kv_space, failed };
+
+// The only class that talks to llama.cpp. Tokenizer and template calls are safe from any
+// thread (the vocabulary is read-only); batch and decode calls belong to the engine thread.
+class Engine {
+ public:
+  static std::unique_ptr<Engine> load(const EngineOptions& options, std::string* error);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  TokenList tokenize(std::string_view text, bool add_special) const;
+  std::string token_piece(Token token) const;
+  bool is_end_of_generation(Token token) const;
+  // Renders messages with the model's chat template (from its GGUF metadata).
+  bool apply_chat_template(const std::vector<ChatMessage>& messages, std::string* prompt,
+                           std::string* error) const;
+
+  int context_size() const { return context_size_; }
+  int train_context_size() const;
+  int vocabulary_size() const;
+  // The longest prompt + completion one request may have.
+  int max_request_tokens() const;
+  std::string description() const;
+  // Where the chat template came from, for the startup log.
+  const std::string& chat_template_origin() const { return chat_template_origin_; }
+
+  // Engine thread only.
+  void clear_batch();
+  int batch_size() const;
+  // Returns the token's index in the batch.
+  int add_to_batch(Token token, int position, int sequence, bool want_logits);
+  DecodeStatus decode();
+  Token sample(Sampler& sampler, int batch_index);
+  void release_sequence(int sequence);
+
+ private:
+  Engine() = default;
+  bool choose_chat_template(const std::string& requested, std::string* error);
+  std::string metadata(const char* key) const;
+
+  llama_model* model_ = nullptr;
+  llama_context* context_ = nullptr;
+  const llama_vocab* vocab_ = nullptr;
+  std::unique_ptr<llama_batch> batch_;
+  int batch_capacity_ = 0;
+  int context_size_ = 0;
+  std::string chat_template_;
+  std::string chat_template_origin_;
+};
+
+}  // namespace brisk

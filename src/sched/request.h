@@ -1,0 +1,59 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "engine/sampler.h"
+#include "engine/token.h"
+
+namespace brisk {
+
+enum class FinishReason { none, stop, length, cancelled, error };
+
+const char* finish_reason_name(FinishReason reason);
+
+// Where a request's time went, in milliseconds; the `brisk_timings` object of a response.
+struct RequestTimings {
+  double queue_ms = 0;    // arrival → first scheduled in a step
+  double prefill_ms = 0;  // first scheduled → first token
+  double ttft_ms = 0;     // arrival → first token
+  double decode_ms = 0;   // first token → finish
+  double e2e_ms = 0;      // arrival → finish
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+};
+
+// What the engine thread reports to a request's owner: new text, and at the end why it ended.
+struct GenerationUpdate {
+  std::string text;           // new UTF-8-complete text since the last update (may be empty)
+  int completion_tokens = 0;  // tokens generated so far
+  FinishReason finish_reason = FinishReason::none;
+  std::string error;          // set when finish_reason == error
+  RequestTimings timings;     // set on the final update
+
+  bool finished() const { return finish_reason != FinishReason::none; }
+};
+
+// Called on the engine thread: must be cheap and must not block (post to an I/O thread).
+using UpdateSink = std::function<void(GenerationUpdate&&)>;
+
+struct Request {
+  uint64_t id = 0;
+  TokenList prompt_tokens;
+  SamplingParams sampling;
+  int max_tokens = 0;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  TimePoint arrival;
+  UpdateSink on_update;
+  // Set by any thread (a client that went away); the engine thread acts on it next step.
+  std::atomic<bool> cancelled{false};
+
+  int reserved_kv_tokens() const { return static_cast<int>(prompt_tokens.size()) + max_tokens; }
+};
+
+}  // namespace brisk

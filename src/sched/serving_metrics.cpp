@@ -1,0 +1,105 @@
+#include "sched/serving_metrics.h"
+
+#include <fmt/format.h>
+
+namespace brisk {
+namespace {
+
+std::vector<double> batch_token_buckets() {
+  return {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192};
+}
+
+void append_header(std::string& out, const char* name, const char* type, const char* help) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+void append_histogram(std::string& out, const char* name, const char* help,
+                      const Histogram& histogram) {
+  append_header(out, name, "histogram", help);
+  out += histogram.render_prometheus(name);
+}
+
+}  // namespace
+
+ServingMetrics::ServingMetrics()
+    : time_to_first_token_(Histogram::latency_seconds_buckets()),
+      inter_token_latency_(Histogram::latency_seconds_buckets()),
+      e2e_request_latency_(Histogram::latency_seconds_buckets()),
+      request_queue_time_(Histogram::latency_seconds_buckets()),
+      request_prefill_time_(Histogram::latency_seconds_buckets()),
+      request_decode_time_(Histogram::latency_seconds_buckets()),
+      batch_tokens_(batch_token_buckets()),
+      step_duration_(Histogram::latency_seconds_buckets()) {}
+
+void ServingMetrics::observe_step(int batch_tokens, double step_seconds) {
+  batch_tokens_.observe(batch_tokens);
+  step_duration_.observe(step_seconds);
+}
+
+void ServingMetrics::observe_finished(const RequestTimings& timings, FinishReason reason) {
+  e2e_request_latency_.observe(timings.e2e_ms / 1000.0);
+  request_queue_time_.observe(timings.queue_ms / 1000.0);
+  if (timings.completion_tokens > 0) {
+    request_prefill_time_.observe(timings.prefill_ms / 1000.0);
+    request_decode_time_.observe(timings.decode_ms / 1000.0);
+  }
+  prompt_tokens_ += static_cast<uint64_t>(timings.prompt_tokens);
+  generation_tokens_ += static_cast<uint64_t>(timings.completion_tokens);
+  std::lock_guard lock(counters_mutex_);
+  ++finished_by_reason_[finish_reason_name(reason)];
+}
+
+void ServingMetrics::count_rejection(const std::string& reason) {
+  std::lock_guard lock(counters_mutex_);
+  ++rejected_by_reason_[reason];
+}
+
+std::string ServingMetrics::render_prometheus(const SchedulerStats& stats) const {
+  std::string out;
+  append_header(out, "brisk_requests_running", "gauge", "Requests in the running batch.");
+  out += fmt::format("brisk_requests_running {}\n", stats.running);
+  append_header(out, "brisk_requests_waiting", "gauge", "Requests admitted and waiting to run.");
+  out += fmt::format("brisk_requests_waiting {}\n", stats.waiting);
+  append_header(out, "brisk_kv_cache_usage_ratio", "gauge",
+                "Fraction of KV cache cells holding tokens of running requests.");
+  out += fmt::format("brisk_kv_cache_usage_ratio {}\n", stats.kv_cache_usage_ratio);
+
+  append_header(out, "brisk_prompt_tokens_total", "counter", "Prompt tokens of finished requests.");
+  out += fmt::format("brisk_prompt_tokens_total {}\n", prompt_tokens_.load());
+  append_header(out, "brisk_generation_tokens_total", "counter",
+                "Generated tokens of finished requests.");
+  out += fmt::format("brisk_generation_tokens_total {}\n", generation_tokens_.load());
+  {
+    std::lock_guard lock(counters_mutex_);
+    append_header(out, "brisk_requests_finished_total", "counter",
+                  "Finished requests by finish reason.");
+    for (const auto& [reason, count] : finished_by_reason_) {
+      out += fmt::format("brisk_requests_finished_total{{finished_reason=\"{}\"}} {}\n", reason,
+                         count);
+    }
+    append_header(out, "brisk_requests_rejected_total", "counter",
+                  "Requests refused before running, by reason.");
+    for (const auto& [reason, count] : rejected_by_reason_) {
+      out += fmt::format("brisk_requests_rejected_total{{reason=\"{}\"}} {}\n", reason, count);
+    }
+  }
+
+  append_histogram(out, "brisk_time_to_first_token_seconds",
+                   "Arrival to first generated token.", time_to_first_token_);
+  append_histogram(out, "brisk_inter_token_latency_seconds",
+                   "Gap between consecutive generated tokens of a request.", inter_token_latency_);
+  append_histogram(out, "brisk_e2e_request_latency_seconds", "Arrival to finish.",
+                   e2e_request_latency_);
+  append_histogram(out, "brisk_request_queue_time_seconds",
+                   "Arrival to first scheduled in a step.", request_queue_time_);
+  append_histogram(out, "brisk_request_prefill_time_seconds",
+                   "First scheduled to first token (prompt processing).", request_prefill_time_);
+  append_histogram(out, "brisk_request_decode_time_seconds", "First token to finish.",
+                   request_decode_time_);
+  append_histogram(out, "brisk_batch_tokens", "Tokens carried by one engine step.", batch_tokens_);
+  append_histogram(out, "brisk_step_duration_seconds", "Wall time of one engine step.",
+                   step_duration_);
+  return out;
+}
+
+}  // namespace brisk

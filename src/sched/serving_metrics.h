@@ -1,0 +1,50 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "common/histogram.h"
+#include "sched/request.h"
+
+namespace brisk {
+
+// Live state of the scheduler, read when /metrics is rendered.
+struct SchedulerStats {
+  int running = 0;
+  int waiting = 0;
+  double kv_cache_usage_ratio = 0;
+};
+
+// Every number /metrics shows. Names follow vLLM's with a brisk_ prefix (docs/metrics.md).
+class ServingMetrics {
+ public:
+  ServingMetrics();
+
+  void observe_first_token(double ttft_seconds) { time_to_first_token_.observe(ttft_seconds); }
+  void observe_inter_token(double gap_seconds) { inter_token_latency_.observe(gap_seconds); }
+  void observe_step(int batch_tokens, double step_seconds);
+  void observe_finished(const RequestTimings& timings, FinishReason reason);
+  void count_rejection(const std::string& reason);
+
+  std::string render_prometheus(const SchedulerStats& stats) const;
+
+ private:
+  Histogram time_to_first_token_;
+  Histogram inter_token_latency_;
+  Histogram e2e_request_latency_;
+  Histogram request_queue_time_;
+  Histogram request_prefill_time_;
+  Histogram request_decode_time_;
+  Histogram batch_tokens_;
+  Histogram step_duration_;
+  std::atomic<uint64_t> prompt_tokens_{0};
+  std::atomic<uint64_t> generation_tokens_{0};
+  mutable std::mutex counters_mutex_;
+  std::map<std::string, uint64_t> finished_by_reason_;
+  std::map<std::string, uint64_t> rejected_by_reason_;
+};
+
+}  // namespace brisk

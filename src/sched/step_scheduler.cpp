@@ -1,0 +1,221 @@
+#include "sched/step_scheduler.h"
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+namespace brisk {
+
+StepScheduler::StepScheduler(Engine& engine, SchedulerOptions options, ServingMetrics& metrics)
+    : engine_(engine),
+      options_(options),
+      metrics_(metrics),
+      kv_capacity_tokens_(engine.context_size()) {
+  for (int slot = options_.max_seqs - 1; slot >= 0; --slot) free_slots_.push_back(slot);
+}
+
+StepScheduler::~StepScheduler() { shutdown(std::chrono::milliseconds(0)); }
+
+void StepScheduler::start() { engine_thread_ = std::thread([this] { run_loop(); }); }
+
+SubmitStatus StepScheduler::submit(std::shared_ptr<Request> request) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!accepting_) return SubmitStatus::shutting_down;
+    if (static_cast<int>(waiting_.size()) >= options_.max_queued_requests) {
+      return SubmitStatus::queue_full;
+    }
+    waiting_.push_back(std::move(request));
+  }
+  work_available_.notify_one();
+  return SubmitStatus::accepted;
+}
+
+void StepScheduler::wake() {
+  {
+    std::lock_guard lock(mutex_);
+    wake_pending_ = true;
+  }
+  work_available_.notify_one();
+}
+
+void StepScheduler::shutdown(std::chrono::milliseconds drain_timeout) {
+  const TimePoint deadline = Clock::now() + drain_timeout;
+  {
+    std::lock_guard lock(mutex_);
+    accepting_ = false;
+  }
+  // Let in-flight work finish until the deadline, then cancel whatever is left.
+  while (Clock::now() < deadline) {
+    const SchedulerStats now = stats();
+    if (now.running == 0 && now.waiting == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  work_available_.notify_one();
+  if (engine_thread_.joinable()) engine_thread_.join();
+}
+
+SchedulerStats StepScheduler::stats() const {
+  SchedulerStats stats;
+  stats.running = running_count_.load();
+  {
+    std::lock_guard lock(mutex_);
+    stats.waiting = static_cast<int>(waiting_.size());
+  }
+  stats.kv_cache_usage_ratio =
+      kv_capacity_tokens_ > 0 ? static_cast<double>(kv_tokens_in_use_.load()) / kv_capacity_tokens_
+                              : 0.0;
+  return stats;
+}
+
+void StepScheduler::run_loop() {
+  while (wait_for_work()) step();
+  // Stopping: cancel everything still here.
+  for (auto& sequence : running_) sequence->finish(FinishReason::cancelled, metrics_);
+  release_finished();
+  std::deque<std::shared_ptr<Request>> abandoned;
+  {
+    std::lock_guard lock(mutex_);
+    abandoned.swap(waiting_);
+  }
+  for (auto& request : abandoned) finish_unscheduled(*request, FinishReason::cancelled);
+}
+
+// Blocks while there is nothing to do; false once the scheduler is stopping.
+bool StepScheduler::wait_for_work() {
+  std::unique_lock lock(mutex_);
+  work_available_.wait(lock, [this] {
+    return stop_ || !running_.empty() || !waiting_.empty() || wake_pending_;
+  });
+  wake_pending_ = false;
+  return !stop_;
+}
+
+void StepScheduler::step() {
+  reap_cancelled();
+  engine_.clear_batch();
+  in_batch_.clear();
+
+  // Decodes first: every running stream gets its next token in this step.
+  for (auto& sequence : running_) {
+    if (!sequence->prefill_done()) continue;
+    sequence->add_decode_token(engine_);
+    in_batch_.push_back(sequence.get());
+  }
+  // Then prompt chunks, oldest first, up to the step's token budget.
+  int budget = options_.max_batched_tokens - engine_.batch_size();
+  for (auto& sequence : running_) {
+    if (budget <= 0) break;
+    if (sequence->prefill_done()) continue;
+    budget -= sequence->add_prefill_chunk(engine_, budget);
+    in_batch_.push_back(sequence.get());
+  }
+  admit_waiting(budget);
+
+  if (engine_.batch_size() > 0) run_decode_and_sample();
+  release_finished();
+}
+
+void StepScheduler::reap_cancelled() {
+  for (auto& sequence : running_) {
+    if (sequence->request().cancelled.load()) sequence->finish(FinishReason::cancelled, metrics_);
+  }
+  release_finished();
+  std::vector<std::shared_ptr<Request>> cancelled;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if ((*it)->cancelled.load()) {
+        cancelled.push_back(std::move(*it));
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& request : cancelled) finish_unscheduled(*request, FinishReason::cancelled);
+}
+
+void StepScheduler::admit_waiting(int& budget) {
+  int reserved = reserved_kv_tokens();
+  while (budget > 0 && !free_slots_.empty()) {
+    std::shared_ptr<Request> request;
+    {
+      std::lock_guard lock(mutex_);
+      if (waiting_.empty()) return;
+      // First come, first served: a large request at the head waits for room rather than
+      // being overtaken forever by small ones.
+      if (reserved + waiting_.front()->reserved_kv_tokens() > kv_capacity_tokens_) return;
+      request = std::move(waiting_.front());
+      waiting_.pop_front();
+    }
+    reserved += request->reserved_kv_tokens();
+    const int slot = free_slots_.back();
+    free_slots_.pop_back();
+    auto sequence = std::make_unique<Sequence>(std::move(request), slot, Clock::now());
+    budget -= sequence->add_prefill_chunk(engine_, budget);
+    in_batch_.push_back(sequence.get());
+    running_.push_back(std::move(sequence));
+  }
+}
+
+void StepScheduler::run_decode_and_sample() {
+  const int batch_tokens = engine_.batch_size();
+  const TimePoint started = Clock::now();
+  const DecodeStatus status = engine_.decode();
+  if (status != DecodeStatus::ok) {
+    fail_batch(status == DecodeStatus::no_kv_space
+                   ? "the KV cache is full (raise --ctx-size or lower --max-seqs)"
+                   : "the engine failed to decode this batch");
+    return;
+  }
+  for (Sequence* sequence : in_batch_) {
+    if (sequence->logits_index() < 0 || sequence->finished()) continue;
+    const Token token = engine_.sample(sequence->sampler_, sequence->logits_index());
+    sequence->accept_token(token, engine_, metrics_);
+  }
+  metrics_.observe_step(batch_tokens, seconds_between(started, Clock::now()));
+}
+
+void StepScheduler::fail_batch(const std::string& error) {
+  spdlog::error("step of {} tokens failed: {}", engine_.batch_size(), error);
+  for (Sequence* sequence : in_batch_) sequence->finish(FinishReason::error, metrics_, error);
+}
+
+// Frees the KV cells and slot of every finished sequence, so the next step can reuse them.
+void StepScheduler::release_finished() {
+  for (auto& sequence : running_) {
+    if (!sequence->finished()) continue;
+    engine_.release_sequence(sequence->slot());
+    free_slots_.push_back(sequence->slot());
+  }
+  std::erase_if(running_, [](const auto& sequence) { return sequence->finished(); });
+  int kv_tokens = 0;
+  for (const auto& sequence : running_) kv_tokens += sequence->kv_tokens();
+  running_count_ = static_cast<int>(running_.size());
+  kv_tokens_in_use_ = kv_tokens;
+}
+
+void StepScheduler::finish_unscheduled(Request& request, FinishReason reason) {
+  RequestTimings timings;
+  timings.e2e_ms = ms_between(request.arrival, Clock::now());
+  timings.queue_ms = timings.e2e_ms;
+  timings.prompt_tokens = static_cast<int>(request.prompt_tokens.size());
+  metrics_.observe_finished(timings, reason);
+  GenerationUpdate update;
+  update.finish_reason = reason;
+  update.timings = timings;
+  request.on_update(std::move(update));
+}
+
+int StepScheduler::reserved_kv_tokens() const {
+  int reserved = 0;
+  for (const auto& sequence : running_) reserved += sequence->request().reserved_kv_tokens();
+  return reserved;
+}
+
+}  // namespace brisk

@@ -1,0 +1,83 @@
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/engine.h"
+#include "sched/request.h"
+#include "sched/sequence.h"
+#include "sched/serving_metrics.h"
+
+namespace brisk {
+
+struct SchedulerOptions {
+  int max_seqs = 16;             // running sequences at once
+  int max_batched_tokens = 512;  // tokens per engine step (decodes first, then prefill chunks)
+  int max_queued_requests = 64;  // waiting requests before new ones are refused
+};
+
+enum class SubmitStatus { accepted, queue_full, shutting_down };
+
+// Owns the engine thread. Each step puts the next token of every running sequence into one
+// batch, fills the rest of the token budget with prompt chunks (chunked prefill), decodes,
+// samples and reports. Requests join and leave between steps (continuous batching).
+//
+// KV admission: a request starts only when the KV cells it may need (prompt + max_tokens) fit
+// beside those reserved by the running ones, so a running request never runs out of cache.
+class StepScheduler {
+ public:
+  StepScheduler(Engine& engine, SchedulerOptions options, ServingMetrics& metrics);
+  ~StepScheduler();
+
+  void start();
+  // Any thread. Refuses at once when the queue is full instead of letting latency grow.
+  SubmitStatus submit(std::shared_ptr<Request> request);
+  // Any thread: makes the engine thread look at cancelled flags now.
+  void wake();
+  // Stops admitting, waits up to `drain_timeout` for in-flight work, cancels the rest, joins.
+  void shutdown(std::chrono::milliseconds drain_timeout);
+
+  SchedulerStats stats() const;
+
+ private:
+  void run_loop();
+  bool wait_for_work();
+  void step();
+  void reap_cancelled();
+  void admit_waiting(int& budget);
+  void run_decode_and_sample();
+  void release_finished();
+  void fail_batch(const std::string& error);
+  void finish_unscheduled(Request& request, FinishReason reason);
+  int reserved_kv_tokens() const;
+
+  Engine& engine_;
+  const SchedulerOptions options_;
+  ServingMetrics& metrics_;
+  const int kv_capacity_tokens_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable work_available_;
+  std::deque<std::shared_ptr<Request>> waiting_;  // guarded by mutex_
+  bool accepting_ = true;                         // guarded by mutex_
+  bool stop_ = false;                             // guarded by mutex_
+  bool wake_pending_ = false;                     // guarded by mutex_
+
+  // Engine thread only.
+  std::vector<std::unique_ptr<Sequence>> running_;
+  std::vector<int> free_slots_;
+  std::vector<Sequence*> in_batch_;
+
+  // Published for stats() by the engine thread.
+  std::atomic<int> running_count_{0};
+  std::atomic<int> kv_tokens_in_use_{0};
+
+  std::thread engine_thread_;
+};
+
+}  // namespace brisk

@@ -1,0 +1,180 @@
+#include "server/completion_exchange.h"
+
+#include <atomic>
+#include <chrono>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/log.h"
+#include "server/openai_json.h"
+
+namespace brisk {
+namespace {
+
+using nlohmann::json;
+
+std::string next_completion_id(CompletionKind kind) {
+  static std::atomic<uint64_t> counter{0};
+  const uint64_t number = ++counter;
+  const auto now = std::chrono::system_clock::now().time_since_epoch().count();
+  return fmt::format("{}-{:x}{:06x}", kind == CompletionKind::chat ? "chatcmpl" : "cmpl",
+                     static_cast<uint64_t>(now) & 0xffffffffffULL, number & 0xffffff);
+}
+
+bool is_reportable(FinishReason reason) {
+  return reason == FinishReason::stop || reason == FinishReason::length;
+}
+
+}  // namespace
+
+CompletionExchange::CompletionExchange(std::shared_ptr<HttpSession> session,
+                                       CompletionParams params, std::string model_name,
+                                       StepScheduler& scheduler)
+    : session_(std::move(session)),
+      params_(std::move(params)),
+      model_name_(std::move(model_name)),
+      scheduler_(scheduler),
+      id_(next_completion_id(params_.kind)),
+      created_(std::chrono::duration_cast<std::chrono::seconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
+                   .count()) {}
+
+void CompletionExchange::attach(const std::shared_ptr<Request>& request) {
+  request_ = request;
+  auto executor = session_->executor();
+  request->on_update = [self = shared_from_this(), executor](GenerationUpdate&& update) {
+    net::post(executor, [self, update = std::move(update)] { self->on_update(update); });
+  };
+}
+
+void CompletionExchange::begin() {
+  if (params_.stream) session_->begin_event_stream(200, "text/event-stream");
+  std::weak_ptr<Request> weak_request = request_;
+  StepScheduler* scheduler = &scheduler_;
+  session_->watch_for_disconnect([weak_request, scheduler] {
+    if (auto request = weak_request.lock()) {
+      request->cancelled = true;
+      scheduler->wake();
+    }
+  });
+}
+
+void CompletionExchange::on_update(const GenerationUpdate& update) {
+  if (params_.stream) {
+    stream_update(update);
+  } else {
+    text_ += update.text;
+    if (update.finished()) respond_whole(update);
+  }
+  if (update.finished()) {
+    log_finished(update);
+    request_.reset();
+  }
+}
+
+void CompletionExchange::stream_update(const GenerationUpdate& update) {
+  if (!update.finished()) {
+    if (!update.text.empty()) session_->send_event("data: " + chunk_json(update.text, nullptr) + "\n\n");
+    return;
+  }
+  if (update.finish_reason == FinishReason::error) {
+    ApiError error;
+    error.status = 500;
+    error.type = "server_error";
+    error.message = update.error;
+    session_->send_event("data: " + error.to_json() + "\n\n");
+  } else if (is_reportable(update.finish_reason)) {
+    session_->send_event("data: " + chunk_json(update.text, &update) + "\n\n");
+    if (params_.include_usage) session_->send_event("data: " + usage_chunk_json(update) + "\n\n");
+  }
+  session_->send_event("data: [DONE]\n\n");
+  session_->end_event_stream();
+}
+
+void CompletionExchange::respond_whole(const GenerationUpdate& update) {
+  HttpResponse response;
+  response.set(http::field::content_type, "application/json");
+  if (!is_reportable(update.finish_reason)) {
+    ApiError error;
+    error.status = update.finish_reason == FinishReason::cancelled ? 503 : 500;
+    error.type = "server_error";
+    error.message = update.finish_reason == FinishReason::cancelled
+                        ? "the request was cancelled because the server is shutting down"
+                        : update.error;
+    response.result(static_cast<http::status>(error.status));
+    response.body() = error.to_json();
+    return session_->respond(std::move(response));
+  }
+  json choice = {{"index", 0},
+                 {"finish_reason", finish_reason_name(update.finish_reason)},
+                 {"logprobs", nullptr}};
+  if (params_.kind == CompletionKind::chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", text_}};
+  } else {
+    choice["text"] = text_;
+  }
+  json body = {{"id", id_},
+               {"object", params_.kind == CompletionKind::chat ? "chat.completion" : "text_completion"},
+               {"created", created_},
+               {"model", model_name_},
+               {"choices", json::array({choice})},
+               {"usage", usage_json(update.timings)},
+               {"brisk_timings", timings_json(update.timings)}};
+  response.result(http::status::ok);
+  response.body() = dump_json(body);
+  session_->respond(std::move(response));
+}
+
+// A content chunk; with `final_update`, the chunk that carries finish_reason and timings.
+std::string CompletionExchange::chunk_json(const std::string& text,
+                                           const GenerationUpdate* final_update) {
+  json choice = {{"index", 0}, {"logprobs", nullptr}};
+  choice["finish_reason"] =
+      final_update ? json(finish_reason_name(final_update->finish_reason)) : json(nullptr);
+  const bool chat = params_.kind == CompletionKind::chat;
+  if (chat) {
+    json delta = json::object();
+    if (!first_chunk_sent_) delta["role"] = "assistant";
+    if (!text.empty() || !final_update) delta["content"] = text;
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = text;
+  }
+  json chunk = {{"id", id_},
+                {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", created_},
+                {"model", model_name_},
+                {"choices", json::array({choice})}};
+  if (final_update) chunk["brisk_timings"] = timings_json(final_update->timings);
+  first_chunk_sent_ = true;
+  return dump_json(chunk);
+}
+
+std::string CompletionExchange::usage_chunk_json(const GenerationUpdate& update) const {
+  json chunk = {{"id", id_},
+                {"object", params_.kind == CompletionKind::chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", created_},
+                {"model", model_name_},
+                {"choices", json::array()},
+                {"usage", usage_json(update.timings)},
+                {"brisk_timings", timings_json(update.timings)}};
+  return dump_json(chunk);
+}
+
+void CompletionExchange::log_finished(const GenerationUpdate& update) const {
+  const RequestTimings& t = update.timings;
+  if (log_format() == LogFormat::json) {
+    json fields = {{"event", "request"}, {"id", id_},
+                   {"status", finish_reason_name(update.finish_reason)},
+                   {"stream", params_.stream}};
+    fields.update(timings_json(t));
+    return spdlog::info(dump_json(fields));
+  }
+  spdlog::info("request {} status={} prompt_tokens={} completion_tokens={} queue_ms={:.1f} "
+               "ttft_ms={:.1f} e2e_ms={:.1f} stream={}",
+               id_, finish_reason_name(update.finish_reason), t.prompt_tokens,
+               t.completion_tokens, t.queue_ms, t.ttft_ms, t.e2e_ms, params_.stream);
+}
+
+}  // namespace brisk

@@ -1,0 +1,45 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "sched/request.h"
+#include "sched/step_scheduler.h"
+#include "server/completion_params.h"
+#include "server/http_session.h"
+
+namespace brisk {
+
+// One generation request seen from the HTTP side: turns the engine's updates into an OpenAI
+// response (whole, or SSE chunks), and cancels the request if its client goes away.
+// Updates arrive on the engine thread and are replayed on the session's strand.
+class CompletionExchange : public std::enable_shared_from_this<CompletionExchange> {
+ public:
+  CompletionExchange(std::shared_ptr<HttpSession> session, CompletionParams params,
+                     std::string model_name, StepScheduler& scheduler);
+
+  // Links the request to this exchange; call before submitting it.
+  void attach(const std::shared_ptr<Request>& request);
+  // After a successful submit: starts the stream or the disconnect watch.
+  void begin();
+
+ private:
+  void on_update(const GenerationUpdate& update);
+  void stream_update(const GenerationUpdate& update);
+  void respond_whole(const GenerationUpdate& update);
+  std::string chunk_json(const std::string& text, const GenerationUpdate* final_update);
+  std::string usage_chunk_json(const GenerationUpdate& update) const;
+  void log_finished(const GenerationUpdate& update) const;
+
+  std::shared_ptr<HttpSession> session_;
+  CompletionParams params_;
+  std::string model_name_;
+  StepScheduler& scheduler_;
+  std::shared_ptr<Request> request_;  // dropped on the final update (breaks the cycle)
+  std::string id_;
+  int64_t created_ = 0;
+  std::string text_;  // non-streaming: the whole completion
+  bool first_chunk_sent_ = false;
+};
+
+}  // namespace brisk

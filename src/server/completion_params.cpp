@@ -1,0 +1,242 @@
+#include "server/completion_params.h"
+
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "common/utf8.h"
+
+namespace brisk {
+namespace {
+
+using nlohmann::json;
+
+// Most stop strings any peer accepts; a longer list is almost certainly a client bug.
+constexpr size_t kMaxStopStrings = 16;
+
+struct FieldReader {
+  const json& body;
+  std::optional<ApiError> error;
+
+  const json* find(const char* name) {
+    auto it = body.find(name);
+    if (it == body.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  void fail(std::string message, const char* param) {
+    if (!error) error = ApiError::invalid(std::move(message), param);
+  }
+
+  std::optional<double> number(const char* name, double min, double max) {
+    const json* value = find(name);
+    if (value == nullptr) return std::nullopt;
+    if (!value->is_number()) {
+      fail(std::string("'") + name + "' must be a number", name);
+      return std::nullopt;
+    }
+    const double number = value->get<double>();
+    if (!(number >= min && number <= max)) {
+      fail(fmt_range(name, min, max, number), name);
+      return std::nullopt;
+    }
+    return number;
+  }
+
+  std::optional<int64_t> integer(const char* name) {
+    const json* value = find(name);
+    if (value == nullptr) return std::nullopt;
+    if (!value->is_number_integer()) {
+      fail(std::string("'") + name + "' must be an integer", name);
+      return std::nullopt;
+    }
+    return value->get<int64_t>();
+  }
+
+  std::optional<bool> boolean(const char* name) {
+    const json* value = find(name);
+    if (value == nullptr) return std::nullopt;
+    if (!value->is_boolean()) {
+      fail(std::string("'") + name + "' must be true or false", name);
+      return std::nullopt;
+    }
+    return value->get<bool>();
+  }
+
+  static std::string fmt_range(const char* name, double min, double max, double got) {
+    return std::string("'") + name + "' must be between " + trim(min) + " and " + trim(max) +
+           ", got " + trim(got);
+  }
+
+  static std::string trim(double value) {
+    std::string text = std::to_string(value);
+    while (text.find('.') != std::string::npos && (text.back() == '0' || text.back() == '.')) {
+      const bool was_dot = text.back() == '.';
+      text.pop_back();
+      if (was_dot) break;
+    }
+    return text;
+  }
+};
+
+std::optional<std::string> message_content(const json& content, std::string* error) {
+  if (content.is_string()) return content.get<std::string>();
+  if (content.is_array()) {
+    std::string text;
+    for (const json& part : content) {
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+          !part["text"].is_string()) {
+        *error = "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported";
+        return std::nullopt;
+      }
+      text += part["text"].get<std::string>();
+    }
+    return text;
+  }
+  *error = "message 'content' must be a string or an array of text parts";
+  return std::nullopt;
+}
+
+void read_messages(FieldReader& reader, CompletionParams& params) {
+  const json* messages = reader.find("messages");
+  if (messages == nullptr) return reader.fail("'messages' is required", "messages");
+  if (!messages->is_array() || messages->empty()) {
+    return reader.fail("'messages' must be a non-empty array of {role, content} objects",
+                       "messages");
+  }
+  for (const json& message : *messages) {
+    if (!message.is_object() || !message.contains("role") || !message["role"].is_string()) {
+      return reader.fail("each message must be an object with a string 'role'", "messages");
+    }
+    std::string role = message["role"].get<std::string>();
+    if (role == "developer") role = "system";
+    if (role != "system" && role != "user" && role != "assistant") {
+      return reader.fail("message role must be one of system, developer, user, assistant; got '" +
+                             role + "'",
+                         "messages");
+    }
+    std::string content;
+    if (message.contains("content") && !message["content"].is_null()) {
+      std::string error;
+      auto text = message_content(message["content"], &error);
+      if (!text) return reader.fail(error, "messages");
+      content = std::move(*text);
+    }
+    params.messages.push_back({std::move(role), std::move(content)});
+  }
+}
+
+void read_prompt(FieldReader& reader, CompletionParams& params) {
+  const json* prompt = reader.find("prompt");
+  if (prompt == nullptr) return reader.fail("'prompt' is required", "prompt");
+  if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) prompt = &(*prompt)[0];
+  if (prompt->is_string()) {
+    params.prompt = prompt->get<std::string>();
+    if (params.prompt.empty()) return reader.fail("'prompt' must not be empty", "prompt");
+    return;
+  }
+  if (prompt->is_array() && !prompt->empty() &&
+      std::all_of(prompt->begin(), prompt->end(), [](const json& t) { return t.is_number_integer(); })) {
+    TokenList tokens;
+    for (const json& token : *prompt) {
+      const int64_t id = token.get<int64_t>();
+      if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
+        return reader.fail("token ids in 'prompt' must be non-negative", "prompt");
+      }
+      tokens.push_back(static_cast<Token>(id));
+    }
+    params.prompt_tokens = std::move(tokens);
+    return;
+  }
+  if (prompt->is_array() && prompt->empty()) return reader.fail("'prompt' must not be empty", "prompt");
+  reader.fail("'prompt' must be a string, a list with one string, or a list of token ids "
+              "(one prompt per request)",
+              "prompt");
+}
+
+void read_stop(FieldReader& reader, CompletionParams& params) {
+  const json* stop = reader.find("stop");
+  if (stop == nullptr) return;
+  if (stop->is_string()) {
+    params.stop.push_back(stop->get<std::string>());
+    return;
+  }
+  if (stop->is_array() && stop->size() <= kMaxStopStrings &&
+      std::all_of(stop->begin(), stop->end(), [](const json& s) { return s.is_string(); })) {
+    for (const json& s : *stop) params.stop.push_back(s.get<std::string>());
+    return;
+  }
+  reader.fail("'stop' must be a string or a list of at most 16 strings", "stop");
+}
+
+void read_sampling(FieldReader& reader, CompletionParams& params) {
+  if (auto t = reader.number("temperature", 0.0, 2.0)) params.sampling.temperature = float(*t);
+  if (auto p = reader.number("top_p", 0.0, 1.0)) {
+    if (*p <= 0.0) return reader.fail("'top_p' must be greater than 0", "top_p");
+    params.sampling.top_p = float(*p);
+  }
+  if (auto k = reader.integer("top_k")) {
+    if (*k < -1) return reader.fail("'top_k' must be -1 or 0 (off) or a positive integer", "top_k");
+    params.sampling.top_k = *k > 0 ? static_cast<int>(std::min<int64_t>(*k, 1 << 20)) : 0;
+  }
+  if (auto m = reader.number("min_p", 0.0, 1.0)) params.sampling.min_p = float(*m);
+  if (auto seed = reader.integer("seed")) params.sampling.seed = static_cast<uint32_t>(*seed);
+}
+
+void read_limits(FieldReader& reader, CompletionParams& params) {
+  const char* name = reader.find("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  if (auto max_tokens = reader.integer(name)) {
+    if (*max_tokens <= 0) {
+      return reader.fail(std::string("'") + name + "' must be at least 1, got " +
+                             std::to_string(*max_tokens),
+                         name);
+    }
+    params.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, std::numeric_limits<int>::max()));
+  }
+  if (auto n = reader.integer("n"); n && *n != 1) {
+    reader.fail("only n=1 is supported; send several requests for several choices", "n");
+  }
+}
+
+void read_streaming(FieldReader& reader, CompletionParams& params) {
+  params.stream = reader.boolean("stream").value_or(false);
+  if (const json* options = reader.find("stream_options")) {
+    if (!options->is_object()) return reader.fail("'stream_options' must be an object", "stream_options");
+    auto it = options->find("include_usage");
+    if (it != options->end() && !it->is_null()) {
+      if (!it->is_boolean()) {
+        return reader.fail("'stream_options.include_usage' must be true or false", "stream_options");
+      }
+      params.include_usage = it->get<bool>();
+    }
+  }
+}
+
+}  // namespace
+
+std::variant<CompletionParams, ApiError> parse_completion_params(std::string_view body,
+                                                                 CompletionKind kind) {
+  if (!is_valid_utf8(body)) return ApiError::invalid("the request body is not valid UTF-8");
+  json parsed = json::parse(body, nullptr, false);
+  if (parsed.is_discarded()) return ApiError::invalid("the request body is not valid JSON");
+  if (!parsed.is_object()) return ApiError::invalid("the request body must be a JSON object");
+
+  CompletionParams params;
+  params.kind = kind;
+  FieldReader reader{parsed, std::nullopt};
+  if (const json* model = reader.find("model")) {
+    if (!model->is_string()) reader.fail("'model' must be a string", "model");
+    else params.model = model->get<std::string>();
+  }
+  if (kind == CompletionKind::chat) read_messages(reader, params);
+  else read_prompt(reader, params);
+  read_limits(reader, params);
+  read_sampling(reader, params);
+  read_stop(reader, params);
+  read_streaming(reader, params);
+  params.ignore_eos = reader.boolean("ignore_eos").value_or(false);
+  if (reader.error) return *reader.error;
+  return params;
+}
+
+}  // namespace brisk

@@ -1,0 +1,335 @@
+#include "server/openai_server.h"
+
+#include <csignal>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/clock.h"
+#include "server/completion_exchange.h"
+#include "server/openai_json.h"
+
+namespace brisk {
+namespace {
+
+using nlohmann::json;
+
+HttpResponse json_response(http::status status, const json& body) {
+  HttpResponse response{status, 11};
+  response.set(http::field::content_type, "application/json");
+  response.body() = dump_json(body);
+  return response;
+}
+
+HttpResponse error_response(const ApiError& error) {
+  HttpResponse response{static_cast<http::status>(error.status), 11};
+  response.set(http::field::content_type, "application/json");
+  response.body() = error.to_json();
+  return response;
+}
+
+std::string_view path_of(boost::beast::string_view target) {
+  const std::string_view view(target.data(), target.size());
+  return view.substr(0, view.find('?'));
+}
+
+std::string_view as_std(boost::beast::string_view view) { return {view.data(), view.size()}; }
+
+// Constant-time comparison: the time to reject a key must not reveal how much of it matched.
+bool keys_equal(std::string_view a, std::string_view b) {
+  unsigned char difference = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) difference |= a[i] ^ b[i % (b.empty() ? 1 : b.size())];
+  return difference == 0 && !b.empty();
+}
+
+struct Route {
+  std::string_view path;
+  http::verb method;
+};
+
+constexpr Route kRoutes[] = {
+    {"/health", http::verb::get},          {"/ready", http::verb::get},
+    {"/metrics", http::verb::get},         {"/v1/models", http::verb::get},
+    {"/v1/chat/completions", http::verb::post}, {"/v1/completions", http::verb::post},
+    {"/tokenize", http::verb::post},
+};
+
+}  // namespace
+
+OpenAiServer::OpenAiServer(Engine& engine, StepScheduler& scheduler, ServingMetrics& metrics,
+                           ServerOptions options)
+    : engine_(engine),
+      scheduler_(scheduler),
+      metrics_(metrics),
+      options_(std::move(options)),
+      acceptor_(io_) {}
+
+bool OpenAiServer::listen(std::string* error) {
+  beast::error_code ec;
+  const auto address = net::ip::make_address(options_.host, ec);
+  if (ec) {
+    *error = "--host '" + options_.host + "' is not an IP address";
+    return false;
+  }
+  const tcp::endpoint endpoint(address, static_cast<unsigned short>(options_.port));
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(endpoint, ec);
+  if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    *error = fmt::format("cannot listen on {}:{}: {} (is another server using the port?)",
+                         options_.host, options_.port, ec.message());
+    return false;
+  }
+  bound_port_ = acceptor_.local_endpoint().port();
+  return true;
+}
+
+void OpenAiServer::run_until_signal() {
+  net::signal_set signals(io_, SIGINT, SIGTERM);
+  std::thread shutdown_thread;
+  signals.async_wait([this, &shutdown_thread](beast::error_code ec, int signal_number) {
+    if (ec) return;
+    spdlog::info("received signal {}: draining for up to {}s", signal_number,
+                 options_.drain_timeout.count());
+    draining_ = true;
+    beast::error_code ignored;
+    acceptor_.close(ignored);
+    // The drain blocks, so it runs beside the I/O threads that must keep writing responses.
+    shutdown_thread = std::thread([this] {
+      scheduler_.shutdown(options_.drain_timeout);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let final writes go out
+      io_.stop();
+    });
+  });
+  accept_next();
+  std::vector<std::thread> threads;
+  for (int i = 1; i < options_.io_threads; ++i) threads.emplace_back([this] { io_.run(); });
+  io_.run();
+  for (auto& thread : threads) thread.join();
+  if (shutdown_thread.joinable()) shutdown_thread.join();
+  spdlog::info("server stopped");
+}
+
+void OpenAiServer::accept_next() {
+  acceptor_.async_accept(net::make_strand(io_), [this](beast::error_code ec, tcp::socket socket) {
+    if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
+    if (!ec) {
+      auto session = std::make_shared<HttpSession>(
+          std::move(socket), options_.limits,
+          [this](const auto& parser) { return check_header(parser); },
+          [this](HttpRequest&& request, const std::shared_ptr<HttpSession>& session) {
+            handle(std::move(request), session);
+          });
+      session->start();
+    }
+    accept_next();
+  });
+}
+
+std::optional<HttpResponse> OpenAiServer::check_header(
+    const http::request_parser<http::string_body>& parser) {
+  const auto& request = parser.get();
+  const std::string_view path = path_of(request.target());
+  if (options_.api_key.empty() || !path.starts_with("/v1/")) return std::nullopt;
+  const std::string_view authorization = as_std(request[http::field::authorization]);
+  const std::string_view prefix = "Bearer ";
+  if (authorization.starts_with(prefix) &&
+      keys_equal(authorization.substr(prefix.size()), options_.api_key)) {
+    return std::nullopt;
+  }
+  ApiError error;
+  error.status = 401;
+  error.type = "authentication_error";
+  error.code = "invalid_api_key";
+  error.message = authorization.empty()
+                      ? "missing API key: send 'Authorization: Bearer <key>'"
+                      : "invalid API key";
+  metrics_.count_rejection("unauthorized");
+  return error_response(error);
+}
+
+void OpenAiServer::handle(HttpRequest&& request, const std::shared_ptr<HttpSession>& session) {
+  const std::string_view path = path_of(request.target());
+  const Route* route = nullptr;
+  bool path_known = false;
+  for (const Route& candidate : kRoutes) {
+    if (candidate.path != path) continue;
+    path_known = true;
+    if (candidate.method == request.method()) route = &candidate;
+  }
+  if (route == nullptr) {
+    ApiError error;
+    error.status = path_known ? 405 : 404;
+    error.type = path_known ? "invalid_request_error" : "not_found_error";
+    error.message = path_known ? fmt::format("method {} is not allowed on {}",
+                                             std::string(request.method_string()), path)
+                               : fmt::format("no route for {} {}",
+                                             std::string(request.method_string()), path);
+    HttpResponse response = error_response(error);
+    if (path_known) {
+      for (const Route& candidate : kRoutes) {
+        if (candidate.path == path) response.set(http::field::allow, http::to_string(candidate.method));
+      }
+    }
+    return session->respond(std::move(response));
+  }
+
+  if (path == "/health") return session->respond(json_response(http::status::ok, {{"status", "ok"}}));
+  if (path == "/ready") {
+    if (draining_) {
+      return session->respond(
+          json_response(http::status::service_unavailable, {{"status", "draining"}}));
+    }
+    return session->respond(json_response(http::status::ok, {{"status", "ready"}}));
+  }
+  if (path == "/metrics") {
+    HttpResponse response{http::status::ok, 11};
+    response.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+    response.body() = metrics_.render_prometheus(scheduler_.stats());
+    return session->respond(std::move(response));
+  }
+  if (path == "/v1/models") return session->respond(models_response());
+  if (path == "/tokenize") return session->respond(handle_tokenize(request));
+  handle_completion(request, path == "/v1/chat/completions" ? CompletionKind::chat : CompletionKind::text,
+                    session);
+}
+
+void OpenAiServer::handle_completion(const HttpRequest& http_request, CompletionKind kind,
+                                     const std::shared_ptr<HttpSession>& session) {
+  const TimePoint arrival = Clock::now();
+  auto parsed = parse_completion_params(http_request.body(), kind);
+  if (auto* error = std::get_if<ApiError>(&parsed)) {
+    return session->respond(reject(*error, "invalid_request"));
+  }
+  CompletionParams params = std::move(std::get<CompletionParams>(parsed));
+  if (params.model && *params.model != options_.model_name) {
+    ApiError error;
+    error.status = 404;
+    error.type = "not_found_error";
+    error.code = "model_not_found";
+    error.param = "model";
+    error.message = fmt::format("the model '{}' does not exist here; this server serves '{}'",
+                                *params.model, options_.model_name);
+    return session->respond(reject(error, "unknown_model"));
+  }
+  TokenList tokens;
+  if (auto error = prepare_prompt(params, &tokens)) return session->respond(reject(*error, "invalid_request"));
+  if (auto error = check_lengths(params, tokens)) return session->respond(reject(*error, "prompt_too_long"));
+
+  auto request = std::make_shared<Request>();
+  request->id = ++next_request_id_;
+  request->prompt_tokens = std::move(tokens);
+  request->sampling = params.sampling;
+  request->max_tokens = *params.max_tokens;
+  request->stop = params.stop;
+  request->ignore_eos = params.ignore_eos;
+  request->arrival = arrival;
+  auto exchange = std::make_shared<CompletionExchange>(session, std::move(params),
+                                                       options_.model_name, scheduler_);
+  exchange->attach(request);
+  const SubmitStatus status = scheduler_.submit(request);
+  if (status == SubmitStatus::accepted) return exchange->begin();
+
+  request->on_update = nullptr;  // the exchange will never hear from this request
+  ApiError error;
+  if (status == SubmitStatus::queue_full) {
+    error.status = 429;
+    error.type = "rate_limit_exceeded";
+    error.code = "queue_full";
+    error.message = "the server's request queue is full; retry after a short wait";
+    HttpResponse response = reject(error, "queue_full");
+    response.set(http::field::retry_after, "1");
+    return session->respond(std::move(response));
+  }
+  error.status = 503;
+  error.type = "server_error";
+  error.code = "shutting_down";
+  error.message = "the server is shutting down";
+  session->respond(reject(error, "shutting_down"));
+}
+
+std::optional<ApiError> OpenAiServer::prepare_prompt(const CompletionParams& params,
+                                                     TokenList* tokens) {
+  if (params.kind == CompletionKind::chat) {
+    std::string prompt, error;
+    if (!engine_.apply_chat_template(params.messages, &prompt, &error)) {
+      return ApiError::invalid(error, "messages");
+    }
+    *tokens = engine_.tokenize(prompt, true);
+    return std::nullopt;
+  }
+  if (params.prompt_tokens) {
+    for (Token token : *params.prompt_tokens) {
+      if (token >= engine_.vocabulary_size()) {
+        return ApiError::invalid(fmt::format("token id {} is outside the vocabulary (size {})",
+                                             token, engine_.vocabulary_size()),
+                                 "prompt");
+      }
+    }
+    *tokens = *params.prompt_tokens;
+    return std::nullopt;
+  }
+  *tokens = engine_.tokenize(params.prompt, true);
+  if (tokens->empty()) return ApiError::invalid("'prompt' produced no tokens", "prompt");
+  return std::nullopt;
+}
+
+// A request's length limit is min(--ctx-size, the model's training context): prompt and
+// completion together must fit, since they share one KV sequence.
+std::optional<ApiError> OpenAiServer::check_lengths(CompletionParams& params,
+                                                    const TokenList& tokens) {
+  const int limit = engine_.max_request_tokens();
+  const int prompt_tokens = static_cast<int>(tokens.size());
+  if (prompt_tokens >= limit) {
+    return ApiError::invalid(
+        fmt::format("the prompt has {} tokens, but this server accepts at most {} tokens per "
+                    "request (prompt + completion); shorten the prompt or start the server "
+                    "with a larger --ctx-size",
+                    prompt_tokens, limit),
+        params.kind == CompletionKind::chat ? "messages" : "prompt");
+  }
+  if (!params.max_tokens) {
+    params.max_tokens = limit - prompt_tokens;
+  } else if (static_cast<int64_t>(prompt_tokens) + *params.max_tokens > limit) {
+    return ApiError::invalid(
+        fmt::format("the prompt has {} tokens and max_tokens is {}, together more than the {} "
+                    "tokens this server accepts per request; lower max_tokens to at most {}",
+                    prompt_tokens, *params.max_tokens, limit, limit - prompt_tokens),
+        "max_tokens");
+  }
+  return std::nullopt;
+}
+
+HttpResponse OpenAiServer::handle_tokenize(const HttpRequest& request) {
+  json body = json::parse(request.body(), nullptr, false);
+  if (!body.is_object() || !body.contains("content") || !body["content"].is_string()) {
+    return reject(ApiError::invalid("expected {\"content\": string, \"add_special\": bool}", "content"),
+                  "invalid_request");
+  }
+  const bool add_special = body.value("add_special", false);
+  const TokenList tokens = engine_.tokenize(body["content"].get<std::string>(), add_special);
+  return json_response(http::status::ok, {{"tokens", tokens}});
+}
+
+HttpResponse OpenAiServer::models_response() const {
+  static const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count();
+  json model = {{"id", options_.model_name},
+                {"object", "model"},
+                {"created", created},
+                {"owned_by", "brisk"},
+                {"max_model_len", engine_.max_request_tokens()}};
+  return json_response(http::status::ok, {{"object", "list"}, {"data", json::array({model})}});
+}
+
+HttpResponse OpenAiServer::reject(const ApiError& error, const std::string& reason) {
+  metrics_.count_rejection(reason);
+  return error_response(error);
+}
+
+}  // namespace brisk

@@ -1,0 +1,63 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "engine/engine.h"
+#include "sched/serving_metrics.h"
+#include "sched/step_scheduler.h"
+#include "server/api_error.h"
+#include "server/completion_params.h"
+#include "server/http_session.h"
+
+namespace brisk {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string api_key;  // empty: no authentication
+  std::string model_name;
+  HttpLimits limits;
+  int io_threads = 2;
+  std::chrono::seconds drain_timeout{10};
+};
+
+// The OpenAI-compatible HTTP front: routes, authentication, validation and admission.
+// Generation itself is the scheduler's; this class only turns HTTP into Requests and back.
+class OpenAiServer {
+ public:
+  OpenAiServer(Engine& engine, StepScheduler& scheduler, ServingMetrics& metrics,
+               ServerOptions options);
+
+  bool listen(std::string* error);
+  int port() const { return bound_port_; }
+  // Serves until SIGINT/SIGTERM, then drains in-flight work (up to --drain-timeout) and returns.
+  void run_until_signal();
+
+ private:
+  void accept_next();
+  std::optional<HttpResponse> check_header(const http::request_parser<http::string_body>& parser);
+  void handle(HttpRequest&& request, const std::shared_ptr<HttpSession>& session);
+  void handle_completion(const HttpRequest& request, CompletionKind kind,
+                         const std::shared_ptr<HttpSession>& session);
+  std::optional<ApiError> prepare_prompt(const CompletionParams& params, TokenList* tokens);
+  std::optional<ApiError> check_lengths(CompletionParams& params, const TokenList& tokens);
+  HttpResponse handle_tokenize(const HttpRequest& request);
+  HttpResponse models_response() const;
+  HttpResponse reject(const ApiError& error, const std::string& reason);
+
+  Engine& engine_;
+  StepScheduler& scheduler_;
+  ServingMetrics& metrics_;
+  ServerOptions options_;
+  net::io_context io_;
+  tcp::acceptor acceptor_;
+  int bound_port_ = 0;
+  std::atomic<bool> draining_{false};
+  std::atomic<uint64_t> next_request_id_{0};
+};
+
+}  // namespace brisk

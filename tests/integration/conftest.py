@@ -1,0 +1,352 @@
+"""Fixtures for brisk's integration tests.
+
+They run the real `build/bin/brisk serve` (and llama.cpp's own `llama-server` and
+`llama-completion` from the same build, as references) on loopback and talk to them over HTTP.
+The model `gemma3-270m` must already be in the model cache ($BRISK_HOME, default
+~/.cache/brisk), e.g. via `build/bin/brisk pull gemma3-270m`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BIN_DIR = Path(os.environ.get("BRISK_BIN_DIR", REPO_ROOT / "build" / "bin"))
+BRISK_BIN = BIN_DIR / "brisk"
+LLAMA_SERVER_BIN = BIN_DIR / "llama-server"
+LLAMA_COMPLETION_BIN = BIN_DIR / "llama-completion"
+
+MODEL_NAME = "gemma3-270m"
+MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"
+API_KEY = "secret-key"
+CTX_SIZE = 4096
+THREADS = 2
+
+READY_TIMEOUT_S = 120
+STOP_TIMEOUT_S = 20
+
+
+def brisk_home() -> Path:
+    return Path(os.environ.get("BRISK_HOME", Path.home() / ".cache" / "brisk"))
+
+
+def model_path() -> Path:
+    return brisk_home() / "models" / MODEL_FILE
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def require_file(path: Path, hint: str) -> None:
+    if not path.exists():
+        pytest.fail(f"{path} does not exist: {hint}", pytrace=False)
+
+
+@dataclass
+class Server:
+    """A server process started by a fixture, with its log file for diagnostics."""
+
+    name: str
+    argv: list[str]
+    port: int
+    log_path: Path
+    api_key: str | None = None
+    proc: subprocess.Popen | None = None
+    _log_file: object = field(default=None, repr=False)
+
+    @property
+    def host_port(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host_port}"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def client(self, timeout: float = 120.0, **kwargs) -> httpx.Client:
+        return httpx.Client(base_url=self.base_url, headers=self.headers, timeout=timeout, **kwargs)
+
+    def log_tail(self, n_chars: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n_chars:]
+        except OSError:
+            return "<no log>"
+
+    def start(self, ready_path: str) -> None:
+        self._log_file = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            self.argv, stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        last = "no answer"
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"{self.name} exited with code {self.proc.returncode} before it was ready\n"
+                    f"command: {' '.join(self.argv)}\nlog:\n{self.log_tail()}"
+                )
+            try:
+                r = httpx.get(self.base_url + ready_path, headers=self.headers, timeout=2.0)
+                if r.status_code == 200:
+                    return
+                last = f"HTTP {r.status_code}: {r.text[:200]}"
+            except httpx.HTTPError as e:
+                last = repr(e)
+            time.sleep(0.25)
+        self.kill()
+        raise RuntimeError(
+            f"{self.name} not ready on {ready_path} within {READY_TIMEOUT_S}s (last: {last})\n"
+            f"log:\n{self.log_tail()}"
+        )
+
+    def terminate(self, timeout: float = STOP_TIMEOUT_S) -> int | None:
+        """SIGTERM, wait; returns the exit code, or None if it had to be killed."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+        finally:
+            if self._log_file:
+                self._log_file.close()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+def _start_brisk(tmp_path_factory, name: str, extra: list[str], api_key: str | None) -> Server:
+    require_file(BRISK_BIN, "build brisk first (make)")
+    require_file(model_path(), f"fetch the model first: {BRISK_BIN} pull {MODEL_NAME}")
+    port = free_port()
+    argv = [
+        str(BRISK_BIN), "serve",
+        "--model", MODEL_NAME,
+        "--port", str(port),
+        "--host", "127.0.0.1",
+        "--ctx-size", str(CTX_SIZE),
+        "--threads", str(THREADS),
+        *extra,
+    ]
+    log = tmp_path_factory.mktemp("logs") / f"{name}.log"
+    server = Server(name=name, argv=argv, port=port, log_path=log, api_key=api_key)
+    server.start("/ready")
+    return server
+
+
+def _stop_and_check_clean_exit(server: Server) -> None:
+    code = server.terminate()
+    assert code == 0, (
+        f"{server.name} should exit with code 0 within {STOP_TIMEOUT_S}s of SIGTERM, "
+        f"got {'a hang (killed)' if code is None else code}\nlog:\n{server.log_tail()}"
+    )
+
+
+@pytest.fixture(scope="session")
+def brisk(tmp_path_factory):
+    """The main brisk server: 8 sequences, no API key."""
+    server = _start_brisk(tmp_path_factory, "brisk", ["--max-seqs", "8"], api_key=None)
+    yield server
+    _stop_and_check_clean_exit(server)
+
+
+@pytest.fixture(scope="session")
+def brisk_guarded(tmp_path_factory):
+    """A brisk server with an API key and a tiny admission queue (1 running + 2 waiting)."""
+    server = _start_brisk(
+        tmp_path_factory,
+        "brisk-guarded",
+        ["--api-key", API_KEY, "--max-queued-requests", "2", "--max-seqs", "1"],
+        api_key=API_KEY,
+    )
+    yield server
+    _stop_and_check_clean_exit(server)
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory):
+    """llama.cpp's own server on the same model file, as the reference implementation."""
+    require_file(LLAMA_SERVER_BIN, "build the llama.cpp reference tools first (make)")
+    require_file(model_path(), f"fetch the model first: {BRISK_BIN} pull {MODEL_NAME}")
+    port = free_port()
+    argv = [
+        str(LLAMA_SERVER_BIN),
+        "-m", str(model_path()),
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "-t", str(THREADS),
+        "-c", str(CTX_SIZE),
+        "-np", "8",
+        "--kv-unified",
+    ]
+    log = tmp_path_factory.mktemp("logs") / "llama-server.log"
+    server = Server(name="llama-server", argv=argv, port=port, log_path=log)
+    server.start("/health")
+    yield server
+    server.terminate()
+    server.kill()
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers shared by the test modules
+# ---------------------------------------------------------------------------------------------
+
+
+def assert_openai_error(response: httpx.Response, status: int) -> dict:
+    """The response has `status` and an OpenAI-style error body; returns the error object."""
+    assert response.status_code == status, (
+        f"expected HTTP {status}, got {response.status_code}: {response.text[:500]}"
+    )
+    try:
+        body = response.json()
+    except ValueError:
+        pytest.fail(f"error body is not JSON: {response.text[:500]!r}")
+    assert isinstance(body, dict) and isinstance(body.get("error"), dict), body
+    err = body["error"]
+    for key in ("message", "type", "param", "code"):
+        assert key in err, f"error object lacks '{key}': {err}"
+    assert isinstance(err["message"], str) and err["message"].strip(), err
+    assert isinstance(err["type"], str) and err["type"], err
+    assert err["param"] is None or isinstance(err["param"], str), err
+    assert err["code"] is None or isinstance(err["code"], (str, int)), err
+    return err
+
+
+TIMING_FIELDS = (
+    "queue_ms", "prefill_ms", "ttft_ms", "decode_ms", "e2e_ms", "prompt_tokens", "completion_tokens",
+)
+
+
+def assert_timings(obj: dict, usage: dict | None = None, wall_ms: float | None = None) -> None:
+    assert isinstance(obj.get("brisk_timings"), dict), f"no brisk_timings object in {obj}"
+    t = obj["brisk_timings"]
+    for key in TIMING_FIELDS:
+        assert key in t, f"brisk_timings lacks '{key}': {t}"
+        assert isinstance(t[key], (int, float)) and t[key] >= 0, f"{key}={t[key]!r} in {t}"
+    assert t["ttft_ms"] >= t["queue_ms"], t
+    assert t["e2e_ms"] >= t["ttft_ms"], t
+    assert t["e2e_ms"] + 1 >= t["decode_ms"], t
+    if usage is not None:
+        assert t["prompt_tokens"] == usage["prompt_tokens"], (t, usage)
+        assert t["completion_tokens"] == usage["completion_tokens"], (t, usage)
+    if wall_ms is not None:
+        # the server cannot have spent longer on the request than the client waited for it
+        assert t["e2e_ms"] <= wall_ms + 50, f"e2e_ms {t['e2e_ms']} > client wall time {wall_ms}"
+
+
+def assert_usage(usage: dict) -> None:
+    assert isinstance(usage, dict), usage
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        assert isinstance(usage.get(key), int), f"usage.{key} missing or not int: {usage}"
+    assert usage["prompt_tokens"] > 0, usage
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"], usage
+
+
+@dataclass
+class StreamResult:
+    status: int
+    headers: dict
+    raw_lines: list[str]
+    chunks: list[dict]
+    done: bool
+
+    def text(self) -> str:
+        out = []
+        for c in self.chunks:
+            for ch in c.get("choices") or []:
+                if "text" in ch and ch["text"]:
+                    out.append(ch["text"])
+                delta = ch.get("delta") or {}
+                if delta.get("content"):
+                    out.append(delta["content"])
+        return "".join(out)
+
+    def finish_reason(self) -> str | None:
+        reasons = [
+            ch.get("finish_reason")
+            for c in self.chunks
+            for ch in (c.get("choices") or [])
+            if ch.get("finish_reason")
+        ]
+        assert len(reasons) <= 1, f"more than one finish_reason in stream: {reasons}"
+        return reasons[0] if reasons else None
+
+    def usage_chunk(self) -> dict | None:
+        with_usage = [c for c in self.chunks if c.get("usage")]
+        return with_usage[-1] if with_usage else None
+
+
+def stream_sse(client: httpx.Client, path: str, payload: dict) -> StreamResult:
+    """POSTs a streaming request and parses the SSE events."""
+    raw, chunks, done = [], [], False
+    with client.stream("POST", path, json=payload) as r:
+        if r.status_code != 200:
+            r.read()
+            return StreamResult(r.status_code, dict(r.headers), [r.text], [], False)
+        for line in r.iter_lines():
+            raw.append(line)
+            if not line.strip() or line.startswith(":"):
+                continue
+            assert line.startswith("data: "), f"SSE line without 'data: ': {line!r}"
+            data = line[len("data: "):]
+            if data.strip() == "[DONE]":
+                done = True
+                continue
+            assert not done, f"data after [DONE]: {line!r}"
+            chunks.append(json.loads(data))
+        return StreamResult(r.status_code, dict(r.headers), raw, chunks, done)
+
+
+def completion(client: httpx.Client, prompt: str, **params) -> dict:
+    payload = {"model": MODEL_NAME, "prompt": prompt, "temperature": 0, **params}
+    r = client.post("/v1/completions", json=payload)
+    assert r.status_code == 200, f"{r.status_code}: {r.text[:500]} for {payload}"
+    return r.json()
+
+
+def completion_text(client: httpx.Client, prompt: str, **params) -> str:
+    return completion(client, prompt, **params)["choices"][0]["text"]
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text format → {'name{labels}': value} (labels kept verbatim, sorted)."""
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)(\s+\d+)?$", line)
+        assert m, f"not a Prometheus sample line: {line!r}"
+        name, labels, value = m.group(1), m.group(2) or "", m.group(3)
+        if labels:
+            pairs = re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', labels)
+            labels = "{" + ",".join(f'{k}="{v}"' for k, v in sorted(pairs)) + "}"
+        out[name + labels] = float(value)
+    return out
+
+
+def get_metrics(server: Server) -> dict[str, float]:
+    r = httpx.get(server.base_url + "/metrics", headers=server.headers, timeout=10)
+    assert r.status_code == 200, f"/metrics: {r.status_code} {r.text[:300]}"
+    return parse_metrics(r.text)
