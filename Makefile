@@ -13,6 +13,9 @@ VENV        := .venv
 BRISK       := $(BUILD_DIR)/bin/brisk
 
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
+# Paths relative to the checkout, so a fresh clone elsewhere (CI) still hits the cache.
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := true
 
 .PHONY: serve test deps llama-source build model python unit-test integration-test cuda clean
 

@@ -61,7 +61,10 @@ def llama_completion(prompt: str, n_tokens: int) -> str:
     ]
     p = subprocess.run(argv, capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
     assert p.returncode == 0, p.stderr.decode(errors="replace")[-2000:]
-    return p.stdout.decode("utf-8")
+    out = p.stdout.decode("utf-8")
+    # llama-completion always prints "\n\n" after the generated text (LOG("\n\n") at exit)
+    assert out.endswith("\n\n"), f"unexpected llama-completion output: {out!r}"
+    return out[:-2]
 
 
 def llama_server_text(ref_client: httpx.Client, prompt: str, n_tokens: int) -> str:
