@@ -210,7 +210,7 @@ DecodeStatus Engine::decode() {
 }
 
 Token Engine::sample(Sampler& sampler, int batch_index) {
-  return sampler.sample(context_, batch_index);
+  return sampler.sample(context_, batch_index, vocabulary_size());
 }
 
 void Engine::release_sequence(int sequence) {

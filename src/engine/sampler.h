@@ -28,10 +28,13 @@ class Sampler {
   Sampler& operator=(const Sampler&) = delete;
 
   // Samples from the logits of batch position `batch_index` of the last decode.
-  Token sample(llama_context* context, int batch_index);
+  Token sample(llama_context* context, int batch_index, int vocabulary_size);
 
  private:
-  llama_sampler* chain_;
+  // Greedy decoding scans the logits directly: the generic chain first copies the whole
+  // vocabulary (262k entries for Gemma) into a candidate array, about a millisecond per token.
+  bool greedy_ = false;
+  llama_sampler* chain_ = nullptr;
 };
 
 }  // namespace brisk
