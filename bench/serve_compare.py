@@ -211,9 +211,11 @@ def start_server(name: str, argv: list[str], port: int, ready_path: str, logdir:
 
 def prompt_text(request_id: int, n_words: int) -> str:
     words = [FILLER_WORDS[i % len(FILLER_WORDS)] for i in range(n_words)]
-    # A distinct id first, so no two prompts share a cached prefix beyond "Request ".
-    # Gemma's tokenizer splits digits, so every 6-digit id costs the same number of tokens.
-    return f"Request {request_id:06d}: " + " ".join(words)
+    # A distinct, scrambled id first, so no two prompts share a cached prefix beyond
+    # "Request " (104729 is coprime to 10**6, so ids below 10**6 stay distinct). Gemma's
+    # tokenizer splits digits, so every 6-digit id costs the same number of tokens.
+    scrambled = (request_id * 104729 + 7) % 1_000_000
+    return f"Request {scrambled:06d}: " + " ".join(words)
 
 
 def llama_token_count(port: int, text: str) -> int:

@@ -80,7 +80,7 @@ class Server:
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
-    def client(self, timeout: float = 120.0, **kwargs) -> httpx.Client:
+    def client(self, timeout: float = 300.0, **kwargs) -> httpx.Client:
         return httpx.Client(base_url=self.base_url, headers=self.headers, timeout=timeout, **kwargs)
 
     def log_tail(self, n_chars: int = 4000) -> str:
@@ -197,8 +197,17 @@ def llama_server(tmp_path_factory):
         "--port", str(port),
         "-t", str(THREADS),
         "-c", str(CTX_SIZE),
+        # Greedy output near a tie depends on the KV layout (flash-attention tiling over the
+        # cache): with llama-server's defaults (4 slots, small SWA cache) one of the reference
+        # prompts flips a token against llama-completion. Give it brisk's layout: one unified
+        # buffer for 8 sequences, full-size SWA caches.
         "-np", "8",
         "--kv-unified",
+        "--swa-full",
+        # The GGUF carries no chat template; llama-server would fall back to chatml, brisk picks
+        # llama.cpp's built-in gemma template by architecture. Compare like with like.
+        "--no-jinja",
+        "--chat-template", "gemma",
     ]
     log = tmp_path_factory.mktemp("logs") / "llama-server.log"
     server = Server(name="llama-server", argv=argv, port=port, log_path=log)

@@ -35,7 +35,7 @@ def test_missing_key_is_401(brisk_guarded):
     assert_openai_error(_chat(brisk_guarded.base_url, {}), 401)
 
 
-@pytest.mark.parametrize("auth", ["Bearer wrong-key", "Bearer ", "secret-key", "Basic c2VjcmV0",
+@pytest.mark.parametrize("auth", ["Bearer wrong-key", "Bearer", "secret-key", "Basic c2VjcmV0",
                                   "Bearer secret-key-but-longer", "Bearer secret-ke"])
 def test_wrong_key_is_401(brisk_guarded, auth):
     assert_openai_error(_chat(brisk_guarded.base_url, {"Authorization": auth}), 401)
