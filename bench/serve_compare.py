@@ -330,6 +330,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--servers", default="brisk,llama-server",
                     help="comma-separated subset of brisk,llama-server")
     ap.add_argument("--no-llama-bench", action="store_true")
+    ap.add_argument("--brisk-args", default="", help="extra flags for brisk serve")
     ap.add_argument("--out", type=Path, help="write the results as JSON here")
     return ap.parse_args()
 
@@ -362,6 +363,7 @@ def main() -> int:
                 str(args.brisk_bin), "serve", "--model", args.model, "--host", "127.0.0.1",
                 "--port", str(port), "--threads", str(args.threads),
                 "--ctx-size", str(args.ctx_size), "--max-seqs", str(args.streams),
+                *args.brisk_args.split(),
             ], port, "/ready", logdir)
         if "llama-server" in names:
             port = free_port()

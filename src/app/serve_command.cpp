@@ -106,6 +106,11 @@ CommandRunner register_serve_command(CLI::App& app) {
                  "Token budget of one engine step (decodes + prefill chunks)")
       ->check(CLI::Range(2, 1 << 16))
       ->capture_default_str();
+  app.add_option("--max-step-ms", flags->scheduler.max_step_ms,
+                 "While streams decode, cut prompt chunks so a step stays under this many ms "
+                 "(0: off; only --max-batched-tokens limits them)")
+      ->check(CLI::Range(0.0, 60000.0))
+      ->capture_default_str();
   app.add_option("--max-queued-requests", flags->scheduler.max_queued_requests,
                  "Waiting requests beyond which new ones get 429")
       ->check(CLI::Range(0, 1 << 20))

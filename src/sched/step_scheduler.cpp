@@ -107,7 +107,8 @@ void StepScheduler::step() {
     in_batch_.push_back(sequence.get());
   }
   // Then prompt chunks, oldest first, up to the step's token budget.
-  int budget = options_.max_batched_tokens - engine_.batch_size();
+  const int decode_tokens = engine_.batch_size();
+  int budget = prefill_budget(decode_tokens);
   for (auto& sequence : running_) {
     if (budget <= 0) break;
     if (sequence->prefill_done()) continue;
@@ -116,8 +117,39 @@ void StepScheduler::step() {
   }
   admit_waiting(budget);
 
-  if (engine_.batch_size() > 0) run_decode_and_sample();
+  if (engine_.batch_size() > 0) {
+    const TimePoint started = Clock::now();
+    run_decode_and_sample();
+    learn_step_cost(decode_tokens, engine_.batch_size() - decode_tokens,
+                    ms_between(started, Clock::now()));
+  }
   release_finished();
+}
+
+int StepScheduler::prefill_budget(int decode_tokens) const {
+  const int token_budget = options_.max_batched_tokens - decode_tokens;
+  if (options_.max_step_ms <= 0 || decode_tokens == 0 || prefill_ms_per_token_ <= 0) {
+    return token_budget;
+  }
+  // A floor keeps prompts moving even when decodes alone use up the time target.
+  constexpr int kMinChunkTokens = 16;
+  const double spare_ms = options_.max_step_ms - decode_step_ms_;
+  const int timed_budget = static_cast<int>(spare_ms / prefill_ms_per_token_);
+  return std::min(token_budget, std::max(kMinChunkTokens, timed_budget));
+}
+
+void StepScheduler::learn_step_cost(int decode_tokens, int prefill_tokens, double step_ms) {
+  constexpr double kWeight = 0.2;
+  auto blend = [](double average, double sample) {
+    return average <= 0 ? sample : (1 - kWeight) * average + kWeight * sample;
+  };
+  if (prefill_tokens == 0) {
+    decode_step_ms_ = blend(decode_step_ms_, step_ms);
+  } else if (prefill_tokens >= 16) {
+    const double decode_part = decode_tokens > 0 ? decode_step_ms_ : 0;
+    prefill_ms_per_token_ =
+        blend(prefill_ms_per_token_, std::max(0.0, step_ms - decode_part) / prefill_tokens);
+  }
 }
 
 void StepScheduler::reap_cancelled() {

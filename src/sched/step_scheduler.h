@@ -19,6 +19,10 @@ struct SchedulerOptions {
   int max_seqs = 16;             // running sequences at once
   int max_batched_tokens = 512;  // tokens per engine step (decodes first, then prefill chunks)
   int max_queued_requests = 64;  // waiting requests before new ones are refused
+  // While streams are decoding, prompt chunks are cut so one step stays under this many ms
+  // (0: only max_batched_tokens limits them). Trades a later first token for newcomers
+  // against smaller inter-token stalls for running streams.
+  double max_step_ms = 0;
 };
 
 enum class SubmitStatus { accepted, queue_full, shutting_down };
@@ -55,6 +59,8 @@ class StepScheduler {
   void fail_batch(const std::string& error);
   void finish_unscheduled(Request& request, FinishReason reason);
   int reserved_kv_tokens() const;
+  int prefill_budget(int decode_tokens) const;
+  void learn_step_cost(int decode_tokens, int prefill_tokens, double step_ms);
 
   Engine& engine_;
   const SchedulerOptions options_;
@@ -72,6 +78,9 @@ class StepScheduler {
   std::vector<std::unique_ptr<Sequence>> running_;
   std::vector<int> free_slots_;
   std::vector<Sequence*> in_batch_;
+  // Learned step costs (exponential moving averages) for max_step_ms.
+  double decode_step_ms_ = 0;
+  double prefill_ms_per_token_ = 0;
 
   // Published for stats() by the engine thread.
   std::atomic<int> running_count_{0};
