@@ -1,7 +1,7 @@
+#include <spdlog/spdlog.h>
+
 #include <iostream>
 #include <thread>
-
-#include <spdlog/spdlog.h>
 
 #include "app/commands.h"
 #include "common/log.h"
@@ -85,7 +85,8 @@ CommandRunner register_serve_command(CLI::App& app) {
 #ifdef BRISK_WITH_CUDA
   flags->engine.gpu_layers = 999;
 #endif
-  app.add_option("-m,--model", flags->model, "Catalog name (see `brisk pull`) or path to a GGUF file")
+  app.add_option("-m,--model", flags->model,
+                 "Catalog name (see `brisk pull`) or path to a GGUF file")
       ->capture_default_str();
   app.add_option("--served-model-name", flags->served_model_name,
                  "Model id clients use (default: the catalog name or the file's stem)");

@@ -1,8 +1,8 @@
 #include "common/histogram.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace brisk {
 
@@ -49,9 +49,9 @@ std::string Histogram::render_prometheus(const std::string& name) const {
 
 std::vector<double> Histogram::latency_seconds_buckets() {
   // Same spirit as vLLM's: fine resolution where token latencies live (ms), coarse up to minutes.
-  return {0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075,
-          0.1,   0.15,   0.2,   0.3,    0.4,  0.5,   0.75, 1.0,   2.5,  5.0,  7.5,  10.0,
-          20.0,  40.0,   80.0,  160.0,  640.0};
+  return {0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04,
+          0.05,  0.075,  0.1,   0.15,   0.2,  0.3,   0.4,  0.5,   0.75, 1.0,
+          2.5,   5.0,    7.5,   10.0,   20.0, 40.0,  80.0, 160.0, 640.0};
 }
 
 }  // namespace brisk

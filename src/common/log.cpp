@@ -1,14 +1,14 @@
 #include "common/log.h"
 
-#include <chrono>
-#include <cstdio>
-#include <mutex>
-
 #include <fmt/chrono.h>
-#include <nlohmann/json.hpp>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <nlohmann/json.hpp>
 
 namespace brisk {
 namespace {
@@ -20,10 +20,11 @@ class JsonLineSink : public spdlog::sinks::base_sink<std::mutex> {
   void sink_it_(const spdlog::details::log_msg& message) override {
     const std::string text(message.payload.data(), message.payload.size());
     nlohmann::json line = {
-        {"ts", fmt::format("{:%Y-%m-%dT%H:%M:%S}Z", fmt::gmtime(std::chrono::system_clock::to_time_t(message.time)))},
+        {"ts", fmt::format("{:%Y-%m-%dT%H:%M:%S}Z",
+                           fmt::gmtime(std::chrono::system_clock::to_time_t(message.time)))},
         {"level", spdlog::level::to_string_view(message.level).data()}};
-    nlohmann::json fields = text.starts_with("{") ? nlohmann::json::parse(text, nullptr, false)
-                                                  : nlohmann::json();
+    nlohmann::json fields =
+        text.starts_with("{") ? nlohmann::json::parse(text, nullptr, false) : nlohmann::json();
     if (fields.is_object()) {
       line.update(fields);
     } else {

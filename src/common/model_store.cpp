@@ -1,8 +1,5 @@
 #include "common/model_store.h"
 
-#include "common/sha256.h"
-#include "common/subprocess.h"
-
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -13,6 +10,9 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+
+#include "common/sha256.h"
+#include "common/subprocess.h"
 
 namespace brisk {
 namespace fs = std::filesystem;

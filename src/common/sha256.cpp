@@ -43,7 +43,6 @@ std::string Sha256::hex_digest() {
   return hex;
 }
 
-
 void Sha256::compress(const unsigned char* block) {
   static constexpr std::array<uint32_t, 64> kRound = {
       0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,

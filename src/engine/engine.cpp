@@ -1,10 +1,10 @@
 #include "engine/engine.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <mutex>
 #include <thread>
-
-#include <spdlog/spdlog.h>
 
 #include "llama.h"
 
@@ -76,7 +76,8 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options, std::string* 
   }
   engine->context_size_ = static_cast<int>(llama_n_ctx(engine->context_));
   engine->batch_capacity_ = options.max_batched_tokens;
-  engine->batch_ = std::make_unique<llama_batch>(llama_batch_init(options.max_batched_tokens, 0, 1));
+  engine->batch_ =
+      std::make_unique<llama_batch>(llama_batch_init(options.max_batched_tokens, 0, 1));
   return engine;
 }
 
@@ -125,8 +126,10 @@ bool Engine::choose_chat_template(const std::string& requested, std::string* err
   } else {
     const std::string architecture = metadata("general.architecture");
     chat_template_ = architecture.starts_with("gemma") ? "gemma" : "chatml";
-    chat_template_origin_ = "built-in '" + chat_template_ + "' (the GGUF has no template; "
-                            "architecture " + architecture + ")";
+    chat_template_origin_ = "built-in '" + chat_template_ +
+                            "' (the GGUF has no template; "
+                            "architecture " +
+                            architecture + ")";
   }
   std::string probe;
   if (!apply_chat_template({{"user", "hi"}}, &probe, error)) {

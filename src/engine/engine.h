@@ -17,13 +17,13 @@ namespace brisk {
 
 struct EngineOptions {
   std::string model_path;
-  int ctx_size = 8192;            // KV cells shared by all sequences
-  int max_seqs = 16;              // sequence ids in the context
-  int max_batched_tokens = 512;   // tokens one decode step may carry
-  int threads = 0;                // 0 = all cores
-  int gpu_layers = 0;             // layers offloaded to the GPU (needs a CUDA build)
-  bool swa_full = false;          // full-size sliding-window caches (more memory)
-  std::string chat_template;      // a llama.cpp built-in name; empty: the GGUF's own
+  int ctx_size = 8192;           // KV cells shared by all sequences
+  int max_seqs = 16;             // sequence ids in the context
+  int max_batched_tokens = 512;  // tokens one decode step may carry
+  int threads = 0;               // 0 = all cores
+  int gpu_layers = 0;            // layers offloaded to the GPU (needs a CUDA build)
+  bool swa_full = false;         // full-size sliding-window caches (more memory)
+  std::string chat_template;     // a llama.cpp built-in name; empty: the GGUF's own
 };
 
 struct ChatMessage {

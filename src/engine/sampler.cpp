@@ -11,8 +11,10 @@ Sampler::Sampler(const SamplingParams& params) : greedy_(params.temperature <= 0
   chain_ = llama_sampler_chain_init(llama_sampler_chain_default_params());
   // Same order as llama-server: truncate (top-k, top-p, min-p), then temperature, then draw.
   if (params.top_k > 0) llama_sampler_chain_add(chain_, llama_sampler_init_top_k(params.top_k));
-  if (params.top_p < 1.0f) llama_sampler_chain_add(chain_, llama_sampler_init_top_p(params.top_p, 1));
-  if (params.min_p > 0.0f) llama_sampler_chain_add(chain_, llama_sampler_init_min_p(params.min_p, 1));
+  if (params.top_p < 1.0f)
+    llama_sampler_chain_add(chain_, llama_sampler_init_top_p(params.top_p, 1));
+  if (params.min_p > 0.0f)
+    llama_sampler_chain_add(chain_, llama_sampler_init_min_p(params.min_p, 1));
   llama_sampler_chain_add(chain_, llama_sampler_init_temp(params.temperature));
   const uint32_t seed = params.seed.value_or(std::random_device{}());
   llama_sampler_chain_add(chain_, llama_sampler_init_dist(seed));

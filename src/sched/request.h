@@ -32,8 +32,8 @@ struct GenerationUpdate {
   std::string text;           // new UTF-8-complete text since the last update (may be empty)
   int completion_tokens = 0;  // tokens generated so far
   FinishReason finish_reason = FinishReason::none;
-  std::string error;          // set when finish_reason == error
-  RequestTimings timings;     // set on the final update
+  std::string error;       // set when finish_reason == error
+  RequestTimings timings;  // set on the final update
 
   bool finished() const { return finish_reason != FinishReason::none; }
 };

@@ -84,14 +84,14 @@ std::string ServingMetrics::render_prometheus(const SchedulerStats& stats) const
     }
   }
 
-  append_histogram(out, "brisk_time_to_first_token_seconds",
-                   "Arrival to first generated token.", time_to_first_token_);
+  append_histogram(out, "brisk_time_to_first_token_seconds", "Arrival to first generated token.",
+                   time_to_first_token_);
   append_histogram(out, "brisk_inter_token_latency_seconds",
                    "Gap between consecutive generated tokens of a request.", inter_token_latency_);
   append_histogram(out, "brisk_e2e_request_latency_seconds", "Arrival to finish.",
                    e2e_request_latency_);
-  append_histogram(out, "brisk_request_queue_time_seconds",
-                   "Arrival to first scheduled in a step.", request_queue_time_);
+  append_histogram(out, "brisk_request_queue_time_seconds", "Arrival to first scheduled in a step.",
+                   request_queue_time_);
   append_histogram(out, "brisk_request_prefill_time_seconds",
                    "First scheduled to first token (prompt processing).", request_prefill_time_);
   append_histogram(out, "brisk_request_decode_time_seconds", "First token to finish.",

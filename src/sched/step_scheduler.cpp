@@ -1,8 +1,8 @@
 #include "sched/step_scheduler.h"
 
-#include <algorithm>
-
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 namespace brisk {
 
@@ -16,7 +16,9 @@ StepScheduler::StepScheduler(Engine& engine, SchedulerOptions options, ServingMe
 
 StepScheduler::~StepScheduler() { shutdown(std::chrono::milliseconds(0)); }
 
-void StepScheduler::start() { engine_thread_ = std::thread([this] { run_loop(); }); }
+void StepScheduler::start() {
+  engine_thread_ = std::thread([this] { run_loop(); });
+}
 
 SubmitStatus StepScheduler::submit(std::shared_ptr<Request> request) {
   {
@@ -88,9 +90,8 @@ void StepScheduler::run_loop() {
 // Blocks while there is nothing to do; false once the scheduler is stopping.
 bool StepScheduler::wait_for_work() {
   std::unique_lock lock(mutex_);
-  work_available_.wait(lock, [this] {
-    return stop_ || !running_.empty() || !waiting_.empty() || wake_pending_;
-  });
+  work_available_.wait(
+      lock, [this] { return stop_ || !running_.empty() || !waiting_.empty() || wake_pending_; });
   wake_pending_ = false;
   return !stop_;
 }

@@ -25,8 +25,8 @@ StopMatcher::Result StopMatcher::push(std::string_view piece) {
     return result;
   }
   const size_t keep = held_back_length();
-  const size_t release = complete_utf8_prefix_length(
-      std::string_view(pending_).substr(0, pending_.size() - keep));
+  const size_t release =
+      complete_utf8_prefix_length(std::string_view(pending_).substr(0, pending_.size() - keep));
   result.releasable = pending_.substr(0, release);
   pending_.erase(0, release);
   return result;

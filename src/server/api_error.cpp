@@ -10,7 +10,7 @@ std::string ApiError::to_json() const {
                           {"param", param.empty() ? nlohmann::json() : nlohmann::json(param)},
                           {"code", code.empty() ? nlohmann::json() : nlohmann::json(code)}};
   return nlohmann::json{{"error", error}}.dump(-1, ' ', false,
-                                                nlohmann::json::error_handler_t::replace);
+                                               nlohmann::json::error_handler_t::replace);
 }
 
 ApiError ApiError::invalid(std::string message, std::string param) {

@@ -1,10 +1,10 @@
 #include "server/completion_exchange.h"
 
-#include <atomic>
-#include <chrono>
-
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
 
 #include "common/log.h"
 #include "server/openai_json.h"
@@ -75,7 +75,8 @@ void CompletionExchange::on_update(const GenerationUpdate& update) {
 
 void CompletionExchange::stream_update(const GenerationUpdate& update) {
   if (!update.finished()) {
-    if (!update.text.empty()) session_->send_event("data: " + chunk_json(update.text, nullptr) + "\n\n");
+    if (!update.text.empty())
+      session_->send_event("data: " + chunk_json(update.text, nullptr) + "\n\n");
     return;
   }
   if (update.finish_reason == FinishReason::error) {
@@ -114,13 +115,14 @@ void CompletionExchange::respond_whole(const GenerationUpdate& update) {
   } else {
     choice["text"] = text_;
   }
-  json body = {{"id", id_},
-               {"object", params_.kind == CompletionKind::chat ? "chat.completion" : "text_completion"},
-               {"created", created_},
-               {"model", model_name_},
-               {"choices", json::array({choice})},
-               {"usage", usage_json(update.timings)},
-               {"brisk_timings", timings_json(update.timings)}};
+  json body = {
+      {"id", id_},
+      {"object", params_.kind == CompletionKind::chat ? "chat.completion" : "text_completion"},
+      {"created", created_},
+      {"model", model_name_},
+      {"choices", json::array({choice})},
+      {"usage", usage_json(update.timings)},
+      {"brisk_timings", timings_json(update.timings)}};
   response.result(http::status::ok);
   response.body() = dump_json(body);
   session_->respond(std::move(response));
@@ -153,7 +155,8 @@ std::string CompletionExchange::chunk_json(const std::string& text,
 
 std::string CompletionExchange::usage_chunk_json(const GenerationUpdate& update) const {
   json chunk = {{"id", id_},
-                {"object", params_.kind == CompletionKind::chat ? "chat.completion.chunk" : "text_completion"},
+                {"object", params_.kind == CompletionKind::chat ? "chat.completion.chunk"
+                                                                : "text_completion"},
                 {"created", created_},
                 {"model", model_name_},
                 {"choices", json::array()},
@@ -165,16 +168,18 @@ std::string CompletionExchange::usage_chunk_json(const GenerationUpdate& update)
 void CompletionExchange::log_finished(const GenerationUpdate& update) const {
   const RequestTimings& t = update.timings;
   if (log_format() == LogFormat::json) {
-    json fields = {{"event", "request"}, {"id", id_},
+    json fields = {{"event", "request"},
+                   {"id", id_},
                    {"status", finish_reason_name(update.finish_reason)},
                    {"stream", params_.stream}};
     fields.update(timings_json(t));
     return spdlog::info(dump_json(fields));
   }
-  spdlog::info("request {} status={} prompt_tokens={} completion_tokens={} queue_ms={:.1f} "
-               "ttft_ms={:.1f} e2e_ms={:.1f} stream={}",
-               id_, finish_reason_name(update.finish_reason), t.prompt_tokens,
-               t.completion_tokens, t.queue_ms, t.ttft_ms, t.e2e_ms, params_.stream);
+  spdlog::info(
+      "request {} status={} prompt_tokens={} completion_tokens={} queue_ms={:.1f} "
+      "ttft_ms={:.1f} e2e_ms={:.1f} stream={}",
+      id_, finish_reason_name(update.finish_reason), t.prompt_tokens, t.completion_tokens,
+      t.queue_ms, t.ttft_ms, t.e2e_ms, params_.stream);
 }
 
 }  // namespace brisk

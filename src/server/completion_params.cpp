@@ -1,7 +1,6 @@
 #include "server/completion_params.h"
 
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
 #include "common/utf8.h"
@@ -111,9 +110,9 @@ void read_messages(FieldReader& reader, CompletionParams& params) {
     std::string role = message["role"].get<std::string>();
     if (role == "developer") role = "system";
     if (role != "system" && role != "user" && role != "assistant") {
-      return reader.fail("message role must be one of system, developer, user, assistant; got '" +
-                             role + "'",
-                         "messages");
+      return reader.fail(
+          "message role must be one of system, developer, user, assistant; got '" + role + "'",
+          "messages");
     }
     std::string content;
     if (message.contains("content") && !message["content"].is_null()) {
@@ -136,7 +135,8 @@ void read_prompt(FieldReader& reader, CompletionParams& params) {
     return;
   }
   if (prompt->is_array() && !prompt->empty() &&
-      std::all_of(prompt->begin(), prompt->end(), [](const json& t) { return t.is_number_integer(); })) {
+      std::all_of(prompt->begin(), prompt->end(),
+                  [](const json& t) { return t.is_number_integer(); })) {
     TokenList tokens;
     for (const json& token : *prompt) {
       const int64_t id = token.get<int64_t>();
@@ -148,10 +148,12 @@ void read_prompt(FieldReader& reader, CompletionParams& params) {
     params.prompt_tokens = std::move(tokens);
     return;
   }
-  if (prompt->is_array() && prompt->empty()) return reader.fail("'prompt' must not be empty", "prompt");
-  reader.fail("'prompt' must be a string, a list with one string, or a list of token ids "
-              "(one prompt per request)",
-              "prompt");
+  if (prompt->is_array() && prompt->empty())
+    return reader.fail("'prompt' must not be empty", "prompt");
+  reader.fail(
+      "'prompt' must be a string, a list with one string, or a list of token ids "
+      "(one prompt per request)",
+      "prompt");
 }
 
 void read_stop(FieldReader& reader, CompletionParams& params) {
@@ -187,11 +189,12 @@ void read_limits(FieldReader& reader, CompletionParams& params) {
   const char* name = reader.find("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   if (auto max_tokens = reader.integer(name)) {
     if (*max_tokens <= 0) {
-      return reader.fail(std::string("'") + name + "' must be at least 1, got " +
-                             std::to_string(*max_tokens),
-                         name);
+      return reader.fail(
+          std::string("'") + name + "' must be at least 1, got " + std::to_string(*max_tokens),
+          name);
     }
-    params.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, std::numeric_limits<int>::max()));
+    params.max_tokens =
+        static_cast<int>(std::min<int64_t>(*max_tokens, std::numeric_limits<int>::max()));
   }
   if (auto n = reader.integer("n"); n && *n != 1) {
     reader.fail("only n=1 is supported; send several requests for several choices", "n");
@@ -201,11 +204,13 @@ void read_limits(FieldReader& reader, CompletionParams& params) {
 void read_streaming(FieldReader& reader, CompletionParams& params) {
   params.stream = reader.boolean("stream").value_or(false);
   if (const json* options = reader.find("stream_options")) {
-    if (!options->is_object()) return reader.fail("'stream_options' must be an object", "stream_options");
+    if (!options->is_object())
+      return reader.fail("'stream_options' must be an object", "stream_options");
     auto it = options->find("include_usage");
     if (it != options->end() && !it->is_null()) {
       if (!it->is_boolean()) {
-        return reader.fail("'stream_options.include_usage' must be true or false", "stream_options");
+        return reader.fail("'stream_options.include_usage' must be true or false",
+                           "stream_options");
       }
       params.include_usage = it->get<bool>();
     }
@@ -225,11 +230,15 @@ std::variant<CompletionParams, ApiError> parse_completion_params(std::string_vie
   params.kind = kind;
   FieldReader reader{parsed, std::nullopt};
   if (const json* model = reader.find("model")) {
-    if (!model->is_string()) reader.fail("'model' must be a string", "model");
-    else params.model = model->get<std::string>();
+    if (!model->is_string())
+      reader.fail("'model' must be a string", "model");
+    else
+      params.model = model->get<std::string>();
   }
-  if (kind == CompletionKind::chat) read_messages(reader, params);
-  else read_prompt(reader, params);
+  if (kind == CompletionKind::chat)
+    read_messages(reader, params);
+  else
+    read_prompt(reader, params);
   read_limits(reader, params);
   read_sampling(reader, params);
   read_stop(reader, params);

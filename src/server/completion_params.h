@@ -19,8 +19,8 @@ enum class CompletionKind { chat, text };
 struct CompletionParams {
   CompletionKind kind = CompletionKind::text;
   std::optional<std::string> model;
-  std::vector<ChatMessage> messages;  // chat
-  std::string prompt;                 // text, as a string
+  std::vector<ChatMessage> messages;       // chat
+  std::string prompt;                      // text, as a string
   std::optional<TokenList> prompt_tokens;  // text, given as token ids
   std::optional<int> max_tokens;
   SamplingParams sampling;

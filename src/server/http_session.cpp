@@ -1,10 +1,9 @@
 #include "server/http_session.h"
 
+#include <fmt/format.h>
 #include <sys/socket.h>
 
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "server/api_error.h"
 
@@ -49,21 +48,23 @@ void HttpSession::read_header() {
   close_after_write_ = false;
   response_done_ = false;
   stream_.expires_after(limits_.read_timeout);
-  http::async_read_header(stream_, buffer_, *parser_,
-                          [self = shared_from_this()](beast::error_code ec, size_t) {
-                            self->on_header(ec);
-                          });
+  http::async_read_header(
+      stream_, buffer_, *parser_,
+      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
 }
 
 void HttpSession::on_header(beast::error_code ec) {
   if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
-      ec == net::error::operation_aborted || ec == net::error::connection_reset || ec == net::error::eof) {
+      ec == net::error::operation_aborted || ec == net::error::connection_reset ||
+      ec == net::error::eof) {
     return close();
   }
   if (ec == http::error::body_limit) {
-    return refuse_and_close(error_response(
-        413, fmt::format("the request body is larger than the limit of {} bytes", limits_.max_body_bytes),
-        "request_too_large"));
+    return refuse_and_close(
+        error_response(413,
+                       fmt::format("the request body is larger than the limit of {} bytes",
+                                   limits_.max_body_bytes),
+                       "request_too_large"));
   }
   if (ec) {
     return refuse_and_close(
@@ -83,16 +84,19 @@ void HttpSession::on_header(beast::error_code ec) {
 }
 
 void HttpSession::read_body() {
-  http::async_read(stream_, buffer_, *parser_,
-                   [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
+  http::async_read(
+      stream_, buffer_, *parser_,
+      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
 }
 
 void HttpSession::on_body(beast::error_code ec) {
   reading_body_ = false;
   if (ec == http::error::body_limit) {
-    return refuse_and_close(error_response(
-        413, fmt::format("the request body is larger than the limit of {} bytes", limits_.max_body_bytes),
-        "request_too_large"));
+    return refuse_and_close(
+        error_response(413,
+                       fmt::format("the request body is larger than the limit of {} bytes",
+                                   limits_.max_body_bytes),
+                       "request_too_large"));
   }
   if (ec) return close();
   // While the request is served, nothing is read: no timeout until a response is written.
@@ -136,18 +140,20 @@ void HttpSession::end_event_stream() {
 
 void HttpSession::watch_for_disconnect(std::function<void()> on_gone) {
   on_gone_ = std::move(on_gone);
-  stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
-    if (ec == net::error::operation_aborted || !self->on_gone_) return;
-    char byte;
-    const ssize_t peeked =
-        ec ? 0 : ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (peeked > 0) return;  // a pipelined request, not a goodbye
-    if (peeked < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-    auto on_gone = std::move(self->on_gone_);
-    self->on_gone_ = nullptr;
-    on_gone();
-    self->close();
-  });
+  stream_.socket().async_wait(
+      tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
+        if (ec == net::error::operation_aborted || !self->on_gone_) return;
+        char byte;
+        const ssize_t peeked =
+            ec ? 0
+               : ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (peeked > 0) return;  // a pipelined request, not a goodbye
+        if (peeked < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        auto on_gone = std::move(self->on_gone_);
+        self->on_gone_ = nullptr;
+        on_gone();
+        self->close();
+      });
 }
 
 void HttpSession::queue_write(std::string bytes) {
@@ -159,8 +165,9 @@ void HttpSession::write_next() {
   if (closed_) return;
   writing_ = true;
   stream_.expires_after(limits_.write_timeout);
-  net::async_write(stream_, net::buffer(outbox_.front()),
-                   [self = shared_from_this()](beast::error_code ec, size_t) { self->on_write(ec); });
+  net::async_write(
+      stream_, net::buffer(outbox_.front()),
+      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_write(ec); });
 }
 
 void HttpSession::on_write(beast::error_code ec) {

@@ -1,5 +1,9 @@
 #pragma once
 
+// clang-format off
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+// clang-format on
+
 #include <array>
 #include <chrono>
 #include <deque>
@@ -7,7 +11,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>

@@ -1,12 +1,12 @@
 #include "server/openai_server.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 #include <csignal>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "common/clock.h"
 #include "server/completion_exchange.h"
@@ -51,9 +51,12 @@ struct Route {
 };
 
 constexpr Route kRoutes[] = {
-    {"/health", http::verb::get},          {"/ready", http::verb::get},
-    {"/metrics", http::verb::get},         {"/v1/models", http::verb::get},
-    {"/v1/chat/completions", http::verb::post}, {"/v1/completions", http::verb::post},
+    {"/health", http::verb::get},
+    {"/ready", http::verb::get},
+    {"/metrics", http::verb::get},
+    {"/v1/models", http::verb::get},
+    {"/v1/chat/completions", http::verb::post},
+    {"/v1/completions", http::verb::post},
     {"/tokenize", http::verb::post},
 };
 
@@ -145,9 +148,8 @@ std::optional<HttpResponse> OpenAiServer::check_header(
   error.status = 401;
   error.type = "authentication_error";
   error.code = "invalid_api_key";
-  error.message = authorization.empty()
-                      ? "missing API key: send 'Authorization: Bearer <key>'"
-                      : "invalid API key";
+  error.message = authorization.empty() ? "missing API key: send 'Authorization: Bearer <key>'"
+                                        : "invalid API key";
   metrics_.count_rejection("unauthorized");
   return error_response(error);
 }
@@ -165,20 +167,22 @@ void OpenAiServer::handle(HttpRequest&& request, const std::shared_ptr<HttpSessi
     ApiError error;
     error.status = path_known ? 405 : 404;
     error.type = path_known ? "invalid_request_error" : "not_found_error";
-    error.message = path_known ? fmt::format("method {} is not allowed on {}",
-                                             std::string(request.method_string()), path)
-                               : fmt::format("no route for {} {}",
-                                             std::string(request.method_string()), path);
+    error.message =
+        path_known ? fmt::format("method {} is not allowed on {}",
+                                 std::string(request.method_string()), path)
+                   : fmt::format("no route for {} {}", std::string(request.method_string()), path);
     HttpResponse response = error_response(error);
     if (path_known) {
       for (const Route& candidate : kRoutes) {
-        if (candidate.path == path) response.set(http::field::allow, http::to_string(candidate.method));
+        if (candidate.path == path)
+          response.set(http::field::allow, http::to_string(candidate.method));
       }
     }
     return session->respond(std::move(response));
   }
 
-  if (path == "/health") return session->respond(json_response(http::status::ok, {{"status", "ok"}}));
+  if (path == "/health")
+    return session->respond(json_response(http::status::ok, {{"status", "ok"}}));
   if (path == "/ready") {
     if (draining_) {
       return session->respond(
@@ -194,7 +198,8 @@ void OpenAiServer::handle(HttpRequest&& request, const std::shared_ptr<HttpSessi
   }
   if (path == "/v1/models") return session->respond(models_response());
   if (path == "/tokenize") return session->respond(handle_tokenize(request));
-  handle_completion(request, path == "/v1/chat/completions" ? CompletionKind::chat : CompletionKind::text,
+  handle_completion(request,
+                    path == "/v1/chat/completions" ? CompletionKind::chat : CompletionKind::text,
                     session);
 }
 
@@ -217,8 +222,10 @@ void OpenAiServer::handle_completion(const HttpRequest& http_request, Completion
     return session->respond(reject(error, "unknown_model"));
   }
   TokenList tokens;
-  if (auto error = prepare_prompt(params, &tokens)) return session->respond(reject(*error, "invalid_request"));
-  if (auto error = check_lengths(params, tokens)) return session->respond(reject(*error, "prompt_too_long"));
+  if (auto error = prepare_prompt(params, &tokens))
+    return session->respond(reject(*error, "invalid_request"));
+  if (auto error = check_lengths(params, tokens))
+    return session->respond(reject(*error, "prompt_too_long"));
 
   auto request = std::make_shared<Request>();
   request->id = ++next_request_id_;
@@ -307,8 +314,9 @@ std::optional<ApiError> OpenAiServer::check_lengths(CompletionParams& params,
 HttpResponse OpenAiServer::handle_tokenize(const HttpRequest& request) {
   json body = json::parse(request.body(), nullptr, false);
   if (!body.is_object() || !body.contains("content") || !body["content"].is_string()) {
-    return reject(ApiError::invalid("expected {\"content\": string, \"add_special\": bool}", "content"),
-                  "invalid_request");
+    return reject(
+        ApiError::invalid("expected {\"content\": string, \"add_special\": bool}", "content"),
+        "invalid_request");
   }
   const bool add_special = body.value("add_special", false);
   const TokenList tokens = engine_.tokenize(body["content"].get<std::string>(), add_special);

@@ -34,6 +34,7 @@ CTX_SIZE = 4096
 THREADS = 2
 
 READY_TIMEOUT_S = 120
+GUARDED_READ_TIMEOUT_S = 2
 STOP_TIMEOUT_S = 20
 
 
@@ -177,7 +178,8 @@ def brisk_guarded(tmp_path_factory):
     server = _start_brisk(
         tmp_path_factory,
         "brisk-guarded",
-        ["--api-key", API_KEY, "--max-queued-requests", "2", "--max-seqs", "1"],
+        ["--api-key", API_KEY, "--max-queued-requests", "2", "--max-seqs", "1",
+         "--read-timeout", str(GUARDED_READ_TIMEOUT_S), "--log-format", "json"],
         api_key=API_KEY,
     )
     yield server

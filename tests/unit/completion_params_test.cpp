@@ -74,9 +74,9 @@ TEST(CompletionParams, RejectsBadInputWithTheFieldNamed) {
   EXPECT_EQ(expect_error(R"({"prompt":["a","b"]})").param, "prompt");
   EXPECT_EQ(expect_error(R"({"messages":"hi"})", CompletionKind::chat).param, "messages");
   EXPECT_EQ(expect_error(R"({"prompt":"a"})", CompletionKind::chat).param, "messages");
-  EXPECT_EQ(expect_error(R"({"messages":[{"role":"wizard","content":"x"}]})", CompletionKind::chat)
-                .param,
-            "messages");
+  EXPECT_EQ(
+      expect_error(R"({"messages":[{"role":"wizard","content":"x"}]})", CompletionKind::chat).param,
+      "messages");
   EXPECT_EQ(expect_error(R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
                          CompletionKind::chat)
                 .param,
