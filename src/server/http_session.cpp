@@ -60,11 +60,7 @@ void HttpSession::on_header(beast::error_code ec) {
     return close();
   }
   if (ec == http::error::body_limit) {
-    return refuse_and_close(
-        error_response(413,
-                       fmt::format("the request body is larger than the limit of {} bytes",
-                                   limits_.max_body_bytes),
-                       "request_too_large"));
+    return refuse_too_large();
   }
   if (ec) {
     return refuse_and_close(
@@ -92,11 +88,7 @@ void HttpSession::read_body() {
 void HttpSession::on_body(beast::error_code ec) {
   reading_body_ = false;
   if (ec == http::error::body_limit) {
-    return refuse_and_close(
-        error_response(413,
-                       fmt::format("the request body is larger than the limit of {} bytes",
-                                   limits_.max_body_bytes),
-                       "request_too_large"));
+    return refuse_too_large();
   }
   if (ec) return close();
   // While the request is served, nothing is read: no timeout until a response is written.
@@ -197,6 +189,14 @@ void HttpSession::finish_response() {
   beast::error_code ignored;
   stream_.socket().cancel(ignored);  // stop the disconnect watch before reading again
   read_header();
+}
+
+void HttpSession::refuse_too_large() {
+  refuse_and_close(error_response(
+      413,
+      fmt::format("the request body is larger than the limit of {} bytes (--max-body-bytes)",
+                  limits_.max_body_bytes),
+      "request_too_large"));
 }
 
 // For requests whose body we will not read: answer, then close gracefully.

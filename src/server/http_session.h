@@ -70,6 +70,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void on_write(beast::error_code ec);
   void finish_response();
   void refuse_and_close(HttpResponse&& response);
+  void refuse_too_large();
   void drain_then_close();
   void discard_incoming(std::shared_ptr<std::array<char, 64 * 1024>> scratch);
   void close();
