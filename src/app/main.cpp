@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   };
   add("serve", "Serve a model with an OpenAI-compatible API", brisk::register_serve_command);
   add("pull", "Download a model into the local model cache", brisk::register_pull_command);
+  add("bench", "Measure latency and throughput of any OpenAI-compatible endpoint",
+      brisk::register_bench_command);
   CLI11_PARSE(app, argc, argv);
   for (auto& [command, run] : runners) {
     if (command->parsed()) return run();

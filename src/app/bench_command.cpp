@@ -1,0 +1,175 @@
+#include <iostream>
+#include <map>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "app/commands.h"
+#include "bench/bench_report.h"
+#include "bench/http_fetch.h"
+#include "bench/load_runner.h"
+#include "bench/run_statistics.h"
+#include "bench/workload.h"
+
+namespace brisk {
+
+namespace {
+
+struct BenchFlags {
+  std::string url = "http://127.0.0.1:8080";
+  std::string endpoint = "completions";
+  std::string model;
+  std::string api_key;
+  std::vector<int> concurrency{1};
+  int num_requests = 64;
+  int warmup_requests = 2;
+  int input_tokens = 128;
+  int output_tokens = 128;
+  uint64_t seed = 0;
+  double timeout_s = 300;
+  bool no_stream = false;
+  std::string out_dir;
+};
+
+// The first model the server lists: what a single-model server is serving.
+std::optional<std::string> discover_model(const bench::TargetEndpoint& target,
+                                          std::chrono::milliseconds timeout, std::string& error) {
+  const bench::FetchResult result = bench::fetch(target, "/v1/models", "", timeout);
+  if (!result.ok()) {
+    error = result.error.empty() ? fmt::format("GET /v1/models answered {}", result.status)
+                                 : result.error;
+    return std::nullopt;
+  }
+  const auto reply = nlohmann::json::parse(result.body, nullptr, /*allow_exceptions=*/false);
+  if (reply.is_object() && reply.contains("data") && reply["data"].is_array() &&
+      !reply["data"].empty() && reply["data"][0].contains("id")) {
+    return reply["data"][0]["id"].get<std::string>();
+  }
+  error = "GET /v1/models listed no model";
+  return std::nullopt;
+}
+
+// A few distinct failure messages, so a broken setup (wrong model, auth) is obvious at once.
+void print_failure_samples(const bench::RunResult& run) {
+  std::map<std::string, int> seen;
+  for (const bench::RequestRecord& record : run.records) {
+    if (record.ok() || seen.size() >= 3 || seen.count(record.error_detail)) continue;
+    seen[record.error_detail] = 1;
+    std::cerr << fmt::format("  {} (request {}): {}\n", bench::error_name(record.error),
+                             record.index, record.error_detail);
+  }
+}
+
+int run_bench(const BenchFlags& flags) {
+  std::string error;
+  auto target = bench::parse_target_url(flags.url, error);
+  if (!target) {
+    std::cerr << "error: " << error << "\n";
+    return 2;
+  }
+  target->api_key = flags.api_key;
+  const auto setup_timeout = std::chrono::milliseconds(10'000);
+  const auto request_timeout = std::chrono::milliseconds(static_cast<long>(flags.timeout_s * 1000));
+
+  std::string model = flags.model;
+  if (model.empty()) {
+    auto discovered = discover_model(*target, setup_timeout, error);
+    if (!discovered) {
+      std::cerr << "error: cannot find the model to use (" << error << "); pass --model\n";
+      return 2;
+    }
+    model = *discovered;
+  }
+
+  const bench::TokenCalibration calibration = bench::calibrate_tokens(*target, setup_timeout);
+  bench::WorkloadOptions workload_options{
+      flags.endpoint == "chat" ? bench::ApiKind::chat : bench::ApiKind::completions,
+      model,
+      flags.input_tokens,
+      flags.output_tokens,
+      flags.seed,
+      !flags.no_stream};
+  bench::SyntheticWorkload workload(workload_options, *target, calibration);
+  if (calibration.measured && workload_options.kind == bench::ApiKind::completions) {
+    // (Chat prompts are wrapped in the server's template, which /tokenize does not apply.)
+    workload.fit_prompt_length([&](const std::string& text) {
+      return bench::count_tokens(*target, text, /*add_special=*/true, setup_timeout);
+    });
+  }
+  std::cerr << fmt::format(
+      "brisk bench: {} model={} endpoint={} input={} tokens ({} filler words, {:.2f} tokens/word "
+      "{}) output={} tokens\n",
+      target->url(), model, flags.endpoint, flags.input_tokens, workload.filler_words(),
+      calibration.tokens_per_word, calibration.measured ? "measured via /tokenize" : "assumed",
+      flags.output_tokens);
+
+  bench::BenchReport report{
+      {flags.url, flags.endpoint, model}, workload_options, flags.num_requests, {}};
+  int total_ok = 0;
+  for (size_t i = 0; i < flags.concurrency.size(); ++i) {
+    bench::RunOptions options{{flags.concurrency[i]},
+                              static_cast<int>(i),
+                              flags.num_requests,
+                              flags.warmup_requests,
+                              request_timeout};
+    std::cerr << fmt::format("run {}: concurrency {}, {} requests (+{} warmup)...\n", i,
+                             flags.concurrency[i], flags.num_requests, flags.warmup_requests);
+    bench::RunResult run = bench::run_closed_loop(*target, workload, options);
+    bench::RunStatistics stats = bench::compute_run_statistics(run.records, run.start, run.end);
+    if (stats.failed > 0) print_failure_samples(run);
+    total_ok += stats.ok;
+    report.runs.push_back({std::move(run), std::move(stats)});
+  }
+
+  std::cout << bench::summary_table(report);
+  if (!flags.out_dir.empty()) {
+    if (!bench::write_report_files(report, flags.out_dir, error)) {
+      std::cerr << "error: " << error << "\n";
+      return 1;
+    }
+    std::cerr << "wrote " << flags.out_dir << "/result.json and requests.csv\n";
+  }
+  return total_ok > 0 ? 0 : 1;
+}
+
+}  // namespace
+
+CommandRunner register_bench_command(CLI::App& app) {
+  auto flags = std::make_shared<BenchFlags>();
+  app.add_option("--url", flags->url, "Base URL of the OpenAI-compatible server")
+      ->capture_default_str();
+  app.add_option("--endpoint", flags->endpoint, "Which API to drive")
+      ->check(CLI::IsMember({"completions", "chat"}))
+      ->capture_default_str();
+  app.add_option("--model", flags->model, "Model name (default: the first of GET /v1/models)");
+  app.add_option("--api-key", flags->api_key, "Sent as 'Authorization: Bearer KEY'");
+  app.add_option("--concurrency", flags->concurrency,
+                 "Virtual users; a list (1,4,16) runs a sweep, one run per value")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--num-requests", flags->num_requests, "Measured requests per load point")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--warmup-requests", flags->warmup_requests,
+                 "Requests sent first at each load point and left out of the statistics")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--input-tokens", flags->input_tokens, "Prompt length in tokens")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--output-tokens", flags->output_tokens, "Tokens generated per request")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--seed", flags->seed, "Seed of the synthetic prompts")->capture_default_str();
+  app.add_option("--timeout", flags->timeout_s, "Per-request timeout in seconds")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_flag("--no-stream", flags->no_stream,
+               "Ask for whole responses: only E2E and throughput are measured (no TTFT/ITL/TPOT)");
+  app.add_option("--out", flags->out_dir, "Directory for result.json and requests.csv");
+  return [flags] { return run_bench(*flags); };
+}
+
+}  // namespace brisk

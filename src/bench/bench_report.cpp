@@ -1,0 +1,120 @@
+#include "bench/bench_report.h"
+
+#include <fstream>
+
+#include <fmt/format.h>
+
+namespace brisk::bench {
+
+namespace {
+
+using json = nlohmann::json;
+
+json summary_json(const LatencySummary& s) {
+  return {{"mean", s.mean}, {"std", s.std}, {"p50", s.p50}, {"p90", s.p90},
+          {"p95", s.p95},   {"p99", s.p99}, {"max", s.max}};
+}
+
+json run_json(const LoadPointOutcome& outcome) {
+  const RunStatistics& s = outcome.stats;
+  return {{"load", {{"concurrency", outcome.run.load.concurrency}}},
+          {"requests", {{"ok", s.ok}, {"failed", s.failed}, {"timeouts", s.timeouts}}},
+          {"errors", s.errors},
+          {"ttft_ms", summary_json(s.ttft_ms)},
+          {"itl_ms", summary_json(s.itl_ms)},
+          {"tpot_ms", summary_json(s.tpot_ms)},
+          {"e2e_ms", summary_json(s.e2e_ms)},
+          {"request_throughput", s.request_throughput},
+          {"input_token_throughput", s.input_token_throughput},
+          {"output_token_throughput", s.output_token_throughput},
+          {"duration_s", s.duration_s},
+          {"chunk_token_mismatch", s.chunk_token_mismatch}};
+}
+
+// Milliseconds from `origin`, or an empty cell for an event that did not happen.
+std::string offset_cell(TimePoint origin, TimePoint at) {
+  if (at == TimePoint{}) return "";
+  return fmt::format("{:.3f}", ms_between(origin, at));
+}
+
+std::string csv_quoted(const std::string& text) {
+  std::string quoted = "\"";
+  for (const char c : text) {
+    if (c == '"') quoted.push_back('"');
+    quoted.push_back(c == '\n' || c == '\r' ? ' ' : c);
+  }
+  return quoted + "\"";
+}
+
+}  // namespace
+
+json report_json(const BenchReport& report) {
+  json runs = json::array();
+  for (const LoadPointOutcome& outcome : report.runs) runs.push_back(run_json(outcome));
+  return {{"target",
+           {{"url", report.target.url},
+            {"endpoint", report.target.endpoint},
+            {"model", report.target.model}}},
+          {"workload",
+           {{"input_tokens", report.workload.input_tokens},
+            {"output_tokens", report.workload.output_tokens},
+            {"num_requests", report.num_requests},
+            {"seed", report.workload.seed}}},
+          {"runs", runs}};
+}
+
+void write_requests_csv(const BenchReport& report, std::ostream& out) {
+  out << "run,request,concurrency,scheduled_ms,sent_ms,first_token_ms,end_ms,prompt_tokens,"
+         "completion_tokens,chunks,status,error,error_detail\n";
+  for (size_t run = 0; run < report.runs.size(); ++run) {
+    const RunResult& result = report.runs[run].run;
+    for (const RequestRecord& r : result.records) {
+      if (r.warmup) continue;
+      out << fmt::format(
+          "{},{},{},{},{},{},{},{},{},{},{},{},{}\n", run, r.index, result.load.concurrency,
+          offset_cell(result.start, r.scheduled), offset_cell(result.start, r.sent),
+          offset_cell(result.start, r.first_content()), offset_cell(result.start, r.end),
+          r.prompt_tokens, r.completion_tokens, r.content_chunks.size(), r.http_status,
+          r.ok() ? "" : std::string(error_name(r.error)), csv_quoted(r.error_detail));
+    }
+  }
+}
+
+std::string summary_table(const BenchReport& report) {
+  std::string table =
+      fmt::format("{:>6} {:>5} {:>5} {:>8} {:>10} {:>17} {:>15} {:>15} {:>17} {:>8}\n", "conc",
+                  "ok", "fail", "req/s", "out tok/s", "TTFT p50/p99 ms", "ITL p50/p99",
+                  "TPOT p50/p99", "E2E p50/p99 ms", "mismatch");
+  for (const LoadPointOutcome& outcome : report.runs) {
+    const RunStatistics& s = outcome.stats;
+    auto pair = [](const LatencySummary& l) {
+      return l.count == 0 ? std::string("-") : fmt::format("{:.1f}/{:.1f}", l.p50, l.p99);
+    };
+    table += fmt::format("{:>6} {:>5} {:>5} {:>8.2f} {:>10.1f} {:>17} {:>15} {:>15} {:>17} {:>8}\n",
+                         outcome.run.load.concurrency, s.ok, s.failed, s.request_throughput,
+                         s.output_token_throughput, pair(s.ttft_ms), pair(s.itl_ms),
+                         pair(s.tpot_ms), pair(s.e2e_ms), s.chunk_token_mismatch);
+  }
+  return table;
+}
+
+bool write_report_files(const BenchReport& report, const std::filesystem::path& directory,
+                        std::string& error) {
+  std::error_code ec;
+  std::filesystem::create_directories(directory, ec);
+  if (ec) {
+    error = "cannot create " + directory.string() + ": " + ec.message();
+    return false;
+  }
+  std::ofstream result_file(directory / "result.json");
+  result_file << report_json(report).dump(2) << "\n";
+  std::ofstream csv_file(directory / "requests.csv");
+  write_requests_csv(report, csv_file);
+  if (!result_file || !csv_file) {
+    error = "cannot write the report files in " + directory.string();
+    return false;
+  }
+  return true;
+}
+
+}  // namespace brisk::bench

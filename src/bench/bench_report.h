@@ -1,0 +1,49 @@
+#pragma once
+
+#include <filesystem>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/load_runner.h"
+#include "bench/run_statistics.h"
+#include "bench/workload.h"
+
+namespace brisk::bench {
+
+struct BenchTarget {
+  std::string url;
+  std::string endpoint;  // "completions" or "chat"
+  std::string model;
+};
+
+// One finished load point: what was measured and what it adds up to.
+struct LoadPointOutcome {
+  RunResult run;
+  RunStatistics stats;
+};
+
+struct BenchReport {
+  BenchTarget target;
+  WorkloadOptions workload;
+  int num_requests = 0;  // measured requests per load point
+  std::vector<LoadPointOutcome> runs;
+};
+
+// result.json. Its schema is stable: tools and CI compare files across brisk versions, so
+// fields are only ever added (documented in docs/bench-metrics.md).
+nlohmann::json report_json(const BenchReport& report);
+
+// requests.csv: one row per measured request, times in ms from the start of its run.
+void write_requests_csv(const BenchReport& report, std::ostream& out);
+
+// One readable row per load point, for the terminal.
+std::string summary_table(const BenchReport& report);
+
+// Writes result.json and requests.csv into `directory` (created if missing).
+bool write_report_files(const BenchReport& report, const std::filesystem::path& directory,
+                        std::string& error);
+
+}  // namespace brisk::bench

@@ -1,0 +1,67 @@
+#include "bench/http_fetch.h"
+
+// clang-format off
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+// clang-format on
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+namespace brisk::bench {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+
+FetchResult fetch(const TargetEndpoint& target, const std::string& route, const std::string& body,
+                  std::chrono::milliseconds timeout) {
+  FetchResult result;
+  net::io_context io;
+  beast::tcp_stream stream(io);
+  beast::error_code ec;
+  net::ip::tcp::resolver resolver(io);
+  const auto endpoints = resolver.resolve(target.host, target.port, ec);
+  if (ec) {
+    result.error = "resolve " + target.host + ": " + ec.message();
+    return result;
+  }
+  http::request<http::string_body> request{body.empty() ? http::verb::get : http::verb::post,
+                                           target.route(route), 11};
+  request.set(http::field::host, target.host_header());
+  request.set(http::field::user_agent, "brisk-bench");
+  if (!target.api_key.empty()) request.set(http::field::authorization, "Bearer " + target.api_key);
+  if (!body.empty()) request.set(http::field::content_type, "application/json");
+  request.body() = body;
+  request.prepare_payload();
+
+  beast::flat_buffer buffer;
+  http::response<http::string_body> response;
+  // Chained async operations on a private io_context give the whole exchange one deadline,
+  // which the blocking Beast calls cannot.
+  stream.expires_after(timeout);
+  stream.async_connect(endpoints, [&](beast::error_code connect_ec, const auto&) {
+    if (connect_ec) {
+      ec = connect_ec;
+      return;
+    }
+    http::async_write(stream, request, [&](beast::error_code write_ec, size_t) {
+      if (write_ec) {
+        ec = write_ec;
+        return;
+      }
+      http::async_read(stream, buffer, response,
+                       [&](beast::error_code read_ec, size_t) { ec = read_ec; });
+    });
+  });
+  io.run();
+  if (ec) {
+    result.error = target.url() + route + ": " + ec.message();
+    return result;
+  }
+  result.status = static_cast<int>(response.result_int());
+  result.body = std::move(response.body());
+  return result;
+}
+
+}  // namespace brisk::bench

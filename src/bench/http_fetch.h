@@ -1,0 +1,22 @@
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "bench/target_endpoint.h"
+
+namespace brisk::bench {
+
+struct FetchResult {
+  int status = 0;  // 0 when no HTTP response arrived
+  std::string body;
+  std::string error;  // network failure, empty when a response arrived (whatever its status)
+  bool ok() const { return status == 200; }
+};
+
+// One blocking request for setup steps (model discovery, tokenizer calibration), outside the
+// measured load; `body` empty means GET, otherwise POST with a JSON body.
+FetchResult fetch(const TargetEndpoint& target, const std::string& route, const std::string& body,
+                  std::chrono::milliseconds timeout);
+
+}  // namespace brisk::bench

@@ -1,0 +1,247 @@
+#include "bench/openai_client.h"
+
+#include <cstdint>
+#include <limits>
+
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+
+#include "bench/sse_parser.h"
+
+// GCC 12 flags Boost 1.74's coroutine-frame allocator (operator new paired with a sized class
+// delete) as mismatched; the pairing is intended, see boost/asio/impl/awaitable.hpp.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+namespace brisk::bench {
+
+namespace http = beast::http;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr auto kAwait = net::use_awaitable;
+constexpr size_t kMaxKeptErrorBody = 4096;
+
+// True when an error on a re-used keep-alive connection means the server had already closed it
+// before we sent: the request never reached the server, so it is safe to retry once.
+bool is_stale_connection_error(const beast::error_code& ec) {
+  return ec == http::error::end_of_stream || ec == net::error::eof ||
+         ec == net::error::connection_reset || ec == net::error::broken_pipe;
+}
+
+RequestError classify_network_error(const beast::error_code& ec) {
+  if (ec == beast::error::timeout) return RequestError::timeout;
+  if (ec == net::error::connection_refused || ec == net::error::host_not_found ||
+      ec == net::error::host_not_found_try_again || ec == net::error::network_unreachable ||
+      ec == net::error::host_unreachable) {
+    return RequestError::connect_refused;
+  }
+  return RequestError::disconnected;
+}
+
+RequestError classify_status(unsigned status) {
+  if (status == 429) return RequestError::http_429;
+  if (status >= 500) return RequestError::http_5xx;
+  return RequestError::http_4xx;  // includes unexpected 1xx/3xx: the request was not served
+}
+
+void fail(RequestRecord& record, RequestError error, std::string detail) {
+  if (!record.ok()) return;  // keep the first cause
+  record.error = error;
+  record.error_detail = std::move(detail);
+}
+
+// The text a completion chunk or response carries: `text` for completions, the message or delta
+// content for chat. Reasoning text counts too: those are generated tokens the user waits for.
+std::string_view choice_text(const json& choice, ApiKind kind) {
+  auto string_at = [](const json& object, const char* key) -> std::string_view {
+    const auto it = object.find(key);
+    return it != object.end() && it->is_string()
+               ? std::string_view(it->get_ref<const std::string&>())
+               : std::string_view();
+  };
+  if (kind == ApiKind::completions) return string_at(choice, "text");
+  for (const char* holder : {"delta", "message"}) {
+    const auto it = choice.find(holder);
+    if (it == choice.end() || !it->is_object()) continue;
+    std::string_view text = string_at(*it, "content");
+    if (text.empty()) text = string_at(*it, "reasoning_content");
+    return text;
+  }
+  return {};
+}
+
+// Reads `usage` and reports whether the object carried any non-empty text.
+bool read_completion_object(const json& object, ApiKind kind, RequestRecord& record) {
+  if (const auto usage = object.find("usage"); usage != object.end() && usage->is_object()) {
+    record.prompt_tokens = usage->value("prompt_tokens", record.prompt_tokens);
+    record.completion_tokens = usage->value("completion_tokens", record.completion_tokens);
+  }
+  const auto choices = object.find("choices");
+  if (choices == object.end() || !choices->is_array() || choices->empty()) return false;
+  return !choice_text((*choices)[0], kind).empty();
+}
+
+std::string error_message_of(const json& object) {
+  const json& error = object["error"];
+  if (error.is_object() && error.contains("message") && error["message"].is_string())
+    return error["message"].get<std::string>();
+  return error.dump();
+}
+
+}  // namespace
+
+std::string build_completion_body(ApiKind kind, const std::string& model, const std::string& prompt,
+                                  int max_tokens, bool stream) {
+  json body = {
+      {"model", model}, {"max_tokens", max_tokens}, {"stream", stream}, {"ignore_eos", true}};
+  if (kind == ApiKind::chat) {
+    body["messages"] = json::array({{{"role", "user"}, {"content", prompt}}});
+  } else {
+    body["prompt"] = prompt;
+  }
+  if (stream) body["stream_options"] = {{"include_usage", true}};
+  return body.dump();
+}
+
+OpenAiConnection::OpenAiConnection(net::any_io_executor executor, TargetEndpoint target,
+                                   ApiKind kind, std::chrono::milliseconds timeout)
+    : target_(std::move(target)),
+      kind_(kind),
+      timeout_(timeout),
+      resolver_(executor),
+      stream_(executor) {}
+
+void OpenAiConnection::close() {
+  beast::error_code ignored;
+  stream_.socket().shutdown(net::ip::tcp::socket::shutdown_both, ignored);
+  stream_.close();
+  buffer_.clear();
+}
+
+net::awaitable<bool> OpenAiConnection::connect(TimePoint deadline, RequestRecord& record) {
+  beast::error_code ec;
+  const auto endpoints =
+      co_await resolver_.async_resolve(target_.host, target_.port, net::redirect_error(kAwait, ec));
+  if (!ec) {
+    stream_.expires_at(deadline);
+    co_await stream_.async_connect(endpoints, net::redirect_error(kAwait, ec));
+  }
+  if (ec) {
+    fail(record, classify_network_error(ec), "connect to " + target_.url() + ": " + ec.message());
+    close();
+    co_return false;
+  }
+  stream_.socket().set_option(net::ip::tcp::no_delay(true), ec);
+  co_return true;
+}
+
+net::awaitable<void> OpenAiConnection::send(const CompletionRequest& request,
+                                            RequestRecord& record) {
+  record.streamed = request.stream;
+  const TimePoint deadline = Clock::now() + timeout_;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const bool reused = stream_.socket().is_open();
+    if (!reused && !co_await connect(deadline, record)) break;
+    // Measured after connecting: with keep-alive only the first request of a user would pay
+    // the handshake, which is noise, not serving latency.
+    record.sent = Clock::now();
+    if (co_await exchange(request, record, deadline, reused) == Attempt::finished) break;
+    close();  // the server had closed the idle connection; retry once on a fresh one
+  }
+  record.end = Clock::now();
+}
+
+net::awaitable<OpenAiConnection::Attempt> OpenAiConnection::exchange(
+    const CompletionRequest& request, RequestRecord& record, TimePoint deadline, bool reused) {
+  http::request<http::string_body> http_request{http::verb::post, request.route, 11};
+  http_request.set(http::field::host, target_.host_header());
+  http_request.set(http::field::user_agent, "brisk-bench");
+  http_request.set(http::field::content_type, "application/json");
+  http_request.set(http::field::accept, request.stream ? "text/event-stream" : "application/json");
+  if (!target_.api_key.empty())
+    http_request.set(http::field::authorization, "Bearer " + target_.api_key);
+  http_request.keep_alive(true);
+  http_request.body() = request.body;
+  http_request.prepare_payload();
+
+  beast::error_code ec;
+  stream_.expires_at(deadline);
+  co_await http::async_write(stream_, http_request, net::redirect_error(kAwait, ec));
+  if (ec && reused && is_stale_connection_error(ec)) co_return Attempt::stale_connection;
+
+  http::response_parser<http::buffer_body> parser;
+  // A long stream is not an error. (Not boost::none: Boost 1.74 compares `len > none`, which is
+  // always true, so every response with a Content-Length would fail.)
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+  if (!ec) {
+    stream_.expires_at(deadline);
+    co_await http::async_read_header(stream_, buffer_, parser, net::redirect_error(kAwait, ec));
+    if (ec && reused && is_stale_connection_error(ec)) co_return Attempt::stale_connection;
+  }
+  if (ec) {
+    fail(record, classify_network_error(ec), "sending request: " + ec.message());
+    close();
+    co_return Attempt::finished;
+  }
+
+  record.http_status = static_cast<int>(parser.get().result_int());
+  const bool success_status = record.http_status == 200;
+  const bool parse_sse = success_status && request.stream;
+  SseParser sse;
+  std::string kept_body;  // error bodies and non-streamed responses
+  char chunk[16 * 1024];
+
+  // read_some returns as soon as the parser has consumed any body bytes, so each content
+  // event is time-stamped when it arrives rather than when a buffer fills.
+  while (!parser.is_done()) {
+    parser.get().body().data = chunk;
+    parser.get().body().size = sizeof(chunk);
+    stream_.expires_at(deadline);
+    co_await http::async_read_some(stream_, buffer_, parser, net::redirect_error(kAwait, ec));
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) {
+      fail(record, classify_network_error(ec), "reading response: " + ec.message());
+      close();
+      co_return Attempt::finished;
+    }
+    const TimePoint arrived = Clock::now();
+    const std::string_view bytes(chunk, sizeof(chunk) - parser.get().body().size);
+    if (!parse_sse) {
+      if (!success_status && kept_body.size() >= kMaxKeptErrorBody) continue;
+      kept_body.append(bytes);
+      continue;
+    }
+    for (const SseEvent& event : sse.feed(bytes)) {
+      if (event.is_done() || !record.ok()) continue;
+      const json object = json::parse(event.data, nullptr, /*allow_exceptions=*/false);
+      if (object.is_discarded() || !object.is_object()) {
+        fail(record, RequestError::malformed_sse, "not JSON: " + event.data.substr(0, 200));
+      } else if (object.contains("error")) {
+        fail(record, RequestError::stream_error, error_message_of(object));
+      } else if (read_completion_object(object, kind_, record)) {
+        record.content_chunks.push_back(arrived);
+      }
+    }
+  }
+
+  if (!success_status) {
+    fail(record, classify_status(record.http_status),
+         "HTTP " + std::to_string(record.http_status) + ": " + kept_body.substr(0, 300));
+  } else if (request.stream) {
+    if (!sse.saw_done()) fail(record, RequestError::malformed_sse, "stream ended without [DONE]");
+  } else {
+    const json object = json::parse(kept_body, nullptr, /*allow_exceptions=*/false);
+    if (object.is_discarded() || !object.is_object()) {
+      fail(record, RequestError::malformed_sse, "response is not JSON");
+    } else if (object.contains("error")) {
+      fail(record, RequestError::stream_error, error_message_of(object));
+    } else {
+      read_completion_object(object, kind_, record);
+    }
+  }
+  if (!parser.get().keep_alive()) close();
+  co_return Attempt::finished;
+}
+
+}  // namespace brisk::bench

@@ -1,0 +1,63 @@
+#pragma once
+
+// clang-format off
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+// clang-format on
+
+#include <chrono>
+#include <string>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+
+#include "bench/request_record.h"
+#include "bench/target_endpoint.h"
+
+namespace brisk::bench {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+
+// One completion request, ready to send: the workload decides what, the client only how.
+struct CompletionRequest {
+  std::string route;  // full request target, e.g. "/v1/completions"
+  std::string body;   // JSON body
+  bool stream = true;
+};
+
+// The JSON body of a completion request. Streaming asks for a final `usage` event
+// (stream_options.include_usage) so token counts come from the server, not from chunk counting;
+// ignore_eos makes every request generate exactly `max_tokens` (vLLM, SGLang, llama.cpp, brisk).
+std::string build_completion_body(ApiKind kind, const std::string& model, const std::string& prompt,
+                                  int max_tokens, bool stream);
+
+// One virtual user's HTTP/1.1 connection to the target. It sends one request at a time and keeps
+// the connection alive between requests, as a real client pool would, so connection setup is not
+// part of the latency of every request. Not thread-safe: use it from one coroutine.
+class OpenAiConnection {
+ public:
+  OpenAiConnection(net::any_io_executor executor, TargetEndpoint target, ApiKind kind,
+                   std::chrono::milliseconds timeout);
+
+  // Sends `request` and reads the whole response, filling every field of `record` except
+  // index/warmup/scheduled. Never throws for network or server failures: they become
+  // record.error.
+  net::awaitable<void> send(const CompletionRequest& request, RequestRecord& record);
+
+ private:
+  enum class Attempt { finished, stale_connection };
+
+  net::awaitable<bool> connect(TimePoint deadline, RequestRecord& record);
+  net::awaitable<Attempt> exchange(const CompletionRequest& request, RequestRecord& record,
+                                   TimePoint deadline, bool reused);
+  void close();
+
+  TargetEndpoint target_;
+  ApiKind kind_;
+  std::chrono::milliseconds timeout_;
+  net::ip::tcp::resolver resolver_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+};
+
+}  // namespace brisk::bench

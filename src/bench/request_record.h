@@ -1,0 +1,54 @@
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/clock.h"
+
+namespace brisk::bench {
+
+// Why a request did not succeed. One kind per request, so counts by kind add up to `failed`.
+enum class RequestError {
+  none,
+  connect_refused,  // nobody listening (or DNS failed): the target is down, not slow
+  timeout,          // the per-request deadline passed before the response completed
+  http_429,         // the server shed load on purpose; separate from other 4xx
+  http_4xx,         // our request was rejected: usually a wrong model name or a bad flag
+  http_5xx,
+  malformed_sse,  // the stream could not be parsed, or ended without `data: [DONE]`
+  stream_error,   // the server sent an `error` object inside a 200 stream
+  disconnected,   // the connection closed or reset in the middle of a response
+};
+
+std::string_view error_name(RequestError error);
+
+// Everything measured about one request. Times come from brisk::Clock on the client; a
+// default-constructed TimePoint means "did not happen".
+struct RequestRecord {
+  int index = 0;  // position in the run, counting warmup requests first
+  bool warmup = false;
+  bool streamed = true;
+
+  TimePoint scheduled{};  // when the load generator wanted to send it
+  TimePoint sent{};       // when the request was handed to the socket (after connecting)
+  TimePoint end{};        // when the response completed or failed
+  // Arrival time of every SSE event carrying non-empty text; the first one is "first token".
+  std::vector<TimePoint> content_chunks;
+
+  // Token counts reported by the server's `usage`; -1 when the server did not report them.
+  int prompt_tokens = -1;
+  int completion_tokens = -1;
+
+  int http_status = 0;
+  RequestError error = RequestError::none;
+  std::string error_detail;  // first line of what went wrong, for the log and requests.csv
+
+  bool ok() const { return error == RequestError::none; }
+  bool has_first_content() const { return !content_chunks.empty(); }
+  TimePoint first_content() const {
+    return content_chunks.empty() ? TimePoint{} : content_chunks[0];
+  }
+};
+
+}  // namespace brisk::bench

@@ -1,0 +1,80 @@
+#include "bench/run_statistics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace brisk::bench {
+
+double percentile_linear(const std::vector<double>& sorted, double q) {
+  const double rank = q / 100.0 * static_cast<double>(sorted.size() - 1);
+  const size_t below = static_cast<size_t>(std::floor(rank));
+  const size_t above = std::min(below + 1, sorted.size() - 1);
+  const double fraction = rank - static_cast<double>(below);
+  return sorted[below] + (sorted[above] - sorted[below]) * fraction;
+}
+
+LatencySummary summarize(std::vector<double> samples) {
+  LatencySummary summary;
+  if (samples.empty()) return summary;
+  std::sort(samples.begin(), samples.end());
+  const double n = static_cast<double>(samples.size());
+  summary.count = samples.size();
+  summary.mean = std::accumulate(samples.begin(), samples.end(), 0.0) / n;
+  double squares = 0;
+  for (const double x : samples) squares += (x - summary.mean) * (x - summary.mean);
+  summary.std = std::sqrt(squares / n);
+  summary.p50 = percentile_linear(samples, 50);
+  summary.p90 = percentile_linear(samples, 90);
+  summary.p95 = percentile_linear(samples, 95);
+  summary.p99 = percentile_linear(samples, 99);
+  summary.max = samples.back();
+  return summary;
+}
+
+RunStatistics compute_run_statistics(const std::vector<RequestRecord>& records, TimePoint run_start,
+                                     TimePoint run_end) {
+  RunStatistics stats;
+  std::vector<double> ttft, itl, tpot, e2e;
+  for (const RequestRecord& record : records) {
+    if (record.warmup) continue;
+    if (!record.ok()) {
+      ++stats.failed;
+      if (record.error == RequestError::timeout) ++stats.timeouts;
+      ++stats.errors[std::string(error_name(record.error))];
+      continue;
+    }
+    ++stats.ok;
+    const double e2e_ms = ms_between(record.sent, record.end);
+    e2e.push_back(e2e_ms);
+    if (record.prompt_tokens > 0) stats.total_input_tokens += record.prompt_tokens;
+    if (record.completion_tokens > 0) stats.total_output_tokens += record.completion_tokens;
+
+    const auto& chunks = record.content_chunks;
+    if (chunks.empty()) continue;  // non-streamed, or no text at all: no TTFT to speak of
+    const double ttft_ms = ms_between(record.sent, chunks.front());
+    ttft.push_back(ttft_ms);
+    for (size_t i = 1; i < chunks.size(); ++i) itl.push_back(ms_between(chunks[i - 1], chunks[i]));
+    // Servers that omit usage still get a TPOT, counted in chunks (the best guess available).
+    const int tokens =
+        record.completion_tokens >= 0 ? record.completion_tokens : static_cast<int>(chunks.size());
+    if (tokens >= 2) tpot.push_back((e2e_ms - ttft_ms) / (tokens - 1));
+    if (record.streamed && record.completion_tokens >= 0 &&
+        record.completion_tokens != static_cast<int>(chunks.size())) {
+      ++stats.chunk_token_mismatch;
+    }
+  }
+  stats.ttft_ms = summarize(std::move(ttft));
+  stats.itl_ms = summarize(std::move(itl));
+  stats.tpot_ms = summarize(std::move(tpot));
+  stats.e2e_ms = summarize(std::move(e2e));
+  stats.duration_s = seconds_between(run_start, run_end);
+  if (stats.duration_s > 0) {
+    stats.request_throughput = stats.ok / stats.duration_s;
+    stats.input_token_throughput = stats.total_input_tokens / stats.duration_s;
+    stats.output_token_throughput = stats.total_output_tokens / stats.duration_s;
+  }
+  return stats;
+}
+
+}  // namespace brisk::bench

@@ -1,0 +1,61 @@
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bench/request_record.h"
+#include "common/clock.h"
+
+namespace brisk::bench {
+
+// Distribution summary of one latency metric, in milliseconds. Percentiles interpolate linearly
+// between the closest ranks, as numpy.percentile does by default, so numbers compare 1:1 with
+// vLLM's `bench serve`. `std` is the population standard deviation (numpy's default ddof=0).
+struct LatencySummary {
+  size_t count = 0;  // 0 means "no samples": every other field is then 0
+  double mean = 0;
+  double std = 0;
+  double p50 = 0;
+  double p90 = 0;
+  double p95 = 0;
+  double p99 = 0;
+  double max = 0;
+};
+
+// `q` in [0, 100]; `sorted` ascending and non-empty.
+double percentile_linear(const std::vector<double>& sorted, double q);
+LatencySummary summarize(std::vector<double> samples);
+
+// The figures of one load point. Latencies use successful requests only; see
+// docs/bench-metrics.md for each definition.
+struct RunStatistics {
+  int ok = 0;
+  int failed = 0;
+  int timeouts = 0;
+  std::map<std::string, int> errors;  // error kind name → count, failed requests only
+
+  LatencySummary ttft_ms;  // sent → first non-empty content chunk
+  LatencySummary itl_ms;   // every gap between consecutive content chunks, pooled
+  LatencySummary tpot_ms;  // per request (E2E − TTFT) / (completion_tokens − 1), ≥ 2 tokens
+  LatencySummary e2e_ms;   // sent → end
+
+  double duration_s = 0;               // first scheduled send → last end
+  double request_throughput = 0;       // successful requests per second
+  double input_token_throughput = 0;   // usage.prompt_tokens of successes per second
+  double output_token_throughput = 0;  // usage.completion_tokens of successes per second
+  long total_input_tokens = 0;
+  long total_output_tokens = 0;
+
+  // Successful streamed requests whose content-chunk count differs from
+  // usage.completion_tokens: the server batches several tokens per chunk (ITL then
+  // over-states per-token latency) or reports usage differently. Reported, never corrected.
+  int chunk_token_mismatch = 0;
+};
+
+// Computes the statistics of the measured (non-warmup) requests of one run that lasted from
+// `run_start` to `run_end`.
+RunStatistics compute_run_statistics(const std::vector<RequestRecord>& records, TimePoint run_start,
+                                     TimePoint run_end);
+
+}  // namespace brisk::bench

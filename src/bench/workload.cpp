@@ -1,0 +1,121 @@
+#include "bench/workload.h"
+
+#include <array>
+#include <cmath>
+#include <random>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "bench/http_fetch.h"
+
+namespace brisk::bench {
+
+namespace {
+
+// Common words that most tokenizers keep as one token each (with the leading space).
+constexpr std::array<std::string_view, 64> kFillerWords = {
+    "time",    "year",     "people", "way",    "day",     "man",    "thing",    "woman",
+    "life",    "child",    "world",  "school", "state",   "family", "group",    "country",
+    "problem", "hand",     "part",   "place",  "case",    "week",   "company",  "system",
+    "program", "question", "work",   "number", "night",   "point",  "home",     "water",
+    "room",    "mother",   "area",   "money",  "story",   "fact",   "month",    "lot",
+    "right",   "study",    "book",   "eye",    "job",     "word",   "business", "issue",
+    "side",    "kind",     "head",   "house",  "service", "friend", "father",   "power",
+    "hour",    "game",     "line",   "end",    "member",  "law",    "car",      "city"};
+
+// SplitMix64: a fixed, portable mix so the same seed gives the same prompts everywhere
+// (std::uniform_int_distribution is implementation-defined).
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Fixed-width decimal, not hex: tokenizers split digit runs predictably (one token per digit or
+// per group of three), while mixed letters and digits vary from id to id and would make the
+// prompt length drift by several tokens.
+std::string prompt_header(uint64_t id) {
+  return fmt::format("Request {:012d}. Continue:", id % 1'000'000'000'000ULL);
+}
+
+std::string filler_text(uint64_t stream_seed, int words) {
+  std::mt19937_64 rng(stream_seed);
+  std::string text;
+  for (int i = 0; i < words; ++i) {
+    text.push_back(' ');
+    text.append(kFillerWords[rng() % kFillerWords.size()]);
+  }
+  return text;
+}
+
+}  // namespace
+
+std::optional<int> count_tokens(const TargetEndpoint& target, const std::string& text,
+                                bool add_special, std::chrono::milliseconds timeout) {
+  const nlohmann::json body = {{"content", text}, {"add_special", add_special}};
+  const FetchResult result = fetch(target, "/tokenize", body.dump(), timeout);
+  if (!result.ok()) return std::nullopt;
+  const auto reply = nlohmann::json::parse(result.body, nullptr, /*allow_exceptions=*/false);
+  if (!reply.is_object() || !reply.contains("tokens") || !reply["tokens"].is_array())
+    return std::nullopt;
+  return static_cast<int>(reply["tokens"].size());
+}
+
+SyntheticWorkload::SyntheticWorkload(WorkloadOptions options, TargetEndpoint target,
+                                     TokenCalibration calibration)
+    : options_(std::move(options)), target_(std::move(target)) {
+  const double filler_tokens = std::max(0, options_.input_tokens - calibration.header_tokens);
+  tokens_per_word_ = calibration.tokens_per_word;
+  filler_words_ = static_cast<int>(std::lround(filler_tokens / tokens_per_word_));
+}
+
+void SyntheticWorkload::fit_prompt_length(
+    const std::function<std::optional<int>(const std::string&)>& count_tokens) {
+  // Sample prompts come from a run index no sweep reaches, so they are not the measured ones.
+  constexpr int kSampleRun = -1;
+  constexpr int kSamples = 4;
+  for (int round = 0; round < 3; ++round) {
+    double total = 0;
+    for (int i = 0; i < kSamples; ++i) {
+      const auto tokens = count_tokens(prompt(kSampleRun, i));
+      if (!tokens) return;
+      total += *tokens;
+    }
+    const double error = options_.input_tokens - total / kSamples;
+    const int correction = static_cast<int>(std::lround(error / tokens_per_word_));
+    if (correction == 0) return;
+    filler_words_ = std::max(0, filler_words_ + correction);
+  }
+}
+
+std::string SyntheticWorkload::prompt(int run_index, int request_index) const {
+  const uint64_t id = mix(mix(mix(options_.seed) ^ static_cast<uint64_t>(run_index)) ^
+                          static_cast<uint64_t>(request_index));
+  return prompt_header(id) + filler_text(id, filler_words_);
+}
+
+CompletionRequest SyntheticWorkload::request(int run_index, int request_index) const {
+  return CompletionRequest{
+      target_.route(completion_route(options_.kind)),
+      build_completion_body(options_.kind, options_.model, prompt(run_index, request_index),
+                            options_.output_tokens, options_.stream),
+      options_.stream};
+}
+
+TokenCalibration calibrate_tokens(const TargetEndpoint& target, std::chrono::milliseconds timeout) {
+  constexpr int kSampleWords = 512;
+  TokenCalibration calibration;
+  const std::string header = prompt_header(mix(1));
+  const auto header_tokens = count_tokens(target, header, false, timeout);
+  const auto whole_tokens =
+      count_tokens(target, header + filler_text(1, kSampleWords), false, timeout);
+  if (!header_tokens || !whole_tokens || *whole_tokens <= *header_tokens) return calibration;
+  calibration.header_tokens = *header_tokens;
+  calibration.tokens_per_word = static_cast<double>(*whole_tokens - *header_tokens) / kSampleWords;
+  calibration.measured = true;
+  return calibration;
+}
+
+}  // namespace brisk::bench

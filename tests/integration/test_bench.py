@@ -1,0 +1,62 @@
+"""`brisk bench` against real servers: brisk serve and llama-server from the same build."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+
+from conftest import BRISK_BIN, free_port
+
+STAT_KEYS = {"mean", "std", "p50", "p90", "p95", "p99", "max"}
+
+
+def run_bench(url: str, out_dir, *extra: str, check: bool = True) -> subprocess.CompletedProcess:
+    argv = [str(BRISK_BIN), "bench", "--url", url, "--concurrency", "1,2", "--num-requests", "4",
+            "--warmup-requests", "1", "--input-tokens", "32", "--output-tokens", "8",
+            "--out", str(out_dir), *extra]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def check_result(out_dir, model: str) -> dict:
+    result = json.loads((out_dir / "result.json").read_text())
+    assert result["target"]["model"] == model
+    assert result["workload"]["input_tokens"] == 32
+    assert [run["load"] for run in result["runs"]] == [{"concurrency": 1}, {"concurrency": 2}]
+    for run in result["runs"]:
+        assert run["requests"] == {"ok": 4, "failed": 0, "timeouts": 0}
+        for metric in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
+            assert set(run[metric]) >= STAT_KEYS
+            assert 0 < run[metric]["p50"] <= run[metric]["max"]
+        assert run["ttft_ms"]["max"] < run["e2e_ms"]["max"]
+        assert run["output_token_throughput"] > 0
+    rows = list(csv.DictReader((out_dir / "requests.csv").open()))
+    measured = [r for r in rows if r.get("status") == "200"]
+    assert len(measured) >= 8
+    return result
+
+
+def test_bench_against_brisk_counts_exact_tokens(brisk, tmp_path):
+    run_bench(brisk.base_url, tmp_path)
+    result = check_result(tmp_path, "gemma3-270m")
+    for run in result["runs"]:
+        assert run["chunk_token_mismatch"] == 0
+    rows = list(csv.DictReader((tmp_path / "requests.csv").open()))
+    assert {int(r["completion_tokens"]) for r in rows} == {8}
+    assert {int(r["prompt_tokens"]) for r in rows} == {32}
+
+
+def test_bench_against_llama_server(llama_server, tmp_path):
+    proc = run_bench(llama_server.base_url, tmp_path)
+    models = json.loads((tmp_path / "result.json").read_text())["target"]["model"]
+    check_result(tmp_path, models)
+    assert "conc" in proc.stdout
+
+
+def test_bench_against_nothing_fails_and_says_why(tmp_path):
+    proc = run_bench(f"http://127.0.0.1:{free_port()}", tmp_path, "--model", "x", check=False)
+    assert proc.returncode != 0
+    assert "connect" in (proc.stdout + proc.stderr).lower()
