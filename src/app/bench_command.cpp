@@ -1,4 +1,5 @@
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 
@@ -22,6 +23,10 @@ struct BenchFlags {
   std::string model;
   std::string api_key;
   std::vector<int> concurrency{1};
+  std::vector<std::string> rates;  // open loop when given; "inf" sends all at once
+  std::string arrival = "poisson";
+  double burstiness = 1.0;
+  int max_concurrency = 0;
   int num_requests = 64;
   int warmup_requests = 2;
   int input_tokens = 128;
@@ -106,17 +111,37 @@ int run_bench(const BenchFlags& flags) {
 
   bench::BenchReport report{
       {flags.url, flags.endpoint, model}, workload_options, flags.num_requests, {}};
+  std::vector<bench::LoadPoint> load_points;
+  if (flags.rates.empty()) {
+    for (int users : flags.concurrency) load_points.push_back({users});
+  } else {
+    for (const std::string& rate : flags.rates) {
+      bench::LoadPoint point;
+      point.concurrency = flags.max_concurrency;
+      point.rate = rate == "inf" ? std::numeric_limits<double>::infinity() : std::stod(rate);
+      point.arrival = flags.arrival == "constant" ? bench::ArrivalProcess::constant
+                      : flags.arrival == "gamma"  ? bench::ArrivalProcess::gamma
+                                                  : bench::ArrivalProcess::poisson;
+      point.burstiness = flags.burstiness;
+      load_points.push_back(point);
+    }
+  }
   int total_ok = 0;
-  for (size_t i = 0; i < flags.concurrency.size(); ++i) {
-    bench::RunOptions options{{flags.concurrency[i]},
-                              static_cast<int>(i),
-                              flags.num_requests,
-                              flags.warmup_requests,
+  for (size_t i = 0; i < load_points.size(); ++i) {
+    const bench::LoadPoint& load = load_points[i];
+    bench::RunOptions options{load, static_cast<int>(i), flags.num_requests, flags.warmup_requests,
                               request_timeout};
-    std::cerr << fmt::format("run {}: concurrency {}, {} requests (+{} warmup)...\n", i,
-                             flags.concurrency[i], flags.num_requests, flags.warmup_requests);
-    bench::RunResult run = bench::run_closed_loop(*target, workload, options);
-    bench::RunStatistics stats = bench::compute_run_statistics(run.records, run.start, run.end);
+    std::cerr << fmt::format("run {}: {}, {} requests (+{} warmup)...\n", i,
+                             load.open_loop()
+                                 ? fmt::format("rate {} req/s ({})", load.rate, flags.arrival)
+                                 : fmt::format("concurrency {}", load.concurrency),
+                             flags.num_requests, flags.warmup_requests);
+    bench::RunResult run = load.open_loop()
+                               ? bench::run_open_loop(*target, workload, options, flags.seed + i)
+                               : bench::run_closed_loop(*target, workload, options);
+    bench::RunStatistics stats = bench::compute_run_statistics(
+        run.records, run.start, run.end,
+        load.open_loop() ? bench::LatencyOrigin::scheduled : bench::LatencyOrigin::sent);
     if (stats.failed > 0) print_failure_samples(run);
     total_ok += stats.ok;
     report.runs.push_back({std::move(run), std::move(stats)});
@@ -144,6 +169,32 @@ CommandRunner register_bench_command(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--model", flags->model, "Model name (default: the first of GET /v1/models)");
   app.add_option("--api-key", flags->api_key, "Sent as 'Authorization: Bearer KEY'");
+  app.add_option("--rate", flags->rates,
+                 "Open loop: requests per second (a list runs a sweep; inf = all at once). "
+                 "Latency then counts from each request's scheduled time")
+      ->delimiter(',')
+      ->check([](const std::string& value) -> std::string {
+        if (value == "inf") return {};
+        try {
+          size_t used = 0;
+          const double rate = std::stod(value, &used);
+          if (used == value.size() && rate > 0) return {};
+        } catch (const std::exception&) {
+        }
+        return "a rate is a positive number of requests per second, or inf";
+      });
+  app.add_option("--arrival", flags->arrival, "Open-loop arrivals: constant, poisson or gamma")
+      ->check(CLI::IsMember({"constant", "poisson", "gamma"}))
+      ->capture_default_str();
+  app.add_option("--burstiness", flags->burstiness,
+                 "Gamma shape for --arrival gamma: < 1 burstier than Poisson")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-concurrency", flags->max_concurrency,
+                 "Open loop: most requests in flight (0: no cap); late ones wait, and the wait "
+                 "counts in their latency")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--concurrency", flags->concurrency,
                  "Virtual users; a list (1,4,16) runs a sweep, one run per value")
       ->delimiter(',')

@@ -1,5 +1,6 @@
 #include "bench/bench_report.h"
 
+#include <cmath>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -15,9 +16,16 @@ json summary_json(const LatencySummary& s) {
           {"p95", s.p95},   {"p99", s.p99}, {"max", s.max}};
 }
 
+json load_json(const LoadPoint& load) {
+  if (!load.open_loop()) return {{"concurrency", load.concurrency}};
+  json out = {{"rate", std::isinf(load.rate) ? json("inf") : json(load.rate)}};
+  if (load.concurrency > 0) out["max_concurrency"] = load.concurrency;
+  return out;
+}
+
 json run_json(const LoadPointOutcome& outcome) {
   const RunStatistics& s = outcome.stats;
-  return {{"load", {{"concurrency", outcome.run.load.concurrency}}},
+  return {{"load", load_json(outcome.run.load)},
           {"requests", {{"ok", s.ok}, {"failed", s.failed}, {"timeouts", s.timeouts}}},
           {"errors", s.errors},
           {"ttft_ms", summary_json(s.ttft_ms)},
@@ -28,7 +36,9 @@ json run_json(const LoadPointOutcome& outcome) {
           {"input_token_throughput", s.input_token_throughput},
           {"output_token_throughput", s.output_token_throughput},
           {"duration_s", s.duration_s},
-          {"chunk_token_mismatch", s.chunk_token_mismatch}};
+          {"chunk_token_mismatch", s.chunk_token_mismatch},
+          {"achieved_rate", s.achieved_rate},
+          {"schedule_lag_ms", summary_json(s.schedule_lag_ms)}};
 }
 
 // Milliseconds from `origin`, or an empty cell for an event that did not happen.
@@ -82,18 +92,23 @@ void write_requests_csv(const BenchReport& report, std::ostream& out) {
 
 std::string summary_table(const BenchReport& report) {
   std::string table =
-      fmt::format("{:>6} {:>5} {:>5} {:>8} {:>10} {:>17} {:>15} {:>15} {:>17} {:>8}\n", "conc",
-                  "ok", "fail", "req/s", "out tok/s", "TTFT p50/p99 ms", "ITL p50/p99",
-                  "TPOT p50/p99", "E2E p50/p99 ms", "mismatch");
+      fmt::format("{:>10} {:>5} {:>5} {:>8} {:>10} {:>17} {:>15} {:>15} {:>17} {:>8} {:>10}\n",
+                  "load", "ok", "fail", "req/s", "out tok/s", "TTFT p50/p99 ms", "ITL p50/p99",
+                  "TPOT p50/p99", "E2E p50/p99 ms", "mismatch", "lag p99 ms");
   for (const LoadPointOutcome& outcome : report.runs) {
     const RunStatistics& s = outcome.stats;
     auto pair = [](const LatencySummary& l) {
       return l.count == 0 ? std::string("-") : fmt::format("{:.1f}/{:.1f}", l.p50, l.p99);
     };
-    table += fmt::format("{:>6} {:>5} {:>5} {:>8.2f} {:>10.1f} {:>17} {:>15} {:>15} {:>17} {:>8}\n",
-                         outcome.run.load.concurrency, s.ok, s.failed, s.request_throughput,
-                         s.output_token_throughput, pair(s.ttft_ms), pair(s.itl_ms),
-                         pair(s.tpot_ms), pair(s.e2e_ms), s.chunk_token_mismatch);
+    const LoadPoint& load = outcome.run.load;
+    const std::string load_label = !load.open_loop()       ? fmt::format("c={}", load.concurrency)
+                                   : std::isinf(load.rate) ? std::string("r=inf")
+                                                           : fmt::format("r={:g}/s", load.rate);
+    table += fmt::format(
+        "{:>10} {:>5} {:>5} {:>8.2f} {:>10.1f} {:>17} {:>15} {:>15} {:>17} {:>8} {:>10.2f}\n",
+        load_label, s.ok, s.failed, s.request_throughput, s.output_token_throughput,
+        pair(s.ttft_ms), pair(s.itl_ms), pair(s.tpot_ms), pair(s.e2e_ms), s.chunk_token_mismatch,
+        s.schedule_lag_ms.p99);
   }
   return table;
 }

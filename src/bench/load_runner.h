@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <vector>
 
 #include "bench/request_record.h"
@@ -9,12 +10,20 @@
 
 namespace brisk::bench {
 
-// How load is offered at one point of a sweep. Only the closed loop exists today: `concurrency`
-// virtual users, each sending its next request as soon as the previous one finished. An open
-// loop (requests issued on an arrival schedule, whatever the server's progress) will add a rate
-// here and its own dispatcher next to run_closed_loop; records and statistics stay the same.
+enum class ArrivalProcess { constant, poisson, gamma };
+
+// How load is offered at one point of a sweep.
+// Closed loop (rate == 0): `concurrency` virtual users, each sending its next request as soon as
+// the previous one finished. Open loop (rate > 0): requests are due on an arrival schedule
+// whatever the server's progress, at most `concurrency` in flight when it is > 0; latency then
+// counts from the scheduled time, so a client or server that falls behind cannot hide queueing.
 struct LoadPoint {
   int concurrency = 1;
+  double rate = 0;  // requests per second; infinity sends everything at once
+  ArrivalProcess arrival = ArrivalProcess::poisson;
+  double burstiness = 1.0;  // gamma shape: < 1 burstier than Poisson, 1 = Poisson
+
+  bool open_loop() const { return rate > 0; }
 };
 
 struct RunOptions {
@@ -33,9 +42,18 @@ struct RunResult {
   TimePoint end{};    // when the last measured request ended
 };
 
+// Offsets in seconds from the start of the measured phase at which each of `count` requests is
+// due. Gaps have mean 1/rate: constant, exponential (Poisson) or gamma(shape = burstiness).
+std::vector<double> arrival_offsets_s(const LoadPoint& load, int count, uint64_t seed);
+
 // Runs one closed-loop load point to completion on the calling thread. Connections opened
 // during warmup are kept for the measured phase, so it starts warm.
 RunResult run_closed_loop(const TargetEndpoint& target, const SyntheticWorkload& workload,
                           const RunOptions& options);
+
+// Runs one open-loop load point: warmup requests one at a time, then the measured requests on
+// their arrival schedule (seeded by `seed`).
+RunResult run_open_loop(const TargetEndpoint& target, const SyntheticWorkload& workload,
+                        const RunOptions& options, uint64_t seed);
 
 }  // namespace brisk::bench

@@ -33,11 +33,19 @@ LatencySummary summarize(std::vector<double> samples) {
 }
 
 RunStatistics compute_run_statistics(const std::vector<RequestRecord>& records, TimePoint run_start,
-                                     TimePoint run_end) {
+                                     TimePoint run_end, LatencyOrigin origin) {
   RunStatistics stats;
-  std::vector<double> ttft, itl, tpot, e2e;
+  std::vector<double> ttft, itl, tpot, e2e, lag;
+  TimePoint first_send = TimePoint::max(), last_send = TimePoint::min();
+  int sends = 0;
   for (const RequestRecord& record : records) {
     if (record.warmup) continue;
+    if (record.sent != TimePoint{} && record.scheduled != TimePoint{}) {
+      lag.push_back(ms_between(record.scheduled, record.sent));
+      first_send = std::min(first_send, record.sent);
+      last_send = std::max(last_send, record.sent);
+      ++sends;
+    }
     if (!record.ok()) {
       ++stats.failed;
       if (record.error == RequestError::timeout) ++stats.timeouts;
@@ -45,14 +53,15 @@ RunStatistics compute_run_statistics(const std::vector<RequestRecord>& records, 
       continue;
     }
     ++stats.ok;
-    const double e2e_ms = ms_between(record.sent, record.end);
+    const TimePoint start = origin == LatencyOrigin::scheduled ? record.scheduled : record.sent;
+    const double e2e_ms = ms_between(start, record.end);
     e2e.push_back(e2e_ms);
     if (record.prompt_tokens > 0) stats.total_input_tokens += record.prompt_tokens;
     if (record.completion_tokens > 0) stats.total_output_tokens += record.completion_tokens;
 
     const auto& chunks = record.content_chunks;
     if (chunks.empty()) continue;  // non-streamed, or no text at all: no TTFT to speak of
-    const double ttft_ms = ms_between(record.sent, chunks.front());
+    const double ttft_ms = ms_between(start, chunks.front());
     ttft.push_back(ttft_ms);
     for (size_t i = 1; i < chunks.size(); ++i) itl.push_back(ms_between(chunks[i - 1], chunks[i]));
     // Servers that omit usage still get a TPOT, counted in chunks (the best guess available).
@@ -68,6 +77,10 @@ RunStatistics compute_run_statistics(const std::vector<RequestRecord>& records, 
   stats.itl_ms = summarize(std::move(itl));
   stats.tpot_ms = summarize(std::move(tpot));
   stats.e2e_ms = summarize(std::move(e2e));
+  stats.schedule_lag_ms = summarize(std::move(lag));
+  if (sends > 1 && last_send > first_send) {
+    stats.achieved_rate = (sends - 1) / seconds_between(first_send, last_send);
+  }
   stats.duration_s = seconds_between(run_start, run_end);
   if (stats.duration_s > 0) {
     stats.request_throughput = stats.ok / stats.duration_s;

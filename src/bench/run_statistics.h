@@ -35,10 +35,12 @@ struct RunStatistics {
   int timeouts = 0;
   std::map<std::string, int> errors;  // error kind name → count, failed requests only
 
-  LatencySummary ttft_ms;  // sent → first non-empty content chunk
+  LatencySummary ttft_ms;  // origin → first non-empty content chunk
   LatencySummary itl_ms;   // every gap between consecutive content chunks, pooled
   LatencySummary tpot_ms;  // per request (E2E − TTFT) / (completion_tokens − 1), ≥ 2 tokens
-  LatencySummary e2e_ms;   // sent → end
+  LatencySummary e2e_ms;   // origin → end
+  LatencySummary schedule_lag_ms;  // scheduled → sent: how far the client fell behind its plan
+  double achieved_rate = 0;        // measured requests sent per second (first → last send)
 
   double duration_s = 0;               // first scheduled send → last end
   double request_throughput = 0;       // successful requests per second
@@ -53,9 +55,13 @@ struct RunStatistics {
   int chunk_token_mismatch = 0;
 };
 
+// Where latencies start. Open loop: the scheduled time, so queueing in the client or server
+// cannot hide (no coordinated omission). Closed loop: the send, after the connection exists.
+enum class LatencyOrigin { sent, scheduled };
+
 // Computes the statistics of the measured (non-warmup) requests of one run that lasted from
 // `run_start` to `run_end`.
 RunStatistics compute_run_statistics(const std::vector<RequestRecord>& records, TimePoint run_start,
-                                     TimePoint run_end);
+                                     TimePoint run_end, LatencyOrigin origin = LatencyOrigin::sent);
 
 }  // namespace brisk::bench

@@ -53,10 +53,30 @@ def test_bench_against_llama_server(llama_server, tmp_path):
     proc = run_bench(llama_server.base_url, tmp_path)
     models = json.loads((tmp_path / "result.json").read_text())["target"]["model"]
     check_result(tmp_path, models)
-    assert "conc" in proc.stdout
+    assert "c=1" in proc.stdout and "c=2" in proc.stdout
 
 
 def test_bench_against_nothing_fails_and_says_why(tmp_path):
     proc = run_bench(f"http://127.0.0.1:{free_port()}", tmp_path, "--model", "x", check=False)
     assert proc.returncode != 0
     assert "connect" in (proc.stdout + proc.stderr).lower()
+
+
+def test_open_loop_keeps_its_schedule_and_reports_it(brisk, tmp_path):
+    argv = [str(BRISK_BIN), "bench", "--url", brisk.base_url, "--rate", "2,inf", "--arrival",
+            "constant", "--num-requests", "5", "--warmup-requests", "1", "--input-tokens", "16",
+            "--output-tokens", "4", "--out", str(tmp_path)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = json.loads((tmp_path / "result.json").read_text())["runs"]
+    assert [run["load"] for run in runs] == [{"rate": 2.0}, {"rate": "inf"}]
+    paced, burst = runs
+    assert paced["requests"]["ok"] == 5 and burst["requests"]["ok"] == 5
+    # Constant arrivals at 2/s: sends 0.5 s apart, so the achieved rate is 2/s give or take
+    # scheduling noise, and the client never falls far behind its plan.
+    assert 1.6 < paced["achieved_rate"] < 2.4
+    assert paced["schedule_lag_ms"]["p99"] < 100
+    assert burst["achieved_rate"] > 20
+    for run in runs:
+        assert set(run["schedule_lag_ms"]) >= STAT_KEYS
+        assert run["ttft_ms"]["p50"] > 0

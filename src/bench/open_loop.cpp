@@ -1,0 +1,153 @@
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <random>
+
+#include "bench/load_runner.h"
+#include "bench/openai_client.h"
+
+// GCC 12 flags Boost 1.74's coroutine-frame allocator as mismatched; see load_runner.cpp.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+namespace brisk::bench {
+namespace {
+
+// Idle keep-alive connections, opened on demand up to `cap` (0: no cap). Only the dispatcher
+// acquires, so at most one coroutine ever waits for a release.
+class ConnectionPool {
+ public:
+  ConnectionPool(net::any_io_executor executor, const TargetEndpoint& target, ApiKind kind,
+                 std::chrono::milliseconds timeout, int cap)
+      : executor_(executor),
+        target_(target),
+        kind_(kind),
+        timeout_(timeout),
+        cap_(cap),
+        released_(executor, TimePoint::max()) {}
+
+  net::awaitable<std::unique_ptr<OpenAiConnection>> acquire() {
+    while (true) {
+      if (!idle_.empty()) {
+        auto connection = std::move(idle_.back());
+        idle_.pop_back();
+        co_return connection;
+      }
+      if (cap_ <= 0 || opened_ < cap_) {
+        ++opened_;
+        co_return std::make_unique<OpenAiConnection>(executor_, target_, kind_, timeout_);
+      }
+      boost::system::error_code ignored;  // woken by cancel_one() in release()
+      co_await released_.async_wait(net::redirect_error(net::use_awaitable, ignored));
+    }
+  }
+
+  void release(std::unique_ptr<OpenAiConnection> connection) {
+    idle_.push_back(std::move(connection));
+    released_.cancel_one();
+  }
+
+ private:
+  net::any_io_executor executor_;
+  const TargetEndpoint& target_;
+  ApiKind kind_;
+  std::chrono::milliseconds timeout_;
+  int cap_;
+  int opened_ = 0;
+  std::vector<std::unique_ptr<OpenAiConnection>> idle_;
+  net::steady_timer released_;
+};
+
+net::awaitable<void> send_then_release(ConnectionPool& pool,
+                                       std::unique_ptr<OpenAiConnection> connection,
+                                       const CompletionRequest& request, RequestRecord& record) {
+  co_await connection->send(request, record);
+  pool.release(std::move(connection));
+}
+
+net::awaitable<void> dispatch(ConnectionPool& pool, const std::vector<CompletionRequest>& requests,
+                              std::vector<RequestRecord>& records, int first, TimePoint start,
+                              const std::vector<double>& offsets_s) {
+  auto executor = co_await net::this_coro::executor;
+  net::steady_timer due(executor);
+  for (int i = first; i < static_cast<int>(requests.size()); ++i) {
+    RequestRecord& record = records[i];
+    record.index = i;
+    record.scheduled = start + std::chrono::duration_cast<Clock::duration>(
+                                   std::chrono::duration<double>(offsets_s[i - first]));
+    due.expires_at(record.scheduled);
+    co_await due.async_wait(net::use_awaitable);
+    auto connection = co_await pool.acquire();
+    net::co_spawn(executor, send_then_release(pool, std::move(connection), requests[i], record),
+                  net::detached);
+  }
+}
+
+}  // namespace
+
+std::vector<double> arrival_offsets_s(const LoadPoint& load, int count, uint64_t seed) {
+  std::vector<double> offsets(std::max(0, count), 0.0);
+  if (std::isinf(load.rate)) return offsets;
+  std::mt19937_64 random(seed);
+  const double mean_gap_s = 1.0 / load.rate;
+  std::exponential_distribution<double> exponential(load.rate);
+  std::gamma_distribution<double> gamma(load.burstiness, mean_gap_s / load.burstiness);
+  double t = 0;
+  for (int i = 0; i < count; ++i) {
+    offsets[i] = t;
+    switch (load.arrival) {
+      case ArrivalProcess::constant:
+        t += mean_gap_s;
+        break;
+      case ArrivalProcess::poisson:
+        t += exponential(random);
+        break;
+      case ArrivalProcess::gamma:
+        t += gamma(random);
+        break;
+    }
+  }
+  return offsets;
+}
+
+RunResult run_open_loop(const TargetEndpoint& target, const SyntheticWorkload& workload,
+                        const RunOptions& options, uint64_t seed) {
+  const int warmup = std::max(0, options.warmup_requests);
+  const int total = warmup + std::max(0, options.num_requests);
+  std::vector<CompletionRequest> requests;
+  requests.reserve(total);
+  for (int i = 0; i < total; ++i) requests.push_back(workload.request(options.run_index, i));
+  const std::vector<double> offsets = arrival_offsets_s(options.load, total - warmup, seed);
+
+  RunResult result;
+  result.load = options.load;
+  result.records.resize(total);
+  net::io_context io;
+  ConnectionPool pool(io.get_executor(), target, workload.options().kind, options.timeout,
+                      options.load.concurrency);
+
+  // Warmup: one request at a time, so the server and the connections are warm.
+  net::co_spawn(
+      io,
+      [&]() -> net::awaitable<void> {
+        auto connection = co_await pool.acquire();
+        for (int i = 0; i < warmup; ++i) {
+          result.records[i].index = i;
+          result.records[i].warmup = true;
+          result.records[i].scheduled = Clock::now();
+          co_await connection->send(requests[i], result.records[i]);
+        }
+        pool.release(std::move(connection));
+      },
+      net::detached);
+  io.run();
+  io.restart();
+
+  result.start = Clock::now();
+  net::co_spawn(io, dispatch(pool, requests, result.records, warmup, result.start, offsets),
+                net::detached);
+  io.run();
+  result.end = Clock::now();
+  return result;
+}
+
+}  // namespace brisk::bench
