@@ -1,3 +1,4 @@
+#include <fstream>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -10,6 +11,7 @@
 #include "bench/bench_report.h"
 #include "bench/http_fetch.h"
 #include "bench/load_runner.h"
+#include "bench/result_comparison.h"
 #include "bench/run_statistics.h"
 #include "bench/workload.h"
 
@@ -35,7 +37,39 @@ struct BenchFlags {
   double timeout_s = 300;
   bool no_stream = false;
   std::string out_dir;
+  std::optional<double> usd_per_hour;
+  std::vector<std::string> compare;  // two result.json files: print them side by side, run nothing
 };
+
+std::optional<nlohmann::json> read_json_file(const std::string& path, std::string& error) {
+  std::ifstream in(path);
+  if (!in) {
+    error = "cannot read " + path;
+    return std::nullopt;
+  }
+  nlohmann::json document = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (document.is_discarded()) {
+    error = path + " is not JSON";
+    return std::nullopt;
+  }
+  return document;
+}
+
+int run_compare(const BenchFlags& flags) {
+  std::string error;
+  auto first = read_json_file(flags.compare[0], error);
+  auto second = first ? read_json_file(flags.compare[1], error) : std::nullopt;
+  std::string table;
+  if (first && second) {
+    table = bench::compare_results(*first, *second, flags.compare[0], flags.compare[1], error);
+  }
+  if (!error.empty()) {
+    std::cerr << "error: " << error << "\n";
+    return 2;
+  }
+  std::cout << table;
+  return 0;
+}
 
 // The first model the server lists: what a single-model server is serving.
 std::optional<std::string> discover_model(const bench::TargetEndpoint& target,
@@ -67,6 +101,7 @@ void print_failure_samples(const bench::RunResult& run) {
 }
 
 int run_bench(const BenchFlags& flags) {
+  if (!flags.compare.empty()) return run_compare(flags);
   std::string error;
   auto target = bench::parse_target_url(flags.url, error);
   if (!target) {
@@ -109,8 +144,11 @@ int run_bench(const BenchFlags& flags) {
       calibration.tokens_per_word, calibration.measured ? "measured via /tokenize" : "assumed",
       flags.output_tokens);
 
-  bench::BenchReport report{
-      {flags.url, flags.endpoint, model}, workload_options, flags.num_requests, {}};
+  bench::BenchReport report{{flags.url, flags.endpoint, model},
+                            workload_options,
+                            flags.num_requests,
+                            flags.usd_per_hour,
+                            {}};
   std::vector<bench::LoadPoint> load_points;
   if (flags.rates.empty()) {
     for (int users : flags.concurrency) load_points.push_back({users});
@@ -220,6 +258,12 @@ CommandRunner register_bench_command(CLI::App& app) {
   app.add_flag("--no-stream", flags->no_stream,
                "Ask for whole responses: only E2E and throughput are measured (no TTFT/ITL/TPOT)");
   app.add_option("--out", flags->out_dir, "Directory for result.json and requests.csv");
+  app.add_option("--usd-per-hour", flags->usd_per_hour,
+                 "Price of the serving hardware: adds $/1M output tokens and $/1k requests")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--compare", flags->compare,
+                 "Print two result.json files side by side with ratios (runs nothing)")
+      ->expected(2);
   return [flags] { return run_bench(*flags); };
 }
 

@@ -23,7 +23,13 @@ json load_json(const LoadPoint& load) {
   return out;
 }
 
-json run_json(const LoadPointOutcome& outcome) {
+// What the measured throughput costs at `usd_per_hour`; null without a price or throughput.
+json usd_per(std::optional<double> usd_per_hour, double units_per_second, double units) {
+  if (!usd_per_hour || units_per_second <= 0) return nullptr;
+  return *usd_per_hour / 3600.0 / units_per_second * units;
+}
+
+json run_json(const LoadPointOutcome& outcome, std::optional<double> usd_per_hour) {
   const RunStatistics& s = outcome.stats;
   return {{"load", load_json(outcome.run.load)},
           {"requests", {{"ok", s.ok}, {"failed", s.failed}, {"timeouts", s.timeouts}}},
@@ -38,7 +44,9 @@ json run_json(const LoadPointOutcome& outcome) {
           {"duration_s", s.duration_s},
           {"chunk_token_mismatch", s.chunk_token_mismatch},
           {"achieved_rate", s.achieved_rate},
-          {"schedule_lag_ms", summary_json(s.schedule_lag_ms)}};
+          {"schedule_lag_ms", summary_json(s.schedule_lag_ms)},
+          {"usd_per_million_output_tokens", usd_per(usd_per_hour, s.output_token_throughput, 1e6)},
+          {"usd_per_thousand_requests", usd_per(usd_per_hour, s.request_throughput, 1e3)}};
 }
 
 // Milliseconds from `origin`, or an empty cell for an event that did not happen.
@@ -60,7 +68,9 @@ std::string csv_quoted(const std::string& text) {
 
 json report_json(const BenchReport& report) {
   json runs = json::array();
-  for (const LoadPointOutcome& outcome : report.runs) runs.push_back(run_json(outcome));
+  for (const LoadPointOutcome& outcome : report.runs) {
+    runs.push_back(run_json(outcome, report.usd_per_hour));
+  }
   return {{"target",
            {{"url", report.target.url},
             {"endpoint", report.target.endpoint},

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -28,7 +29,8 @@ struct LoadPointOutcome {
 struct BenchReport {
   BenchTarget target;
   WorkloadOptions workload;
-  int num_requests = 0;  // measured requests per load point
+  int num_requests = 0;                // measured requests per load point
+  std::optional<double> usd_per_hour;  // price of the serving hardware, for cost per token
   std::vector<LoadPointOutcome> runs;
 };
 

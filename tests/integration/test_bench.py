@@ -84,3 +84,26 @@ def test_open_loop_keeps_its_schedule_and_reports_it(brisk, tmp_path):
     for run in runs:
         assert set(run["schedule_lag_ms"]) >= STAT_KEYS
         assert run["ttft_ms"]["p50"] > 0
+
+
+def test_cost_and_compare(brisk, tmp_path):
+    priced, unpriced = tmp_path / "priced", tmp_path / "unpriced"
+    run_bench(brisk.base_url, priced, "--usd-per-hour", "3.6")
+    run_bench(brisk.base_url, unpriced)
+    for run in json.loads((priced / "result.json").read_text())["runs"]:
+        expected = 3.6 / 3600 / run["output_token_throughput"] * 1e6
+        assert abs(run["usd_per_million_output_tokens"] - expected) < 1e-6 * expected
+        assert run["usd_per_thousand_requests"] > 0
+    for run in json.loads((unpriced / "result.json").read_text())["runs"]:
+        assert run["usd_per_million_output_tokens"] is None
+
+    proc = subprocess.run([str(BRISK_BIN), "bench", "--compare", str(priced / "result.json"),
+                           str(priced / "result.json")], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("TTFT p50 ms") == 2  # one block per load point
+    assert "1.00x" in proc.stdout
+
+    bad = subprocess.run([str(BRISK_BIN), "bench", "--compare", str(priced / "requests.csv"),
+                          str(priced / "result.json")], capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "error" in bad.stderr
