@@ -5,6 +5,7 @@
 #include <memory>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
@@ -13,6 +14,7 @@
 #include "bench/load_runner.h"
 #include "bench/result_comparison.h"
 #include "bench/run_statistics.h"
+#include "bench/slo.h"
 #include "bench/workload.h"
 
 namespace brisk {
@@ -39,6 +41,9 @@ struct BenchFlags {
   std::string out_dir;
   std::optional<double> usd_per_hour;
   std::vector<std::string> compare;  // two result.json files: print them side by side, run nothing
+  std::string slo;                   // e.g. "ttft_p99=500ms,tpot_p99=50ms"
+  bool find_max_rate = false;
+  int search_steps = 5;
 };
 
 std::optional<nlohmann::json> read_json_file(const std::string& path, std::string& error) {
@@ -100,6 +105,28 @@ void print_failure_samples(const bench::RunResult& run) {
   }
 }
 
+// Bisection over open-loop rates for the highest one whose run still meets every SLO limit,
+// between 0 and the capacity measured by sending everything at once. Returns 0 when even the
+// lowest probed rate misses, infinity when a saturating burst already meets the SLO.
+template <class MakePoint, class RunPoint>
+double find_max_rate(const bench::Slo& slo, int steps, MakePoint make_point, RunPoint run_point) {
+  const bench::RunStatistics& burst =
+      run_point(make_point(std::numeric_limits<double>::infinity()));
+  if (slo.run_meets(burst)) return std::numeric_limits<double>::infinity();
+  double meets = 0, misses = burst.request_throughput;
+  for (int step = 0; step < steps && misses > 0; ++step) {
+    const double rate = (meets + misses) / 2;
+    const bench::RunStatistics& stats = run_point(make_point(rate));
+    const std::vector<std::string> missed = slo.misses(stats);
+    std::cerr << fmt::format("  rate {:.3g} req/s: {}\n", rate,
+                             missed.empty()
+                                 ? std::string("meets the SLO")
+                                 : "misses: " + fmt::format("{}", fmt::join(missed, ", ")));
+    (missed.empty() ? meets : misses) = rate;
+  }
+  return meets;
+}
+
 int run_bench(const BenchFlags& flags) {
   if (!flags.compare.empty()) return run_compare(flags);
   std::string error;
@@ -148,41 +175,64 @@ int run_bench(const BenchFlags& flags) {
                             workload_options,
                             flags.num_requests,
                             flags.usd_per_hour,
-                            {}};
-  std::vector<bench::LoadPoint> load_points;
-  if (flags.rates.empty()) {
-    for (int users : flags.concurrency) load_points.push_back({users});
-  } else {
-    for (const std::string& rate : flags.rates) {
-      bench::LoadPoint point;
-      point.concurrency = flags.max_concurrency;
-      point.rate = rate == "inf" ? std::numeric_limits<double>::infinity() : std::stod(rate);
-      point.arrival = flags.arrival == "constant" ? bench::ArrivalProcess::constant
-                      : flags.arrival == "gamma"  ? bench::ArrivalProcess::gamma
-                                                  : bench::ArrivalProcess::poisson;
-      point.burstiness = flags.burstiness;
-      load_points.push_back(point);
+                            {},
+                            std::nullopt,
+                            std::nullopt};
+  std::optional<bench::Slo> slo;
+  if (!flags.slo.empty()) {
+    slo = bench::parse_slo(flags.slo, error);
+    if (!slo) {
+      std::cerr << "error: --slo: " << error << "\n";
+      return 2;
     }
+    report.slo = *slo;
   }
+  auto open_point = [&](double rate) {
+    bench::LoadPoint point;
+    point.concurrency = flags.max_concurrency;
+    point.rate = rate;
+    point.arrival = flags.arrival == "constant" ? bench::ArrivalProcess::constant
+                    : flags.arrival == "gamma"  ? bench::ArrivalProcess::gamma
+                                                : bench::ArrivalProcess::poisson;
+    point.burstiness = flags.burstiness;
+    return point;
+  };
   int total_ok = 0;
-  for (size_t i = 0; i < load_points.size(); ++i) {
-    const bench::LoadPoint& load = load_points[i];
-    bench::RunOptions options{load, static_cast<int>(i), flags.num_requests, flags.warmup_requests,
+  auto run_point = [&](const bench::LoadPoint& load) -> const bench::RunStatistics& {
+    const int index = static_cast<int>(report.runs.size());
+    bench::RunOptions options{load, index, flags.num_requests, flags.warmup_requests,
                               request_timeout};
-    std::cerr << fmt::format("run {}: {}, {} requests (+{} warmup)...\n", i,
+    std::cerr << fmt::format("run {}: {}, {} requests (+{} warmup)...\n", index,
                              load.open_loop()
-                                 ? fmt::format("rate {} req/s ({})", load.rate, flags.arrival)
+                                 ? fmt::format("rate {:g} req/s ({})", load.rate, flags.arrival)
                                  : fmt::format("concurrency {}", load.concurrency),
                              flags.num_requests, flags.warmup_requests);
-    bench::RunResult run = load.open_loop()
-                               ? bench::run_open_loop(*target, workload, options, flags.seed + i)
-                               : bench::run_closed_loop(*target, workload, options);
+    bench::RunResult run =
+        load.open_loop() ? bench::run_open_loop(*target, workload, options, flags.seed + index)
+                         : bench::run_closed_loop(*target, workload, options);
     bench::RunStatistics stats = bench::compute_run_statistics(
         run.records, run.start, run.end,
-        load.open_loop() ? bench::LatencyOrigin::scheduled : bench::LatencyOrigin::sent);
+        load.open_loop() ? bench::LatencyOrigin::scheduled : bench::LatencyOrigin::sent,
+        slo ? &*slo : nullptr);
     if (stats.failed > 0) print_failure_samples(run);
     total_ok += stats.ok;
     report.runs.push_back({std::move(run), std::move(stats)});
+    return report.runs.back().stats;
+  };
+
+  if (flags.find_max_rate) {
+    if (!slo) {
+      std::cerr << "error: --find-max-rate needs --slo (the limits the rate must still meet)\n";
+      return 2;
+    }
+    report.max_rate_meeting_slo = find_max_rate(*slo, flags.search_steps, open_point, run_point);
+  } else if (!flags.rates.empty()) {
+    for (const std::string& rate : flags.rates) {
+      run_point(
+          open_point(rate == "inf" ? std::numeric_limits<double>::infinity() : std::stod(rate)));
+    }
+  } else {
+    for (int users : flags.concurrency) run_point(bench::LoadPoint{users});
   }
 
   std::cout << bench::summary_table(report);
@@ -261,6 +311,14 @@ CommandRunner register_bench_command(CLI::App& app) {
   app.add_option("--usd-per-hour", flags->usd_per_hour,
                  "Price of the serving hardware: adds $/1M output tokens and $/1k requests")
       ->check(CLI::PositiveNumber);
+  app.add_option("--slo", flags->slo,
+                 "Limits such as ttft_p99=500ms,tpot_p99=50ms: adds goodput (requests/s meeting "
+                 "every limit) and whether each load point meets them");
+  app.add_flag("--find-max-rate", flags->find_max_rate,
+               "Bisect open-loop rates for the highest that still meets --slo");
+  app.add_option("--search-steps", flags->search_steps, "Bisection steps of --find-max-rate")
+      ->check(CLI::Range(1, 20))
+      ->capture_default_str();
   app.add_option("--compare", flags->compare,
                  "Print two result.json files side by side with ratios (runs nothing)")
       ->expected(2);

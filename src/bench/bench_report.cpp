@@ -29,24 +29,29 @@ json usd_per(std::optional<double> usd_per_hour, double units_per_second, double
   return *usd_per_hour / 3600.0 / units_per_second * units;
 }
 
-json run_json(const LoadPointOutcome& outcome, std::optional<double> usd_per_hour) {
+json run_json(const LoadPointOutcome& outcome, std::optional<double> usd_per_hour,
+              const std::optional<Slo>& slo) {
   const RunStatistics& s = outcome.stats;
-  return {{"load", load_json(outcome.run.load)},
-          {"requests", {{"ok", s.ok}, {"failed", s.failed}, {"timeouts", s.timeouts}}},
-          {"errors", s.errors},
-          {"ttft_ms", summary_json(s.ttft_ms)},
-          {"itl_ms", summary_json(s.itl_ms)},
-          {"tpot_ms", summary_json(s.tpot_ms)},
-          {"e2e_ms", summary_json(s.e2e_ms)},
-          {"request_throughput", s.request_throughput},
-          {"input_token_throughput", s.input_token_throughput},
-          {"output_token_throughput", s.output_token_throughput},
-          {"duration_s", s.duration_s},
-          {"chunk_token_mismatch", s.chunk_token_mismatch},
-          {"achieved_rate", s.achieved_rate},
-          {"schedule_lag_ms", summary_json(s.schedule_lag_ms)},
-          {"usd_per_million_output_tokens", usd_per(usd_per_hour, s.output_token_throughput, 1e6)},
-          {"usd_per_thousand_requests", usd_per(usd_per_hour, s.request_throughput, 1e3)}};
+  json run = {
+      {"load", load_json(outcome.run.load)},
+      {"requests", {{"ok", s.ok}, {"failed", s.failed}, {"timeouts", s.timeouts}}},
+      {"errors", s.errors},
+      {"ttft_ms", summary_json(s.ttft_ms)},
+      {"itl_ms", summary_json(s.itl_ms)},
+      {"tpot_ms", summary_json(s.tpot_ms)},
+      {"e2e_ms", summary_json(s.e2e_ms)},
+      {"request_throughput", s.request_throughput},
+      {"input_token_throughput", s.input_token_throughput},
+      {"output_token_throughput", s.output_token_throughput},
+      {"duration_s", s.duration_s},
+      {"chunk_token_mismatch", s.chunk_token_mismatch},
+      {"achieved_rate", s.achieved_rate},
+      {"schedule_lag_ms", summary_json(s.schedule_lag_ms)},
+      {"usd_per_million_output_tokens", usd_per(usd_per_hour, s.output_token_throughput, 1e6)},
+      {"usd_per_thousand_requests", usd_per(usd_per_hour, s.request_throughput, 1e3)}};
+  run["goodput"] = slo ? json(s.goodput) : json(nullptr);
+  run["slo_met"] = slo ? json(slo->run_meets(s)) : json(nullptr);
+  return run;
 }
 
 // Milliseconds from `origin`, or an empty cell for an event that did not happen.
@@ -69,18 +74,30 @@ std::string csv_quoted(const std::string& text) {
 json report_json(const BenchReport& report) {
   json runs = json::array();
   for (const LoadPointOutcome& outcome : report.runs) {
-    runs.push_back(run_json(outcome, report.usd_per_hour));
+    runs.push_back(run_json(outcome, report.usd_per_hour, report.slo));
   }
-  return {{"target",
-           {{"url", report.target.url},
-            {"endpoint", report.target.endpoint},
-            {"model", report.target.model}}},
-          {"workload",
-           {{"input_tokens", report.workload.input_tokens},
-            {"output_tokens", report.workload.output_tokens},
-            {"num_requests", report.num_requests},
-            {"seed", report.workload.seed}}},
-          {"runs", runs}};
+  json document = {{"target",
+                    {{"url", report.target.url},
+                     {"endpoint", report.target.endpoint},
+                     {"model", report.target.model}}},
+                   {"workload",
+                    {{"input_tokens", report.workload.input_tokens},
+                     {"output_tokens", report.workload.output_tokens},
+                     {"num_requests", report.num_requests},
+                     {"seed", report.workload.seed}}},
+                   {"runs", runs}};
+  if (report.slo) {
+    json limits = json::object();
+    for (const SloLimit& limit : report.slo->limits) {
+      limits[limit.metric + "_" + limit.stat + "_ms"] = limit.limit_ms;
+    }
+    document["slo"] = limits;
+  }
+  if (report.max_rate_meeting_slo) {
+    const double rate = *report.max_rate_meeting_slo;
+    document["max_rate_meeting_slo"] = std::isinf(rate) ? json("inf") : json(rate);
+  }
+  return document;
 }
 
 void write_requests_csv(const BenchReport& report, std::ostream& out) {
@@ -113,7 +130,7 @@ std::string summary_table(const BenchReport& report) {
     const LoadPoint& load = outcome.run.load;
     const std::string load_label = !load.open_loop()       ? fmt::format("c={}", load.concurrency)
                                    : std::isinf(load.rate) ? std::string("r=inf")
-                                                           : fmt::format("r={:g}/s", load.rate);
+                                                           : fmt::format("r={:.3g}/s", load.rate);
     table += fmt::format(
         "{:>10} {:>5} {:>5} {:>8.2f} {:>10.1f} {:>17} {:>15} {:>15} {:>17} {:>8} {:>10.2f}\n",
         load_label, s.ok, s.failed, s.request_throughput, s.output_token_throughput,

@@ -10,6 +10,7 @@
 
 #include "bench/load_runner.h"
 #include "bench/run_statistics.h"
+#include "bench/slo.h"
 #include "bench/workload.h"
 
 namespace brisk::bench {
@@ -32,6 +33,8 @@ struct BenchReport {
   int num_requests = 0;                // measured requests per load point
   std::optional<double> usd_per_hour;  // price of the serving hardware, for cost per token
   std::vector<LoadPointOutcome> runs;
+  std::optional<Slo> slo;
+  std::optional<double> max_rate_meeting_slo;  // from --find-max-rate
 };
 
 // result.json. Its schema is stable: tools and CI compare files across brisk versions, so

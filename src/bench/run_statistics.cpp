@@ -33,7 +33,7 @@ LatencySummary summarize(std::vector<double> samples) {
 }
 
 RunStatistics compute_run_statistics(const std::vector<RequestRecord>& records, TimePoint run_start,
-                                     TimePoint run_end, LatencyOrigin origin) {
+                                     TimePoint run_end, LatencyOrigin origin, const Slo* slo) {
   RunStatistics stats;
   std::vector<double> ttft, itl, tpot, e2e, lag;
   TimePoint first_send = TimePoint::max(), last_send = TimePoint::min();
@@ -60,14 +60,20 @@ RunStatistics compute_run_statistics(const std::vector<RequestRecord>& records, 
     if (record.completion_tokens > 0) stats.total_output_tokens += record.completion_tokens;
 
     const auto& chunks = record.content_chunks;
-    if (chunks.empty()) continue;  // non-streamed, or no text at all: no TTFT to speak of
+    if (chunks.empty()) {  // non-streamed, or no text at all: no TTFT to speak of
+      if (slo != nullptr && slo->request_meets(e2e_ms, std::nullopt, e2e_ms)) ++stats.good_requests;
+      continue;
+    }
     const double ttft_ms = ms_between(start, chunks.front());
     ttft.push_back(ttft_ms);
     for (size_t i = 1; i < chunks.size(); ++i) itl.push_back(ms_between(chunks[i - 1], chunks[i]));
     // Servers that omit usage still get a TPOT, counted in chunks (the best guess available).
     const int tokens =
         record.completion_tokens >= 0 ? record.completion_tokens : static_cast<int>(chunks.size());
-    if (tokens >= 2) tpot.push_back((e2e_ms - ttft_ms) / (tokens - 1));
+    std::optional<double> tpot_ms;
+    if (tokens >= 2) tpot_ms = (e2e_ms - ttft_ms) / (tokens - 1);
+    if (tpot_ms) tpot.push_back(*tpot_ms);
+    if (slo != nullptr && slo->request_meets(ttft_ms, tpot_ms, e2e_ms)) ++stats.good_requests;
     if (record.streamed && record.completion_tokens >= 0 &&
         record.completion_tokens != static_cast<int>(chunks.size())) {
       ++stats.chunk_token_mismatch;
@@ -86,6 +92,7 @@ RunStatistics compute_run_statistics(const std::vector<RequestRecord>& records, 
     stats.request_throughput = stats.ok / stats.duration_s;
     stats.input_token_throughput = stats.total_input_tokens / stats.duration_s;
     stats.output_token_throughput = stats.total_output_tokens / stats.duration_s;
+    stats.goodput = stats.good_requests / stats.duration_s;
   }
   return stats;
 }

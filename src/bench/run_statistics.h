@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "bench/request_record.h"
+#include "bench/slo.h"
 #include "common/clock.h"
 
 namespace brisk::bench {
@@ -41,6 +42,9 @@ struct RunStatistics {
   LatencySummary e2e_ms;   // origin → end
   LatencySummary schedule_lag_ms;  // scheduled → sent: how far the client fell behind its plan
   double achieved_rate = 0;        // measured requests sent per second (first → last send)
+  // Requests per second meeting every per-request limit of the SLO (0 without one).
+  double goodput = 0;
+  int good_requests = 0;
 
   double duration_s = 0;               // first scheduled send → last end
   double request_throughput = 0;       // successful requests per second
@@ -62,6 +66,7 @@ enum class LatencyOrigin { sent, scheduled };
 // Computes the statistics of the measured (non-warmup) requests of one run that lasted from
 // `run_start` to `run_end`.
 RunStatistics compute_run_statistics(const std::vector<RequestRecord>& records, TimePoint run_start,
-                                     TimePoint run_end, LatencyOrigin origin = LatencyOrigin::sent);
+                                     TimePoint run_end, LatencyOrigin origin = LatencyOrigin::sent,
+                                     const Slo* slo = nullptr);
 
 }  // namespace brisk::bench

@@ -107,3 +107,28 @@ def test_cost_and_compare(brisk, tmp_path):
     bad = subprocess.run([str(BRISK_BIN), "bench", "--compare", str(priced / "requests.csv"),
                           str(priced / "result.json")], capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "error" in bad.stderr
+
+
+def test_slo_goodput_and_max_rate_search(brisk, tmp_path):
+    base = [str(BRISK_BIN), "bench", "--url", brisk.base_url, "--num-requests", "4",
+            "--warmup-requests", "1", "--input-tokens", "16", "--output-tokens", "4",
+            "--search-steps", "2", "--find-max-rate"]
+    # A limit nothing can meet: the search ends with no rate, and every run says so.
+    proc = subprocess.run(base + ["--slo", "ttft_p50=0.001ms", "--out", str(tmp_path / "strict")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    strict = json.loads((tmp_path / "strict" / "result.json").read_text())
+    assert strict["max_rate_meeting_slo"] == 0
+    assert strict["slo"] == {"ttft_p50_ms": 0.001}
+    assert all(run["slo_met"] is False and run["goodput"] == 0 for run in strict["runs"])
+    # A limit everything meets: even the saturating burst passes.
+    proc = subprocess.run(base + ["--slo", "e2e_max=600s", "--out", str(tmp_path / "loose")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    loose = json.loads((tmp_path / "loose" / "result.json").read_text())
+    assert loose["max_rate_meeting_slo"] == "inf"
+    assert loose["runs"][0]["slo_met"] is True
+    assert loose["runs"][0]["goodput"] == loose["runs"][0]["request_throughput"]
+    bad = subprocess.run(base + ["--slo", "speed_p99=1ms"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "unknown SLO metric" in bad.stderr

@@ -1,0 +1,77 @@
+#include "bench/slo.h"
+
+#include <gtest/gtest.h>
+
+#include "bench/run_statistics.h"
+
+namespace brisk::bench {
+
+TEST(Slo, ParsesLimitsWithUnits) {
+  std::string error;
+  const auto slo = parse_slo("ttft_p99=500ms,tpot_p95=0.05s,e2e_max=2000", error);
+  ASSERT_TRUE(slo) << error;
+  ASSERT_EQ(slo->limits.size(), 3u);
+  EXPECT_EQ(slo->limits[0].metric, "ttft");
+  EXPECT_EQ(slo->limits[0].stat, "p99");
+  EXPECT_DOUBLE_EQ(slo->limits[0].limit_ms, 500);
+  EXPECT_DOUBLE_EQ(slo->limits[1].limit_ms, 50);
+  EXPECT_DOUBLE_EQ(slo->limits[2].limit_ms, 2000);
+}
+
+TEST(Slo, RejectsWhatItCannotCheckWithAReason) {
+  std::string error;
+  EXPECT_FALSE(parse_slo("latency_p99=5ms", error));
+  EXPECT_NE(error.find("unknown SLO metric"), std::string::npos);
+  EXPECT_FALSE(parse_slo("ttft_p42=5ms", error));
+  EXPECT_NE(error.find("unknown SLO statistic"), std::string::npos);
+  EXPECT_FALSE(parse_slo("ttft_p99=-5ms", error));
+  EXPECT_FALSE(parse_slo("ttft_p99", error));
+  EXPECT_FALSE(parse_slo("ttft_p99=fast", error));
+}
+
+TEST(Slo, JudgesRunsAndRequests) {
+  std::string error;
+  const Slo slo = *parse_slo("ttft_p99=100ms,tpot_p99=20ms", error);
+  RunStatistics stats;
+  stats.ok = 10;
+  stats.ttft_ms.p99 = 90;
+  stats.tpot_ms.p99 = 19;
+  EXPECT_TRUE(slo.run_meets(stats));
+  stats.tpot_ms.p99 = 25;
+  EXPECT_FALSE(slo.run_meets(stats));
+  ASSERT_EQ(slo.misses(stats).size(), 1u);
+  EXPECT_NE(slo.misses(stats)[0].find("tpot_p99"), std::string::npos);
+  stats.ok = 0;
+  EXPECT_FALSE(slo.run_meets(RunStatistics{}));
+
+  EXPECT_TRUE(slo.request_meets(50, 10.0, 500));
+  EXPECT_FALSE(slo.request_meets(150, 10.0, 500));
+  EXPECT_FALSE(slo.request_meets(50, 30.0, 500));
+  EXPECT_TRUE(slo.request_meets(50, std::nullopt, 500));  // one token: no TPOT to judge
+}
+
+TEST(Slo, GoodputCountsOnlyRequestsMeetingEveryLimit) {
+  std::string error;
+  const Slo slo = *parse_slo("ttft_p99=100ms", error);
+  const TimePoint t0 = Clock::now();
+  auto at = [&](double ms) {
+    return t0 + std::chrono::duration_cast<Clock::duration>(
+                    std::chrono::duration<double, std::milli>(ms));
+  };
+  std::vector<RequestRecord> records(2);
+  for (auto& r : records) {
+    r.sent = r.scheduled = at(0);
+    r.http_status = 200;
+    r.completion_tokens = 2;
+  }
+  records[0].content_chunks = {at(50), at(60)};
+  records[0].end = at(60);
+  records[1].content_chunks = {at(150), at(160)};
+  records[1].end = at(160);
+  const RunStatistics stats =
+      compute_run_statistics(records, at(0), at(1000), LatencyOrigin::sent, &slo);
+  EXPECT_EQ(stats.good_requests, 1);
+  EXPECT_DOUBLE_EQ(stats.goodput, 1.0);  // one good request in one second
+}
+
+}  // namespace brisk::bench
