@@ -10,6 +10,7 @@
 
 #include "app/commands.h"
 #include "bench/bench_report.h"
+#include "bench/html_report.h"
 #include "bench/http_fetch.h"
 #include "bench/load_runner.h"
 #include "bench/result_comparison.h"
@@ -242,6 +243,13 @@ int run_bench(const BenchFlags& flags) {
       return 1;
     }
     std::cerr << "wrote " << flags.out_dir << "/result.json and requests.csv\n";
+    // The charts are a convenience: without Chart.js the numbers above still stand.
+    if (bench::write_html_report(report, std::filesystem::path(flags.out_dir) / "report.html",
+                                 error)) {
+      std::cerr << "wrote " << flags.out_dir << "/report.html\n";
+    } else {
+      std::cerr << "warning: no report.html: " << error << "\n";
+    }
   }
   return total_ok > 0 ? 0 : 1;
 }

@@ -41,6 +41,13 @@ def check_result(out_dir, model: str) -> dict:
 
 def test_bench_against_brisk_counts_exact_tokens(brisk, tmp_path):
     run_bench(brisk.base_url, tmp_path)
+    html = (tmp_path / "report.html").read_text()
+    assert "Chart.js v3" in html  # inlined from libjs-chart.js: the page opens offline
+    assert "src=\"http" not in html
+    for label in ("concurrency 1", "concurrency 2"):
+        assert label in html
+    for canvas in ("curve", "inflight", "ttft", "itl"):
+        assert f'id="{canvas}"' in html
     result = check_result(tmp_path, "gemma3-270m")
     rows = list(csv.DictReader((tmp_path / "requests.csv").open()))
     # brisk sends one chunk per UTF-8-complete piece: a token that ends inside a character (or

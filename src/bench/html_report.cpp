@@ -1,0 +1,152 @@
+#include "bench/html_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace brisk::bench {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr size_t kMaxCurvePoints = 200;
+
+std::filesystem::path chartjs_path() {
+  const char* configured = std::getenv("BRISK_CHARTJS");
+  return configured ? configured : "/usr/share/javascript/chart.js/chart.min.js";
+}
+
+// An empirical CDF as [{x: ms, y: fraction}], thinned to at most kMaxCurvePoints points.
+json cdf_points(std::vector<double> values) {
+  json points = json::array();
+  if (values.empty()) return points;
+  std::sort(values.begin(), values.end());
+  const size_t step = std::max<size_t>(1, values.size() / kMaxCurvePoints);
+  for (size_t i = 0; i < values.size(); i += step) {
+    points.push_back({{"x", values[i]}, {"y", double(i + 1) / double(values.size())}});
+  }
+  points.push_back({{"x", values.back()}, {"y", 1.0}});
+  return points;
+}
+
+// Requests in flight (sent, not yet ended) after each send or end, in seconds from run start.
+json in_flight_points(const LoadPointOutcome& outcome) {
+  std::vector<std::pair<double, int>> events;
+  for (const RequestRecord& r : outcome.run.records) {
+    if (r.warmup || r.sent == TimePoint{} || r.end == TimePoint{}) continue;
+    events.emplace_back(seconds_between(outcome.run.start, r.sent), +1);
+    events.emplace_back(seconds_between(outcome.run.start, r.end), -1);
+  }
+  std::sort(events.begin(), events.end());
+  json points = json::array();
+  int in_flight = 0;
+  const size_t step = std::max<size_t>(1, events.size() / (2 * kMaxCurvePoints));
+  for (size_t i = 0; i < events.size(); ++i) {
+    in_flight += events[i].second;
+    if (i % step == 0 || i + 1 == events.size()) {
+      points.push_back({{"x", events[i].first}, {"y", in_flight}});
+    }
+  }
+  return points;
+}
+
+json load_point_data(const LoadPointOutcome& outcome, const std::string& label) {
+  std::vector<double> ttft, itl;
+  for (const RequestRecord& r : outcome.run.records) {
+    if (r.warmup || !r.ok() || r.content_chunks.empty()) continue;
+    const TimePoint origin = outcome.run.load.open_loop() ? r.scheduled : r.sent;
+    ttft.push_back(ms_between(origin, r.content_chunks.front()));
+    for (size_t i = 1; i < r.content_chunks.size(); ++i) {
+      itl.push_back(ms_between(r.content_chunks[i - 1], r.content_chunks[i]));
+    }
+  }
+  const RunStatistics& s = outcome.stats;
+  return {{"label", label},
+          {"throughput", s.output_token_throughput},
+          {"ttft_p50", s.ttft_ms.p50},
+          {"ttft_p99", s.ttft_ms.p99},
+          {"tpot_p50", s.tpot_ms.p50},
+          {"itl_p99", s.itl_ms.p99},
+          {"ttft_cdf", cdf_points(std::move(ttft))},
+          {"itl_cdf", cdf_points(std::move(itl))},
+          {"in_flight", in_flight_points(outcome)}};
+}
+
+std::string load_label(const LoadPoint& load) {
+  if (!load.open_loop()) return "concurrency " + std::to_string(load.concurrency);
+  if (std::isinf(load.rate)) return "rate inf";
+  std::ostringstream out;
+  out.precision(3);
+  out << "rate " << load.rate << "/s";
+  return out.str();
+}
+
+// The page's script reads DATA and draws four charts; Chart.js is inlined before it.
+constexpr const char* kPageScript = R"JS(
+const palette = ['#1f77b4','#d62728','#2ca02c','#ff7f0e','#9467bd','#8c564b','#e377c2','#17becf'];
+const line = (label, data, i, dash) => ({label, data, borderColor: palette[i % palette.length],
+  backgroundColor: palette[i % palette.length], showLine: true, pointRadius: 2, borderDash: dash || []});
+const axes = (x, y) => ({x: {type: 'linear', title: {display: true, text: x}},
+                         y: {type: 'linear', title: {display: true, text: y}, beginAtZero: true}});
+const chart = (id, datasets, x, y) => new Chart(document.getElementById(id),
+  {type: 'scatter', data: {datasets}, options: {animation: false, scales: axes(x, y)}});
+const curve = (key) => DATA.runs.map(r => ({x: r.throughput, y: r[key]}));
+chart('curve', [line('TTFT p50 ms', curve('ttft_p50'), 0), line('TTFT p99 ms', curve('ttft_p99'), 1),
+                line('TPOT p50 ms', curve('tpot_p50'), 2), line('ITL p99 ms', curve('itl_p99'), 3)],
+      'output tokens/s', 'ms');
+chart('ttft', DATA.runs.map((r, i) => line(r.label, r.ttft_cdf, i)), 'TTFT ms', 'fraction of requests');
+chart('itl', DATA.runs.map((r, i) => line(r.label, r.itl_cdf, i)), 'ITL ms', 'fraction of gaps');
+chart('inflight', DATA.runs.map((r, i) => line(r.label, r.in_flight, i)), 'seconds into the run',
+      'requests in flight');
+)JS";
+
+}  // namespace
+
+bool write_html_report(const BenchReport& report, const std::filesystem::path& path,
+                       std::string& error) {
+  std::ifstream chartjs_file(chartjs_path());
+  if (!chartjs_file) {
+    error = "cannot read Chart.js at " + chartjs_path().string() +
+            " (install Debian's libjs-chart.js, or set BRISK_CHARTJS)";
+    return false;
+  }
+  std::stringstream chartjs;
+  chartjs << chartjs_file.rdbuf();
+
+  json data = {
+      {"target", report.target.url}, {"model", report.target.model}, {"runs", json::array()}};
+  for (const LoadPointOutcome& outcome : report.runs) {
+    data["runs"].push_back(load_point_data(outcome, load_label(outcome.run.load)));
+  }
+  // "</" inside a <script> would end it early; JSON allows escaping the slash.
+  std::string data_text = data.dump(-1, ' ', false, json::error_handler_t::replace);
+  for (size_t at = data_text.find("</"); at != std::string::npos; at = data_text.find("</", at)) {
+    data_text.replace(at, 2, "<\\/");
+  }
+
+  std::ofstream out(path);
+  out << "<!doctype html><html><head><meta charset=\"utf-8\"><title>brisk bench: "
+      << report.target.model << "</title><style>body{font-family:sans-serif;margin:2em;}"
+      << ".grid{display:grid;grid-template-columns:1fr 1fr;gap:2em;}h2{font-size:1.1em;}</style>"
+      << "<script>" << chartjs.str() << "</script></head><body>"
+      << "<h1>brisk bench</h1><p>target " << report.target.url << ", model " << report.target.model
+      << ", " << report.workload.input_tokens << " tokens in, " << report.workload.output_tokens
+      << " tokens out, " << report.num_requests
+      << " requests per load point</p><div class=\"grid\">"
+      << "<div><h2>Latency vs throughput</h2><canvas id=\"curve\"></canvas></div>"
+      << "<div><h2>Requests in flight</h2><canvas id=\"inflight\"></canvas></div>"
+      << "<div><h2>TTFT (CDF)</h2><canvas id=\"ttft\"></canvas></div>"
+      << "<div><h2>ITL (CDF)</h2><canvas id=\"itl\"></canvas></div></div>"
+      << "<script>const DATA = " << data_text << ";" << kPageScript << "</script></body></html>\n";
+  if (!out) {
+    error = "cannot write " + path.string();
+    return false;
+  }
+  return true;
+}
+
+}  // namespace brisk::bench
