@@ -100,7 +100,8 @@ chart('curve', [line('TTFT p50 ms', curve('ttft_p50'), 0), line('TTFT p99 ms', c
       'output tokens/s', 'ms');
 chart('ttft', DATA.runs.map((r, i) => line(r.label, r.ttft_cdf, i)), 'TTFT ms', 'fraction of requests');
 chart('itl', DATA.runs.map((r, i) => line(r.label, r.itl_cdf, i)), 'ITL ms', 'fraction of gaps');
-chart('inflight', DATA.runs.map((r, i) => line(r.label, r.in_flight, i)), 'seconds into the run',
+chart('inflight', DATA.runs.map((r, i) => ({...line(r.label, r.in_flight, i), stepped: true})),
+      'seconds into the run',
       'requests in flight');
 )JS";
 
