@@ -118,12 +118,7 @@ void StepScheduler::step() {
   }
   admit_waiting(budget);
 
-  if (engine_.batch_size() > 0) {
-    const TimePoint started = Clock::now();
-    run_decode_and_sample();
-    learn_step_cost(decode_tokens, engine_.batch_size() - decode_tokens,
-                    ms_between(started, Clock::now()));
-  }
+  if (engine_.batch_size() > 0) run_decode_and_sample(decode_tokens);
   release_finished();
 }
 
@@ -196,7 +191,7 @@ void StepScheduler::admit_waiting(int& budget) {
   }
 }
 
-void StepScheduler::run_decode_and_sample() {
+void StepScheduler::run_decode_and_sample(int decode_tokens) {
   const int batch_tokens = engine_.batch_size();
   const TimePoint started = Clock::now();
   const DecodeStatus status = engine_.decode();
@@ -211,7 +206,9 @@ void StepScheduler::run_decode_and_sample() {
     const Token token = engine_.sample(sequence->sampler_, sequence->logits_index());
     sequence->accept_token(token, engine_, metrics_);
   }
-  metrics_.observe_step(batch_tokens, seconds_between(started, Clock::now()));
+  const double step_seconds = seconds_between(started, Clock::now());
+  metrics_.observe_step(batch_tokens, step_seconds);
+  learn_step_cost(decode_tokens, batch_tokens - decode_tokens, step_seconds * 1000.0);
 }
 
 void StepScheduler::fail_batch(const std::string& error) {

@@ -54,7 +54,7 @@ class StepScheduler {
   void step();
   void reap_cancelled();
   void admit_waiting(int& budget);
-  void run_decode_and_sample();
+  void run_decode_and_sample(int decode_tokens);
   void release_finished();
   void fail_batch(const std::string& error);
   void finish_unscheduled(Request& request, FinishReason reason);
