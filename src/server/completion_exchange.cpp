@@ -94,8 +94,6 @@ void CompletionExchange::stream_update(const GenerationUpdate& update) {
 }
 
 void CompletionExchange::respond_whole(const GenerationUpdate& update) {
-  HttpResponse response;
-  response.set(http::field::content_type, "application/json");
   if (!is_reportable(update.finish_reason)) {
     ApiError error;
     error.status = update.finish_reason == FinishReason::cancelled ? 503 : 500;
@@ -103,9 +101,7 @@ void CompletionExchange::respond_whole(const GenerationUpdate& update) {
     error.message = update.finish_reason == FinishReason::cancelled
                         ? "the request was cancelled because the server is shutting down"
                         : update.error;
-    response.result(static_cast<http::status>(error.status));
-    response.body() = error.to_json();
-    return session_->respond(std::move(response));
+    return session_->respond(error_response(error));
   }
   json choice = {{"index", 0},
                  {"finish_reason", finish_reason_name(update.finish_reason)},
@@ -123,7 +119,8 @@ void CompletionExchange::respond_whole(const GenerationUpdate& update) {
       {"choices", json::array({choice})},
       {"usage", usage_json(update.timings)},
       {"brisk_timings", timings_json(update.timings)}};
-  response.result(http::status::ok);
+  HttpResponse response{http::status::ok, 11};
+  response.set(http::field::content_type, "application/json");
   response.body() = dump_json(body);
   session_->respond(std::move(response));
 }

@@ -5,19 +5,23 @@
 
 #include <sstream>
 
-#include "server/api_error.h"
-
 namespace brisk {
-namespace {
 
-HttpResponse error_response(int status, const std::string& message, const char* code) {
-  ApiError error = ApiError::invalid(message);
-  error.status = status;
-  error.code = code;
-  HttpResponse response{static_cast<http::status>(status), 11};
+HttpResponse error_response(const ApiError& error) {
+  HttpResponse response{static_cast<http::status>(error.status), 11};
   response.set(http::field::content_type, "application/json");
   response.body() = error.to_json();
   return response;
+}
+
+namespace {
+
+// The errors this layer raises itself, before any route sees the request.
+HttpResponse protocol_error(int status, const std::string& message, const char* code) {
+  ApiError error = ApiError::invalid(message);
+  error.status = status;
+  error.code = code;
+  return error_response(error);
 }
 
 template <class Message>
@@ -64,7 +68,7 @@ void HttpSession::on_header(beast::error_code ec) {
   }
   if (ec) {
     return refuse_and_close(
-        error_response(400, "malformed HTTP request: " + ec.message(), "bad_http_request"));
+        protocol_error(400, "malformed HTTP request: " + ec.message(), "bad_http_request"));
   }
   if (auto refusal = header_check_(*parser_)) {
     keep_alive_ = parser_->get().keep_alive();
@@ -192,7 +196,7 @@ void HttpSession::finish_response() {
 }
 
 void HttpSession::refuse_too_large() {
-  refuse_and_close(error_response(
+  refuse_and_close(protocol_error(
       413,
       fmt::format("the request body is larger than the limit of {} bytes (--max-body-bytes)",
                   limits_.max_body_bytes),

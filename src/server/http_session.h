@@ -16,6 +16,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include "server/api_error.h"
+
 namespace brisk {
 
 namespace net = boost::asio;
@@ -25,6 +27,9 @@ using tcp = net::ip::tcp;
 
 using HttpRequest = http::request<http::string_body>;
 using HttpResponse = http::response<http::string_body>;
+
+// An ApiError as an HTTP response with the OpenAI error body.
+HttpResponse error_response(const ApiError& error);
 
 struct HttpLimits {
   size_t max_body_bytes = 8 << 20;

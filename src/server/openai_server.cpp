@@ -24,13 +24,6 @@ HttpResponse json_response(http::status status, const json& body) {
   return response;
 }
 
-HttpResponse error_response(const ApiError& error) {
-  HttpResponse response{static_cast<http::status>(error.status), 11};
-  response.set(http::field::content_type, "application/json");
-  response.body() = error.to_json();
-  return response;
-}
-
 std::string_view path_of(boost::beast::string_view target) {
   const std::string_view view(target.data(), target.size());
   return view.substr(0, view.find('?'));
