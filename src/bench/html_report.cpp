@@ -20,11 +20,11 @@ std::filesystem::path chartjs_path() {
   return configured ? configured : "/usr/share/javascript/chart.js/chart.min.js";
 }
 
-// An empirical CDF as [{x: ms, y: fraction}], thinned to at most kMaxCurvePoints points.
-json cdf_points(std::vector<double> values) {
+// An empirical CDF of ascending `values` as [{x: ms, y: fraction}], thinned to at most
+// kMaxCurvePoints points.
+json cdf_points(const std::vector<double>& values) {
   json points = json::array();
   if (values.empty()) return points;
-  std::sort(values.begin(), values.end());
   const size_t step = std::max<size_t>(1, values.size() / kMaxCurvePoints);
   for (size_t i = 0; i < values.size(); i += step) {
     points.push_back({{"x", values[i]}, {"y", double(i + 1) / double(values.size())}});
@@ -55,15 +55,6 @@ json in_flight_points(const LoadPointOutcome& outcome) {
 }
 
 json load_point_data(const LoadPointOutcome& outcome, const std::string& label) {
-  std::vector<double> ttft, itl;
-  for (const RequestRecord& r : outcome.run.records) {
-    if (r.warmup || !r.ok() || r.content_chunks.empty()) continue;
-    const TimePoint origin = outcome.run.load.open_loop() ? r.scheduled : r.sent;
-    ttft.push_back(ms_between(origin, r.content_chunks.front()));
-    for (size_t i = 1; i < r.content_chunks.size(); ++i) {
-      itl.push_back(ms_between(r.content_chunks[i - 1], r.content_chunks[i]));
-    }
-  }
   const RunStatistics& s = outcome.stats;
   return {{"label", label},
           {"throughput", s.output_token_throughput},
@@ -71,8 +62,8 @@ json load_point_data(const LoadPointOutcome& outcome, const std::string& label) 
           {"ttft_p99", s.ttft_ms.p99},
           {"tpot_p50", s.tpot_ms.p50},
           {"itl_p99", s.itl_ms.p99},
-          {"ttft_cdf", cdf_points(std::move(ttft))},
-          {"itl_cdf", cdf_points(std::move(itl))},
+          {"ttft_cdf", cdf_points(s.ttft_samples_ms)},
+          {"itl_cdf", cdf_points(s.itl_samples_ms)},
           {"in_flight", in_flight_points(outcome)}};
 }
 

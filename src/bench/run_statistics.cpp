@@ -79,8 +79,12 @@ RunStatistics compute_run_statistics(const std::vector<RequestRecord>& records, 
       ++stats.chunk_token_mismatch;
     }
   }
-  stats.ttft_ms = summarize(std::move(ttft));
-  stats.itl_ms = summarize(std::move(itl));
+  std::sort(ttft.begin(), ttft.end());
+  std::sort(itl.begin(), itl.end());
+  stats.ttft_ms = summarize(ttft);
+  stats.itl_ms = summarize(itl);
+  stats.ttft_samples_ms = std::move(ttft);
+  stats.itl_samples_ms = std::move(itl);
   stats.tpot_ms = summarize(std::move(tpot));
   stats.e2e_ms = summarize(std::move(e2e));
   stats.schedule_lag_ms = summarize(std::move(lag));

@@ -38,6 +38,9 @@ struct RunStatistics {
 
   LatencySummary ttft_ms;  // origin → first non-empty content chunk
   LatencySummary itl_ms;   // every gap between consecutive content chunks, pooled
+  // The samples behind ttft_ms and itl_ms, ascending: report.html draws their distributions.
+  std::vector<double> ttft_samples_ms;
+  std::vector<double> itl_samples_ms;
   LatencySummary tpot_ms;  // per request (E2E − TTFT) / (completion_tokens − 1), ≥ 2 tokens
   LatencySummary e2e_ms;   // origin → end
   LatencySummary schedule_lag_ms;  // scheduled → sent: how far the client fell behind its plan
