@@ -10,5 +10,6 @@ using CommandRunner = std::function<int()>;
 CommandRunner register_serve_command(CLI::App& app);
 CommandRunner register_pull_command(CLI::App& app);
 CommandRunner register_bench_command(CLI::App& app);
+CommandRunner register_plan_command(CLI::App& app);
 
 }  // namespace brisk

@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   add("pull", "Download a model into the local model cache", brisk::register_pull_command);
   add("bench", "Measure latency and throughput of any OpenAI-compatible endpoint",
       brisk::register_bench_command);
+  add("plan", "Pick hardware: memory fit, predicted TTFT/TPOT, device count and $/1M tokens",
+      brisk::register_plan_command);
   CLI11_PARSE(app, argc, argv);
   for (auto& [command, run] : runners) {
     if (command->parsed()) return run();

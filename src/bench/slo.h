@@ -5,17 +5,15 @@
 #include <string_view>
 #include <vector>
 
+#include "common/slo_limits.h"
+
 namespace brisk::bench {
 
 struct RunStatistics;
 
-// One limit of a service-level objective, e.g. `ttft_p99=500ms`: the run's p99 TTFT must be at
-// most 500 ms, and a request counts toward goodput only if its own TTFT is at most 500 ms.
-struct SloLimit {
-  std::string metric;  // ttft, tpot, itl or e2e
-  std::string stat;    // p50, p90, p95, p99 or max
-  double limit_ms = 0;
-};
+// A run meets a limit such as `ttft_p99=500ms` when its p99 TTFT is at most 500 ms; a request
+// counts toward goodput only if its own TTFT is at most 500 ms.
+using brisk::SloLimit;
 
 struct Slo {
   std::vector<SloLimit> limits;

@@ -212,6 +212,8 @@ DecodeStatus Engine::decode() {
   return DecodeStatus::failed;
 }
 
+void Engine::synchronize() { llama_synchronize(context_); }
+
 Token Engine::sample(Sampler& sampler, int batch_index) {
   return sampler.sample(context_, batch_index, vocabulary_size());
 }

@@ -64,6 +64,9 @@ class Engine {
   // Returns the token's index in the batch.
   int add_to_batch(Token token, int position, int sequence, bool want_logits);
   DecodeStatus decode();
+  // Waits until the last decode's work has finished on every backend (decode may return while
+  // a GPU still computes); for timing.
+  void synchronize();
   Token sample(Sampler& sampler, int batch_index);
   void release_sequence(int sequence);
 

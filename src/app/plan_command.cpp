@@ -1,0 +1,232 @@
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include <iostream>
+
+#include "app/commands.h"
+#include "common/model_store.h"
+#include "plan/calibration.h"
+#include "plan/capacity_planner.h"
+#include "plan/plan_report.h"
+
+namespace brisk {
+namespace {
+
+struct PlanFlags {
+  std::string model;
+  int input_tokens = 512;
+  int output_tokens = 256;
+  int concurrency = 0;
+  double rate = 0;
+  std::string slo;
+  std::vector<std::string> devices;
+  int max_devices = 8;
+  std::string precision;
+  std::string kv_precision = "f16";
+  double headroom = 0.2;
+  int step_token_budget = 512;
+  std::string catalog;
+  bool json = false;
+  std::string explain;
+  bool uncalibrated = false;
+};
+
+struct CalibrateFlags {
+  std::vector<std::string> models;
+  std::string device;
+  std::string catalog;
+  int gpu_layers = 0;
+  int threads = 0;
+  std::vector<int> batches = {1, 4, 16};
+  int context_tokens = 256;
+  int repeats = 5;
+};
+
+int fail(const std::string& message) {
+  std::cerr << "error: " << message << "\n";
+  return 2;
+}
+
+int run_plan(const PlanFlags& flags) {
+  std::string error;
+  const auto catalog = plan::HardwareCatalog::load(flags.catalog, &error);
+  if (!catalog) return fail(error);
+  auto model = plan::resolve_model_profile(flags.model, &error);
+  if (!model) return fail(error);
+
+  plan::PlanRequest request;
+  request.model = *model;
+  if (!flags.precision.empty()) {
+    const auto precision = plan::parse_precision(flags.precision);
+    if (!precision) {
+      return fail("unknown --precision '" + flags.precision + "' (one of " +
+                  plan::precision_names() + ")");
+    }
+    request.precision = *precision;
+  } else {
+    request.precision =
+        model->stored_precision ? *model->stored_precision : *plan::parse_precision("bf16");
+  }
+  if (flags.kv_precision == "f16" || flags.kv_precision == "bf16") {
+    request.kv_bytes_per_element = 2;
+  } else if (flags.kv_precision == "fp8" || flags.kv_precision == "q8_0") {
+    request.kv_bytes_per_element = 1;
+  } else {
+    return fail("--kv-precision must be f16, bf16, fp8 or q8_0");
+  }
+  if (flags.concurrency > 0 && flags.rate > 0) {
+    return fail("give either --concurrency or --rate, not both");
+  }
+  request.workload = {flags.input_tokens, flags.output_tokens, flags.concurrency, flags.rate};
+  if (!flags.slo.empty()) {
+    auto limits = parse_slo_limits(flags.slo, error);
+    if (!limits) return fail("--slo: " + error);
+    request.slo = std::move(*limits);
+  }
+  request.devices = flags.devices;
+  request.max_devices = flags.max_devices;
+  request.headroom = flags.headroom;
+  request.step_token_budget = flags.step_token_budget;
+  if (!flags.uncalibrated) request.calibrated = plan::load_calibrations(plan::calibration_file());
+
+  const auto plan = plan::make_plan(request, *catalog, &error);
+  if (!plan) return fail(error);
+  if (flags.json) {
+    std::cout << plan::plan_json(request, *plan).dump(2) << "\n";
+  } else {
+    plan::print_plan(std::cout, request, *plan);
+  }
+  if (!flags.explain.empty()) {
+    const plan::Candidate* explained = nullptr;
+    for (const plan::Candidate& candidate : plan->candidates) {
+      if (candidate.deployment.device->id == flags.explain) explained = &candidate;
+    }
+    if (flags.explain == "best" && plan->recommended) {
+      explained = &plan->candidates[*plan->recommended];
+    }
+    if (explained == nullptr) {
+      return fail("--explain " + flags.explain + ": not among the candidates (" + catalog->ids() +
+                  ", or best)");
+    }
+    plan::print_explanation(flags.json ? std::cerr : std::cout, request, *explained);
+  }
+  return 0;
+}
+
+int run_calibrate(const CalibrateFlags& flags) {
+  std::string error;
+  const auto catalog = plan::HardwareCatalog::load(flags.catalog, &error);
+  if (!catalog) return fail(error);
+  const plan::DeviceSpec* device = catalog->find(flags.device);
+  if (device == nullptr) {
+    return fail("unknown --device '" + flags.device + "'; the catalog has: " + catalog->ids());
+  }
+  plan::CalibrationOptions options;
+  for (const std::string& name : flags.models) {
+    const ResolveResult resolved = ModelStore::from_environment().resolve(name);
+    if (!resolved.ok()) return fail(resolved.error);
+    options.model_paths.push_back(resolved.path.string());
+  }
+  options.device_id = device->id;
+  options.gpu_layers = flags.gpu_layers;
+  options.threads = flags.threads;
+  options.decode_batches = flags.batches;
+  options.context_tokens = flags.context_tokens;
+  options.repeats = flags.repeats;
+  fmt::print("calibrating {} with {} model(s); this takes a minute\n", device->id,
+             options.model_paths.size());
+  const auto calibration = plan::calibrate(options, *device, &error);
+  if (!calibration) return fail(error);
+  fmt::print("{:<40} {:>6} {:>8} {:>8} {:>12} {:>10}\n", "model", "batch", "context", "prompt",
+             "measured ms", "fitted ms");
+  for (const plan::StepSample& sample : calibration->samples) {
+    fmt::print("{:<40} {:>6.0f} {:>8.0f} {:>8.0f} {:>12.2f} {:>10.2f}\n",
+               std::filesystem::path(sample.model).filename().string(), sample.decode_batch,
+               sample.context, sample.prefill_tokens, sample.measured_ms, sample.fitted_ms);
+  }
+  const plan::Efficiency& efficiency = calibration->efficiency;
+  fmt::print(
+      "\n{}: bandwidth efficiency {:.3f} ({:.1f} GB/s achieved), compute efficiency {:.3f} "
+      "({:.2f} TFLOP/s), step overhead {:.2f} ms; median fit error {:.1f}%\n",
+      device->id, efficiency.bandwidth, efficiency.bandwidth * device->memory_bandwidth_gb_s,
+      efficiency.compute, efficiency.compute * device->fp16_tflops, efficiency.step_overhead_ms,
+      calibration->median_abs_error * 100);
+  const auto file = plan::calibration_file();
+  if (!plan::store_calibration(file, *calibration, &error)) return fail(error);
+  fmt::print("stored in {}; `brisk plan` uses it for {} from now on\n", file.string(), device->id);
+  return 0;
+}
+
+}  // namespace
+
+CommandRunner register_plan_command(CLI::App& app) {
+  auto flags = std::make_shared<PlanFlags>();
+  auto calibrate_flags = std::make_shared<CalibrateFlags>();
+  app.add_option("--model", flags->model,
+                 "A preset (llama-3.1-8b, gemma3-270m, ...), a pulled model, a GGUF file or a "
+                 "Hugging Face config.json");
+  app.add_option("--isl", flags->input_tokens, "Prompt tokens per request")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--osl", flags->output_tokens, "Output tokens per request")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--concurrency", flags->concurrency,
+                 "Closed loop: users each sending the next request when the last one ends "
+                 "(default 1)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--rate", flags->rate, "Open loop: Poisson arrivals, requests per second")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--slo", flags->slo,
+                 "Limits such as ttft_p95=500ms,tpot_p95=50ms (ttft, tpot, e2e at mean, p50, "
+                 "p95, p99)");
+  app.add_option("--devices", flags->devices, "Catalog ids to consider (default: all)")
+      ->delimiter(',');
+  app.add_option("--max-devices", flags->max_devices, "Most devices one plan may use")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--precision", flags->precision,
+                 "Weights: f16, bf16, fp8, int8, q8_0, q4_k_m, int4 (default: the GGUF's own, "
+                 "else bf16)");
+  app.add_option("--kv-precision", flags->kv_precision, "KV cache: f16 (default), bf16, fp8, q8_0");
+  app.add_option("--headroom", flags->headroom, "Fraction of device memory kept free")
+      ->check(CLI::Range(0.0, 0.9));
+  app.add_option("--step-tokens", flags->step_token_budget,
+                 "Tokens one engine step carries: the chunked-prefill size (brisk serve "
+                 "--max-batched-tokens)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--catalog", flags->catalog, "An edited copy of data/hardware.toml");
+  app.add_flag("--json", flags->json, "Print the plan as JSON");
+  app.add_option("--explain", flags->explain,
+                 "Print the arithmetic behind one candidate (a device id, or 'best')");
+  app.add_flag("--uncalibrated", flags->uncalibrated,
+               "Ignore stored calibrations; use default efficiencies everywhere");
+
+  CLI::App* calibrate = app.add_subcommand(
+      "calibrate",
+      "Measure this machine's efficiency factors by running models through brisk's "
+      "engine, and store them for `brisk plan`");
+  calibrate
+      ->add_option("--model", calibrate_flags->models,
+                   "GGUF file or pulled model; repeat with a second size to fit the "
+                   "per-step overhead too")
+      ->required();
+  calibrate
+      ->add_option("--device", calibrate_flags->device,
+                   "The catalog id of this machine's device (e.g. cpu-2vcpu, h200)")
+      ->required();
+  calibrate->add_option("--catalog", calibrate_flags->catalog, "An edited data/hardware.toml");
+  calibrate->add_option("--gpu-layers", calibrate_flags->gpu_layers,
+                        "Layers to offload (999: all; needs a CUDA build)");
+  calibrate->add_option("--threads", calibrate_flags->threads, "CPU threads (0: all cores)");
+  calibrate->add_option("--batches", calibrate_flags->batches, "Decode batch sizes to time")
+      ->delimiter(',');
+  calibrate->add_option("--context", calibrate_flags->context_tokens,
+                        "Tokens already in each sequence's cache when decode steps are timed");
+  calibrate->add_option("--repeats", calibrate_flags->repeats, "Timed steps per point (median)");
+
+  return [flags, calibrate_flags, calibrate] {
+    if (calibrate->parsed()) return run_calibrate(*calibrate_flags);
+    if (flags->model.empty()) return fail("--model is required (try --model gemma3-270m)");
+    return run_plan(*flags);
+  };
+}
+
+}  // namespace brisk

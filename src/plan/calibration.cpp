@@ -1,0 +1,286 @@
+#include "plan/calibration.h"
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/model_store.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+
+namespace brisk::plan {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values.empty() ? 0 : values[values.size() / 2];
+}
+
+double elapsed_ms(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+struct ModelRun {
+  Deployment deployment;
+  std::vector<StepSample> samples;
+};
+
+// Prompt tokens drawn from the middle of the vocabulary (ordinary words, not control tokens).
+Token filler_token(int index, int vocabulary) {
+  const int low = std::min(1000, vocabulary / 4);
+  const int span = std::max(1, std::min(vocabulary, 30000) - low);
+  return low + static_cast<Token>((static_cast<int64_t>(index) * 7919) % span);
+}
+
+// Times one decode (and, like serving, a greedy pick for every sequence with logits).
+double timed_decode(Engine& engine, std::vector<std::unique_ptr<Sampler>>& samplers,
+                    const std::vector<int>& logit_rows, std::string* error) {
+  const auto start = Clock::now();
+  if (engine.decode() != DecodeStatus::ok) {
+    *error = "llama_decode failed while calibrating (too little memory for the batches?)";
+    return -1;
+  }
+  for (size_t row = 0; row < logit_rows.size(); ++row) {
+    engine.sample(*samplers[row], logit_rows[row]);
+  }
+  engine.synchronize();
+  return elapsed_ms(start);
+}
+
+std::optional<ModelRun> measure_model(const CalibrationOptions& options, const std::string& path,
+                                      const DeviceSpec& device, std::string* error) {
+  ModelRun run;
+  auto profile = profile_from_gguf(path, error);
+  if (!profile) return std::nullopt;
+  run.deployment.device = &device;
+  run.deployment.model = *profile;
+  run.deployment.precision = *profile->stored_precision;
+  run.deployment.step_token_budget = options.prefill_tokens;
+
+  const int max_batch =
+      *std::max_element(options.decode_batches.begin(), options.decode_batches.end());
+  EngineOptions engine_options;
+  engine_options.model_path = path;
+  engine_options.max_seqs = max_batch;
+  engine_options.max_batched_tokens = std::max(options.prefill_tokens, max_batch);
+  engine_options.ctx_size =
+      max_batch * (options.context_tokens + options.repeats + 4) + options.prefill_tokens + 64;
+  engine_options.threads = options.threads;
+  engine_options.gpu_layers = options.gpu_layers;
+  auto engine = Engine::load(engine_options, error);
+  if (!engine) return std::nullopt;
+  const int vocabulary = engine->vocabulary_size();
+  std::vector<std::unique_ptr<Sampler>> samplers;
+  for (int sequence = 0; sequence < max_batch; ++sequence) {
+    samplers.push_back(std::make_unique<Sampler>(SamplingParams{
+        .temperature = 0, .top_p = 1, .top_k = 0, .min_p = 0, .seed = std::nullopt}));
+  }
+
+  // Prompt chunks: one sequence, `prefill_tokens` at once (the first run warms up).
+  std::vector<double> prefill_ms;
+  for (int repeat = 0; repeat <= options.repeats; ++repeat) {
+    engine->clear_batch();
+    for (int position = 0; position < options.prefill_tokens; ++position) {
+      engine->add_to_batch(filler_token(position + repeat, vocabulary), position, 0,
+                           position + 1 == options.prefill_tokens);
+    }
+    const double ms = timed_decode(*engine, samplers, {options.prefill_tokens - 1}, error);
+    engine->release_sequence(0);
+    if (ms < 0) return std::nullopt;
+    if (repeat > 0) prefill_ms.push_back(ms);
+  }
+  run.samples.push_back(
+      {path, 0, 0, static_cast<double>(options.prefill_tokens), median(prefill_ms), 0});
+
+  // Decode steps: `batch` sequences holding `context_tokens` each, one new token per sequence.
+  for (const int batch : options.decode_batches) {
+    for (int sequence = 0; sequence < batch; ++sequence) {
+      engine->clear_batch();
+      for (int position = 0; position < options.context_tokens; ++position) {
+        engine->add_to_batch(filler_token(position * (sequence + 1), vocabulary), position,
+                             sequence, false);
+      }
+      if (engine->decode() != DecodeStatus::ok) {
+        *error = "could not fill the KV cache for calibration";
+        return std::nullopt;
+      }
+    }
+    std::vector<double> step_ms;
+    std::vector<int> rows(static_cast<size_t>(batch));
+    for (int repeat = 0; repeat <= options.repeats; ++repeat) {
+      engine->clear_batch();
+      for (int sequence = 0; sequence < batch; ++sequence) {
+        rows[static_cast<size_t>(sequence)] =
+            engine->add_to_batch(filler_token(repeat + sequence, vocabulary),
+                                 options.context_tokens + repeat, sequence, true);
+      }
+      const double ms = timed_decode(*engine, samplers, rows, error);
+      if (ms < 0) return std::nullopt;
+      if (repeat > 0) step_ms.push_back(ms);
+    }
+    for (int sequence = 0; sequence < batch; ++sequence) engine->release_sequence(sequence);
+    run.samples.push_back({path, static_cast<double>(batch),
+                           options.context_tokens + options.repeats / 2.0, 0, median(step_ms), 0});
+  }
+  return run;
+}
+
+double predicted_ms(const Deployment& deployment, const StepSample& sample) {
+  if (sample.prefill_tokens > 0) return deployment.step(0, 0, sample.prefill_tokens, 0).total_ms;
+  return deployment.step(sample.decode_batch, sample.context).total_ms;
+}
+
+// Least squares on log(time) over a log-spaced grid: robust and fast for three parameters.
+Efficiency fit(std::vector<ModelRun>& runs, const Efficiency& defaults, bool fit_overhead) {
+  double fastest_ms = 1e30;
+  for (const ModelRun& run : runs) {
+    for (const StepSample& sample : run.samples)
+      fastest_ms = std::min(fastest_ms, sample.measured_ms);
+  }
+  std::vector<double> overheads = {defaults.step_overhead_ms};
+  if (fit_overhead) {
+    overheads.clear();
+    for (int index = 0; index <= 40; ++index) overheads.push_back(fastest_ms * 0.9 * index / 40);
+  }
+  auto grid = [](int index) { return std::pow(10.0, -3.0 + 3.2 * index / 96.0); };
+  Efficiency best = defaults;
+  double best_error = 1e300;
+  for (const double overhead : overheads) {
+    for (int b = 0; b <= 96; ++b) {
+      for (int c = 0; c <= 96; ++c) {
+        double error = 0;
+        for (ModelRun& run : runs) {
+          run.deployment.efficiency = {grid(b), grid(c), overhead, ""};
+          for (const StepSample& sample : run.samples) {
+            const double ratio =
+                std::log(predicted_ms(run.deployment, sample) / sample.measured_ms);
+            error += ratio * ratio;
+          }
+        }
+        if (error < best_error) {
+          best_error = error;
+          best = {grid(b), grid(c), overhead, ""};
+        }
+      }
+    }
+  }
+  return best;
+}
+
+std::string utc_now() {
+  return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(std::time(nullptr)));
+}
+
+}  // namespace
+
+std::optional<Calibration> calibrate(const CalibrationOptions& options, const DeviceSpec& device,
+                                     std::string* error) {
+  if (options.model_paths.empty()) {
+    *error = "calibration needs at least one GGUF model (--model)";
+    return std::nullopt;
+  }
+  std::vector<ModelRun> runs;
+  for (const std::string& path : options.model_paths) {
+    auto run = measure_model(options, path, device, error);
+    if (!run) return std::nullopt;
+    runs.push_back(std::move(*run));
+  }
+  Calibration calibration;
+  calibration.device_id = device.id;
+  calibration.date = utc_now();
+  calibration.efficiency =
+      fit(runs, Efficiency::defaults_for(device), /*fit_overhead=*/runs.size() > 1);
+  std::vector<double> errors;
+  for (ModelRun& run : runs) {
+    run.deployment.efficiency = calibration.efficiency;
+    for (StepSample& sample : run.samples) {
+      sample.fitted_ms = predicted_ms(run.deployment, sample);
+      errors.push_back(std::abs(sample.fitted_ms / sample.measured_ms - 1));
+      calibration.samples.push_back(sample);
+    }
+  }
+  calibration.median_abs_error = median(errors);
+  calibration.efficiency.origin = fmt::format(
+      "calibrated on this machine as {} at {} ({} timed steps of {} model{}, median fit error "
+      "{:.0f}%{})",
+      device.id, calibration.date, calibration.samples.size(), runs.size(),
+      runs.size() > 1 ? "s" : "", calibration.median_abs_error * 100,
+      runs.size() > 1 ? "" : "; step overhead left at its default: give two models to fit it");
+  return calibration;
+}
+
+std::filesystem::path calibration_file() {
+  return ModelStore::from_environment().models_dir().parent_path() / "calibration.json";
+}
+
+std::map<std::string, Efficiency> load_calibrations(const std::filesystem::path& file) {
+  std::map<std::string, Efficiency> calibrations;
+  std::ifstream input(file);
+  if (!input) return calibrations;
+  try {
+    const nlohmann::json root = nlohmann::json::parse(input);
+    for (const auto& [device_id, entry] : root.at("devices").items()) {
+      calibrations[device_id] = {entry.at("bandwidth_efficiency").get<double>(),
+                                 entry.at("compute_efficiency").get<double>(),
+                                 entry.at("step_overhead_ms").get<double>(),
+                                 entry.at("origin").get<std::string>()};
+    }
+  } catch (const nlohmann::json::exception&) {
+    calibrations.clear();  // a damaged file counts as none; calibrate again to replace it
+  }
+  return calibrations;
+}
+
+bool store_calibration(const std::filesystem::path& file, const Calibration& calibration,
+                       std::string* error) {
+  nlohmann::json root = {{"devices", nlohmann::json::object()}};
+  if (std::ifstream input(file); input) {
+    try {
+      root = nlohmann::json::parse(input);
+    } catch (const nlohmann::json::exception&) {
+    }
+  }
+  nlohmann::json samples = nlohmann::json::array();
+  for (const StepSample& sample : calibration.samples) {
+    samples.push_back({{"model", sample.model},
+                       {"decode_batch", sample.decode_batch},
+                       {"context", sample.context},
+                       {"prefill_tokens", sample.prefill_tokens},
+                       {"measured_ms", sample.measured_ms},
+                       {"fitted_ms", sample.fitted_ms}});
+  }
+  root["devices"][calibration.device_id] = {
+      {"bandwidth_efficiency", calibration.efficiency.bandwidth},
+      {"compute_efficiency", calibration.efficiency.compute},
+      {"step_overhead_ms", calibration.efficiency.step_overhead_ms},
+      {"origin", calibration.efficiency.origin},
+      {"date", calibration.date},
+      {"median_abs_error", calibration.median_abs_error},
+      {"samples", samples}};
+  std::error_code ignored;
+  std::filesystem::create_directories(file.parent_path(), ignored);
+  const std::filesystem::path temporary = file.string() + ".tmp";
+  {
+    std::ofstream output(temporary);
+    output << root.dump(2) << "\n";
+    if (!output) {
+      *error = "cannot write " + temporary.string();
+      return false;
+    }
+  }
+  std::filesystem::rename(temporary, file, ignored);
+  if (ignored) {
+    *error = "cannot replace " + file.string() + ": " + ignored.message();
+    return false;
+  }
+  return true;
+}
+
+}  // namespace brisk::plan

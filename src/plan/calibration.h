@@ -1,0 +1,54 @@
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plan/performance_model.h"
+
+namespace brisk::plan {
+
+// One timed engine step: `decode_batch` sequences at `context` tokens each, or a prompt chunk.
+struct StepSample {
+  std::string model;
+  double decode_batch = 0;
+  double context = 0;
+  double prefill_tokens = 0;
+  double measured_ms = 0;
+  double fitted_ms = 0;
+};
+
+struct CalibrationOptions {
+  std::vector<std::string> model_paths;  // GGUF files; two of different size separate overhead
+  std::string device_id;                 // the catalog entry this machine is
+  int gpu_layers = 0;
+  int threads = 0;
+  std::vector<int> decode_batches = {1, 4, 16};
+  int context_tokens = 256;
+  int prefill_tokens = 512;
+  int repeats = 5;
+};
+
+struct Calibration {
+  std::string device_id;
+  std::string date;  // ISO 8601, UTC
+  Efficiency efficiency;
+  std::vector<StepSample> samples;
+  double median_abs_error = 0;  // of the fit, as a fraction
+};
+
+// Times decode steps and prompt chunks of each model through brisk's engine, then fits the
+// device's achieved bandwidth and compute fractions (and per-step overhead, when two models of
+// different size are given) so that Deployment::step reproduces the measured times.
+std::optional<Calibration> calibrate(const CalibrationOptions& options, const DeviceSpec& device,
+                                     std::string* error);
+
+// $BRISK_HOME/calibration.json, one entry per device id.
+std::filesystem::path calibration_file();
+std::map<std::string, Efficiency> load_calibrations(const std::filesystem::path& file);
+bool store_calibration(const std::filesystem::path& file, const Calibration& calibration,
+                       std::string* error);
+
+}  // namespace brisk::plan

@@ -1,0 +1,63 @@
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/slo_limits.h"
+#include "plan/hardware_catalog.h"
+#include "plan/memory_model.h"
+#include "plan/queueing_model.h"
+
+namespace brisk::plan {
+
+struct PlanRequest {
+  ModelProfile model;
+  Precision precision;
+  Workload workload;
+  std::vector<SloLimit> slo;         // metrics ttft/tpot/e2e, stats mean/p50/p95/p99
+  std::vector<std::string> devices;  // catalog ids; empty: every entry
+  int max_devices = 8;
+  double headroom = 0.2;
+  double kv_bytes_per_element = 2;
+  int step_token_budget = 512;
+  std::map<std::string, Efficiency> calibrated;  // by device id
+};
+
+// One way to serve the workload: `replicas` copies of the model, each over `deployment.devices`
+// devices with tensor parallelism.
+struct Candidate {
+  Deployment deployment;
+  int replicas = 1;
+  MemoryBreakdown memory;      // one device, at the planned load
+  LoadPrediction at_target;    // one replica, carrying its share of the target load
+  int max_concurrency = 0;     // one replica: most users it serves within the SLO and memory
+  LoadPrediction at_capacity;  // one replica at max_concurrency
+  double max_rate_per_s = 0;   // one replica, open loop (only for --rate)
+  bool fits = false;           // the model and one sequence fit at all
+  bool meets_slo = false;      // the target load is served within the SLO and --max-devices
+  std::string problem;         // why not, in words
+  double usd_per_hour = 0;     // all devices
+  // Cost of a token when the replicas run at max_concurrency (busy, within the SLO).
+  std::optional<double> usd_per_million_output_tokens;
+
+  int device_count() const { return deployment.devices * replicas; }
+};
+
+struct Plan {
+  std::vector<Candidate> candidates;  // ranked: meeting the SLO first, then cheapest per hour
+  std::optional<size_t> recommended;  // index into candidates
+  std::vector<std::string> reasons;   // for the recommendation, in plain words
+};
+
+// Fails (nullopt, `error`) only on input it cannot plan with: an unknown device id, an SLO
+// statistic the model does not predict, an empty workload.
+std::optional<Plan> make_plan(const PlanRequest& request, const HardwareCatalog& catalog,
+                              std::string* error);
+
+// Whether a prediction meets every limit; `misses` lists the ones it does not.
+bool meets(const std::vector<SloLimit>& slo, const LoadPrediction& prediction,
+           std::vector<std::string>* misses = nullptr);
+
+}  // namespace brisk::plan

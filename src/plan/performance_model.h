@@ -1,0 +1,57 @@
+#pragma once
+
+#include <string>
+
+#include "plan/hardware_catalog.h"
+#include "plan/model_profile.h"
+#include "plan/precision.h"
+
+namespace brisk::plan {
+
+// How much of a device's published peak a serving engine achieves. Defaults are typical of
+// vLLM/llama.cpp on that class of device; `brisk plan calibrate` measures them on a local one.
+struct Efficiency {
+  double bandwidth = 0;         // achieved / published memory bandwidth
+  double compute = 0;           // achieved / published dense rate, for large matrix products
+  double step_overhead_ms = 0;  // per engine step: launches, sampling, scheduling
+  std::string origin;           // "default for a GPU" or "calibrated on ... (date)"
+
+  static Efficiency defaults_for(const DeviceSpec& device);
+};
+
+// The time of one engine step and its parts, for --explain.
+struct StepCost {
+  double weight_bytes = 0;  // per device
+  double kv_bytes = 0;      // per device
+  double flops = 0;         // per device
+  double memory_ms = 0;
+  double compute_ms = 0;
+  double overhead_ms = 0;
+  double interconnect_ms = 0;
+  double total_ms = 0;
+  bool memory_bound() const { return memory_ms >= compute_ms; }
+};
+
+// One model served by `devices` identical devices with tensor parallelism.
+struct Deployment {
+  const DeviceSpec* device = nullptr;
+  int devices = 1;
+  ModelProfile model;
+  Precision precision;
+  Efficiency efficiency;
+  double kv_bytes_per_element = 2;  // f16 cache
+  int step_token_budget = 512;      // tokens one step carries (chunked prefill size)
+
+  // One step decoding `decode_batch` sequences whose mean context is `decode_context`, plus
+  // `prefill_tokens` prompt tokens of one request whose prompt so far is `prefill_context`.
+  StepCost step(double decode_batch, double decode_context, double prefill_tokens = 0,
+                double prefill_context = 0) const;
+  // A whole prompt of `prompt_tokens` prefilled alone, chunk by chunk.
+  double prefill_ms(int prompt_tokens) const;
+  // Extra step time a prompt's chunks add to steps that also decode `decode_batch` sequences.
+  double prefill_extra_ms(int prompt_tokens, double decode_batch, double decode_context) const;
+  // Prefill chunks a prompt takes when each step also decodes `decode_batch` sequences.
+  int prefill_chunks(int prompt_tokens, double decode_batch) const;
+};
+
+}  // namespace brisk::plan

@@ -1,0 +1,232 @@
+#include "plan/plan_report.h"
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+namespace brisk::plan {
+namespace {
+
+std::string load_text(const Workload& workload) {
+  if (workload.rate_per_s > 0) return fmt::format("{:g} requests/s (Poisson)", workload.rate_per_s);
+  return fmt::format("{} concurrent users", std::max(1, workload.concurrency));
+}
+
+std::string slo_text(const std::vector<SloLimit>& slo) {
+  if (slo.empty()) return "none";
+  std::string text;
+  for (const SloLimit& limit : slo) {
+    text += fmt::format("{}{}_{} <= {:g} ms", text.empty() ? "" : ", ", limit.metric, limit.stat,
+                        limit.limit_ms);
+  }
+  return text;
+}
+
+// The statistic the table shows: the SLO's first percentile, else p95.
+std::string shown_stat(const PlanRequest& request) {
+  for (const SloLimit& limit : request.slo) {
+    if (limit.metric != "e2e") return limit.stat;
+  }
+  return "p95";
+}
+
+nlohmann::json percentiles_json(const Percentiles& values) {
+  return {{"mean", values.mean}, {"p50", values.p50}, {"p95", values.p95}, {"p99", values.p99}};
+}
+
+}  // namespace
+
+void print_plan(std::ostream& out, const PlanRequest& request, const Plan& plan) {
+  const ModelProfile& model = request.model;
+  fmt::print(out, "model     {} ({:.2f}B parameters, {} layers, {} KV heads x {}), {} weights\n",
+             model.name, model.parameters / 1e9, model.layers, model.kv_heads, model.head_dim,
+             request.precision.name);
+  fmt::print(out, "workload  {} input + {} output tokens, {}; SLO: {}; headroom {:.0f}%\n\n",
+             request.workload.input_tokens, request.workload.output_tokens,
+             load_text(request.workload), slo_text(request.slo), request.headroom * 100);
+  const std::string stat = shown_stat(request);
+  fmt::print(out, "{:<14} {:>5} {:>5} {:>20} {:>10} {:>10} {:>8} {:>9} {:>9}  {}\n", "device",
+             "count", "fits", "memory GB/device", "TTFT " + stat, "TPOT " + stat, "max conc",
+             "$/hour", "$/1M out", "note");
+  for (const Candidate& candidate : plan.candidates) {
+    const MemoryBreakdown& memory = candidate.memory;
+    const std::string memory_text = fmt::format("{:.1f}/{:.1f}", memory.total_gb, memory.usable_gb);
+    const bool predicted =
+        candidate.fits && candidate.replicas > 0 && candidate.max_concurrency > 0;
+    const std::string ttft =
+        predicted ? fmt::format("{:.0f} ms", candidate.at_target.ttft_ms.at(stat)) : "-";
+    const std::string tpot =
+        predicted ? fmt::format("{:.1f} ms", candidate.at_target.tpot_ms.at(stat)) : "-";
+    const std::string cost = candidate.usd_per_million_output_tokens
+                                 ? fmt::format("{:.2f}", *candidate.usd_per_million_output_tokens)
+                                 : "-";
+    const std::string count =
+        candidate.replicas > 1
+            ? fmt::format("{}x{}", candidate.replicas, candidate.deployment.devices)
+            : fmt::format("{}", candidate.deployment.devices);
+    fmt::print(out, "{:<14} {:>5} {:>5} {:>20} {:>10} {:>10} {:>8} {:>9.2f} {:>9}  {}\n",
+               candidate.deployment.device->id, count, candidate.fits ? "yes" : "no", memory_text,
+               ttft, tpot, candidate.max_concurrency, candidate.usd_per_hour, cost,
+               candidate.meets_slo ? "" : candidate.problem);
+  }
+  fmt::print(out,
+             "\ncount: devices per replica, or REPLICASxDEVICES; memory: planned use / usable; "
+             "max conc: users one replica serves within the SLO; $/1M out: with replicas busy "
+             "at max conc.\n");
+  if (!plan.recommended) {
+    fmt::print(out,
+               "\nNo candidate serves this load within the SLO. Loosen the SLO, allow more "
+               "devices (--max-devices), or pick a smaller precision (--precision).\n");
+    return;
+  }
+  const Candidate& chosen = plan.candidates[*plan.recommended];
+  fmt::print(out, "\nRecommendation: {} x {} ({}).\n", chosen.device_count(),
+             chosen.deployment.device->name, chosen.deployment.device->id);
+  for (const std::string& reason : plan.reasons) fmt::print(out, "  - {}\n", reason);
+}
+
+nlohmann::json plan_json(const PlanRequest& request, const Plan& plan) {
+  const ModelProfile& model = request.model;
+  nlohmann::json root;
+  root["model"] = {{"id", model.id},
+                   {"name", model.name},
+                   {"origin", model.origin},
+                   {"parameters", model.parameters},
+                   {"layers", model.layers},
+                   {"hidden_size", model.hidden_size},
+                   {"kv_heads", model.kv_heads},
+                   {"head_dim", model.head_dim},
+                   {"precision", request.precision.name},
+                   {"weight_gb", model.weight_bytes(request.precision) / 1e9},
+                   {"kv_bytes_per_token", model.kv_bytes(1, request.kv_bytes_per_element)}};
+  nlohmann::json slo = nlohmann::json::object();
+  for (const SloLimit& limit : request.slo) slo[limit.metric + "_" + limit.stat] = limit.limit_ms;
+  root["workload"] = {
+      {"input_tokens", request.workload.input_tokens},
+      {"output_tokens", request.workload.output_tokens},
+      {"concurrency", request.workload.rate_per_s > 0
+                          ? nlohmann::json(nullptr)
+                          : nlohmann::json(std::max(1, request.workload.concurrency))},
+      {"rate", request.workload.rate_per_s > 0 ? nlohmann::json(request.workload.rate_per_s)
+                                               : nlohmann::json(nullptr)},
+      {"slo_ms", slo},
+      {"headroom", request.headroom}};
+  nlohmann::json candidates = nlohmann::json::array();
+  for (const Candidate& candidate : plan.candidates) {
+    const MemoryBreakdown& memory = candidate.memory;
+    const bool predicted =
+        candidate.fits && candidate.replicas > 0 && candidate.max_concurrency > 0;
+    nlohmann::json entry = {
+        {"device", candidate.deployment.device->id},
+        {"count", candidate.device_count()},
+        {"devices_per_replica", candidate.deployment.devices},
+        {"replicas", candidate.replicas},
+        {"fits", candidate.fits},
+        {"meets_slo", candidate.meets_slo},
+        {"problem", candidate.problem},
+        {"memory_gb",
+         {{"weights", memory.weights_gb},
+          {"kv_cache", memory.kv_cache_gb},
+          {"activations", memory.activations_gb},
+          {"runtime", memory.runtime_gb},
+          {"total", memory.total_gb},
+          {"usable", memory.usable_gb},
+          {"capacity", memory.capacity_gb}}},
+        {"ttft_ms", predicted ? percentiles_json(candidate.at_target.ttft_ms) : nullptr},
+        {"tpot_ms", predicted ? percentiles_json(candidate.at_target.tpot_ms) : nullptr},
+        {"max_concurrency", candidate.max_concurrency},
+        {"max_rate_per_replica", candidate.max_rate_per_s},
+        {"output_token_throughput", candidate.at_target.output_token_throughput},
+        {"usd_per_hour", candidate.usd_per_hour},
+        {"usd_per_million_output_tokens",
+         candidate.usd_per_million_output_tokens
+             ? nlohmann::json(*candidate.usd_per_million_output_tokens)
+             : nlohmann::json(nullptr)},
+        {"efficiency",
+         {{"bandwidth", candidate.deployment.efficiency.bandwidth},
+          {"compute", candidate.deployment.efficiency.compute},
+          {"step_overhead_ms", candidate.deployment.efficiency.step_overhead_ms},
+          {"origin", candidate.deployment.efficiency.origin}}}};
+    candidates.push_back(entry);
+  }
+  root["candidates"] = candidates;
+  if (plan.recommended) {
+    const Candidate& chosen = plan.candidates[*plan.recommended];
+    root["recommendation"] = {{"device", chosen.deployment.device->id},
+                              {"count", chosen.device_count()},
+                              {"reasons", plan.reasons}};
+  } else {
+    root["recommendation"] = nullptr;
+  }
+  return root;
+}
+
+void print_explanation(std::ostream& out, const PlanRequest& request, const Candidate& candidate) {
+  const Deployment& deployment = candidate.deployment;
+  const ModelProfile& model = deployment.model;
+  const DeviceSpec& device = *deployment.device;
+  const Workload& workload = request.workload;
+  fmt::print(out, "\nHow {} x {} was predicted\n", deployment.devices, device.id);
+  fmt::print(out, "device      {}: {:g} GB at {:g} GB/s, {:g} dense TFLOP/s for {} ({})\n",
+             device.name, device.memory_gb, device.memory_bandwidth_gb_s,
+             deployment.precision.dense_tflops(device), deployment.precision.compute_rate,
+             device.spec_source);
+  fmt::print(out, "efficiency  bandwidth x{:.2f}, compute x{:.2f}, {:.2f} ms per step: {}\n",
+             deployment.efficiency.bandwidth, deployment.efficiency.compute,
+             deployment.efficiency.step_overhead_ms, deployment.efficiency.origin);
+  fmt::print(out, "model       {} ({})\n", model.name, model.origin);
+  fmt::print(out,
+             "weights     {:.3g} parameters x {:.3f} bytes ({}) = {:.2f} GB; a decode step reads "
+             "{:.2f} GB of them\n",
+             model.parameters, deployment.precision.bytes_per_weight, deployment.precision.name,
+             model.weight_bytes(deployment.precision) / 1e9,
+             model.weight_bytes_read_per_step(deployment.precision) / 1e9);
+  fmt::print(out,
+             "KV cache    2 (K,V) x {} global layers x {} KV heads x {} head dim x {:g} bytes = "
+             "{:.0f} bytes per token{}\n",
+             model.global_layers(), model.kv_heads, model.head_dim, deployment.kv_bytes_per_element,
+             2.0 * model.global_layers() * model.kv_heads * model.head_dim *
+                 deployment.kv_bytes_per_element,
+             model.windowed_layers() > 0
+                 ? fmt::format(", plus {} layers capped at a {}-token window",
+                               model.windowed_layers(), model.sliding_window)
+                 : "");
+  const MemoryBreakdown& memory = candidate.memory;
+  fmt::print(
+      out,
+      "memory      {:.2f} weights + {:.2f} KV + {:.2f} activations + {:.2f} runtime = {:.2f} "
+      "GB per device; usable {:.2f} = {:g} x (1 - {:g})\n",
+      memory.weights_gb, memory.kv_cache_gb, memory.activations_gb, memory.runtime_gb,
+      memory.total_gb, memory.usable_gb, memory.capacity_gb, request.headroom);
+  const LoadPrediction& load = candidate.at_target;
+  const double context = workload.input_tokens + workload.output_tokens / 2.0;
+  const StepCost step = deployment.step(1 + std::max(0.0, load.decode_batch - 1), context);
+  fmt::print(out,
+             "decode      step at batch {:.1f}, context {:.0f}: max(({:.3f} GB weights + {:.3f} GB "
+             "KV) / {:.0f} GB/s = {:.2f} ms, {:.3f} TFLOP / {:.1f} TFLOP/s = {:.2f} ms) + {:.2f} "
+             "overhead + {:.2f} interconnect = {:.2f} ms ({} bound)\n",
+             1 + std::max(0.0, load.decode_batch - 1), context, step.weight_bytes / 1e9,
+             step.kv_bytes / 1e9, device.memory_bandwidth_gb_s * deployment.efficiency.bandwidth,
+             step.memory_ms, step.flops / 1e12,
+             deployment.precision.dense_tflops(device) * deployment.efficiency.compute,
+             step.compute_ms, step.overhead_ms, step.interconnect_ms, step.total_ms,
+             step.memory_bound() ? "memory" : "compute");
+  fmt::print(out, "prefill     {} tokens in chunks of {}: {:.1f} ms alone\n", workload.input_tokens,
+             deployment.step_token_budget, deployment.prefill_ms(workload.input_tokens));
+  fmt::print(
+      out,
+      "load        {} per replica: {:.2f} requests/s, prompts take {:.0f}% of engine time, "
+      "so TPOT = step / (1 - {:.2f}) = {:.2f} ms; TTFT mean {:.0f}, p95 {:.0f}, p99 {:.0f} "
+      "ms (prompt queue M/D/1)\n",
+      workload.rate_per_s > 0
+          ? fmt::format("{:.3g} req/s", workload.rate_per_s / std::max(1, candidate.replicas))
+          : fmt::format("{:.0f} users", load.in_flight),
+      load.request_throughput, load.prefill_share * 100, load.prefill_share, load.tpot_ms.mean,
+      load.ttft_ms.mean, load.ttft_ms.p95, load.ttft_ms.p99);
+  fmt::print(out,
+             "capacity    {} users per replica within the SLO -> {:.0f} output tokens/s; "
+             "{} replica(s) of {} device(s) for the target load\n",
+             candidate.max_concurrency, candidate.at_capacity.output_token_throughput,
+             candidate.replicas, deployment.devices);
+}
+
+}  // namespace brisk::plan

@@ -1,0 +1,17 @@
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <ostream>
+
+#include "plan/capacity_planner.h"
+
+namespace brisk::plan {
+
+// The ranked table and the recommendation with its reasons.
+void print_plan(std::ostream& out, const PlanRequest& request, const Plan& plan);
+// {"model", "workload", "candidates": [...], "recommendation"} (docs/plan.md has the schema).
+nlohmann::json plan_json(const PlanRequest& request, const Plan& plan);
+// Every number behind one candidate's prediction, from the model's shape to the queue.
+void print_explanation(std::ostream& out, const PlanRequest& request, const Candidate& candidate);
+
+}  // namespace brisk::plan

@@ -1,0 +1,173 @@
+#include "plan/queueing_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace brisk::plan {
+
+double Percentiles::at(const std::string& stat) const {
+  if (stat == "p50") return p50;
+  if (stat == "p95") return p95;
+  if (stat == "p99") return p99;
+  return mean;
+}
+
+int poisson_quantile(double mean, double q) {
+  if (mean <= 0) return 0;
+  if (mean > 500) {  // normal approximation; the exact sum underflows
+    const double z = q >= 0.99 ? 2.326 : q >= 0.95 ? 1.645 : q >= 0.5 ? 0.0 : -1.0;
+    return static_cast<int>(std::ceil(mean + z * std::sqrt(mean)));
+  }
+  double term = std::exp(-mean);
+  double cumulative = term;
+  int k = 0;
+  while (cumulative < q && k < 100000) {
+    ++k;
+    term *= mean / k;
+    cumulative += term;
+  }
+  return k;
+}
+
+namespace {
+
+struct Quantiles {
+  double p50 = 0.5, p95 = 0.95, p99 = 0.99;
+};
+
+// Waiting time of an M/D/1 queue at utilisation rho with service time s: mean rho s/(2(1-rho)),
+// tail approximated as P(W > t) = rho exp(-rho t / mean), which keeps that mean.
+double md1_wait_quantile(double rho, double service_ms, double q) {
+  if (rho <= 0 || rho <= 1 - q) return 0;
+  const double mean = rho * service_ms / (2 * (1 - rho));
+  return mean / rho * std::log(rho / (1 - q));
+}
+
+double md1_wait_mean(double rho, double service_ms) {
+  return rho <= 0 ? 0 : rho * service_ms / (2 * (1 - rho));
+}
+
+// Everything that follows from a throughput and the decode batch a request sees.
+// `others_per_s` is the arrival rate of the other requests a tagged one shares the engine with:
+// the whole rate for Poisson arrivals, (C-1)/C of it for C closed-loop users.
+LoadPrediction evaluate(const Deployment& deployment, int input_tokens, int output_tokens,
+                        double requests_per_s, double others_per_s, double decode_batch_seen,
+                        double wait_cap_ms) {
+  LoadPrediction prediction;
+  const double decode_context = input_tokens + output_tokens / 2.0;
+  const double step_ms = deployment.step(decode_batch_seen, decode_context).total_ms;
+  const double prompt_extra_ms =
+      deployment.prefill_extra_ms(input_tokens, decode_batch_seen, decode_context);
+  const int chunks = deployment.prefill_chunks(input_tokens, decode_batch_seen);
+  prediction.decode_step_ms = step_ms;
+  prediction.prefill_share = others_per_s * prompt_extra_ms / 1000;
+  if (prediction.prefill_share >= 1) {
+    prediction.saturated = true;
+    return prediction;
+  }
+  const double tpot_mean_ms = step_ms / (1 - prediction.prefill_share);
+  const int decode_steps = std::max(1, output_tokens - 1);
+
+  // Prompt chunks of other requests that land inside this request's decode (Poisson).
+  const double chunk_extra_ms = prompt_extra_ms / chunks;
+  const double interleaved_mean = others_per_s * decode_steps * tpot_mean_ms / 1000 * chunks;
+  auto tpot_at = [&](double q) {
+    return step_ms + poisson_quantile(interleaved_mean, q) * chunk_extra_ms / decode_steps;
+  };
+  prediction.tpot_ms = {tpot_mean_ms, tpot_at(0.5), tpot_at(0.95), tpot_at(0.99)};
+
+  // The prompt itself: its chunks ride on decode steps; before it, other prompts queue (M/D/1).
+  const double prompt_service_ms = chunks * step_ms + prompt_extra_ms;
+  const double prompt_rho = others_per_s * prompt_service_ms / 1000;
+  if (prompt_rho >= 1 && wait_cap_ms <= 0) {
+    prediction.saturated = true;
+    return prediction;
+  }
+  const double rho = std::min(prompt_rho, 0.999);
+  auto capped = [&](double wait_ms) {
+    return wait_cap_ms > 0 ? std::min(wait_ms, wait_cap_ms) : wait_ms;
+  };
+  const Quantiles q;
+  prediction.ttft_ms.mean =
+      prompt_service_ms + step_ms / 2 + capped(md1_wait_mean(rho, prompt_service_ms));
+  prediction.ttft_ms.p50 = prompt_service_ms + step_ms * q.p50 +
+                           capped(md1_wait_quantile(rho, prompt_service_ms, q.p50));
+  prediction.ttft_ms.p95 = prompt_service_ms + step_ms * q.p95 +
+                           capped(md1_wait_quantile(rho, prompt_service_ms, q.p95));
+  prediction.ttft_ms.p99 = prompt_service_ms + step_ms * q.p99 +
+                           capped(md1_wait_quantile(rho, prompt_service_ms, q.p99));
+
+  prediction.e2e_ms = prediction.ttft_ms.mean + decode_steps * tpot_mean_ms;
+  prediction.request_throughput = requests_per_s;
+  prediction.output_token_throughput = requests_per_s * output_tokens;
+  return prediction;
+}
+
+}  // namespace
+
+LoadPrediction predict_closed_loop(const Deployment& deployment, int input_tokens,
+                                   int output_tokens, int concurrency) {
+  const double users = std::max(1, concurrency);
+  // Start as if every user decoded all the time, then iterate throughput to its fixed point.
+  double decode_fraction = 1.0;
+  LoadPrediction first = evaluate(deployment, input_tokens, output_tokens, 0, 0, users, 0);
+  double throughput = users / (first.e2e_ms / 1000);
+  LoadPrediction prediction;
+  for (int iteration = 0; iteration < 200; ++iteration) {
+    const double batch_seen = 1 + (users - 1) * decode_fraction;
+    const double cap_ms = (users - 1) * first.ttft_ms.mean + 1e-9;
+    const double others_per_s = throughput * (users - 1) / users;
+    prediction = evaluate(deployment, input_tokens, output_tokens, throughput, others_per_s,
+                          batch_seen, cap_ms);
+    if (prediction.saturated) {  // prompts alone fill the engine: slow down and retry
+      throughput *= 0.8;
+      continue;
+    }
+    const double next_throughput = users / (prediction.e2e_ms / 1000);
+    const double decode_ms = std::max(1, output_tokens - 1) * prediction.tpot_ms.mean;
+    decode_fraction = decode_ms / prediction.e2e_ms;
+    if (std::abs(next_throughput - throughput) < 1e-6 * throughput) break;
+    throughput = 0.5 * throughput + 0.5 * next_throughput;
+  }
+  prediction.decode_batch = users * decode_fraction;
+  prediction.decode_batch_p99 = users;
+  prediction.in_flight = users;
+  prediction.in_flight_p99 = users;
+  return prediction;
+}
+
+LoadPrediction predict_open_loop(const Deployment& deployment, int input_tokens, int output_tokens,
+                                 double rate_per_s) {
+  double decode_batch = 0;
+  LoadPrediction prediction;
+  for (int iteration = 0; iteration < 200; ++iteration) {
+    prediction = evaluate(deployment, input_tokens, output_tokens, rate_per_s, rate_per_s,
+                          1 + decode_batch, /*wait_cap_ms=*/0);
+    if (prediction.saturated) return prediction;
+    // Little's law on the decode stage.
+    const double next_batch =
+        rate_per_s * std::max(1, output_tokens - 1) * prediction.tpot_ms.mean / 1000;
+    if (next_batch > 1e5) {
+      prediction.saturated = true;
+      return prediction;
+    }
+    if (std::abs(next_batch - decode_batch) < 1e-6 * (1 + decode_batch)) break;
+    decode_batch = 0.5 * decode_batch + 0.5 * next_batch;
+  }
+  prediction.decode_batch = decode_batch;
+  prediction.decode_batch_p99 = poisson_quantile(decode_batch, 0.99);
+  prediction.in_flight = rate_per_s * prediction.e2e_ms / 1000;
+  prediction.in_flight_p99 = poisson_quantile(prediction.in_flight, 0.99);
+  return prediction;
+}
+
+LoadPrediction predict(const Deployment& deployment, const Workload& workload) {
+  if (workload.rate_per_s > 0) {
+    return predict_open_loop(deployment, workload.input_tokens, workload.output_tokens,
+                             workload.rate_per_s);
+  }
+  return predict_closed_loop(deployment, workload.input_tokens, workload.output_tokens,
+                             std::max(1, workload.concurrency));
+}
+
+}  // namespace brisk::plan

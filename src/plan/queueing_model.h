@@ -1,0 +1,56 @@
+#pragma once
+
+#include "plan/performance_model.h"
+
+namespace brisk::plan {
+
+// The traffic to plan for: prompts and completions of fixed mean length, offered either as a
+// number of users each sending its next request when the last one finishes (closed loop), or as
+// Poisson arrivals at a rate (open loop).
+struct Workload {
+  int input_tokens = 512;
+  int output_tokens = 256;
+  int concurrency = 0;    // closed loop, when > 0
+  double rate_per_s = 0;  // open loop, when > 0
+};
+
+struct Percentiles {
+  double mean = 0;
+  double p50 = 0;
+  double p95 = 0;
+  double p99 = 0;
+  double at(const std::string& stat) const;  // "mean", "p50", "p95", "p99"
+};
+
+// Steady state of one replica under a load.
+struct LoadPrediction {
+  bool saturated = false;   // the offered load exceeds what the replica can serve
+  double decode_batch = 0;  // mean sequences decoding per step
+  double decode_batch_p99 = 0;
+  double prefill_share = 0;  // fraction of engine time spent on prompt chunks
+  double in_flight = 0;      // mean requests admitted (prefilling or decoding)
+  double in_flight_p99 = 0;
+  Percentiles ttft_ms;
+  Percentiles tpot_ms;
+  double e2e_ms = 0;
+  double request_throughput = 0;       // requests/s
+  double output_token_throughput = 0;  // tokens/s
+  double decode_step_ms = 0;           // a step with only the mean decode batch
+};
+
+// Continuous batching with chunked prefill, decode first (brisk's and vLLM's policy):
+// - a decode step at batch B costs Deployment::step(B, context);
+// - each request's prompt adds prefill_extra_ms of engine time, stretching every running
+//   sequence's steps: TPOT = step / (1 - prefill share);
+// - the number of prompt chunks landing inside one request's decode is Poisson, which gives the
+//   TPOT tail; the prompt queue is M/D/1, whose wait gives the TTFT tail.
+LoadPrediction predict_closed_loop(const Deployment& deployment, int input_tokens,
+                                   int output_tokens, int concurrency);
+LoadPrediction predict_open_loop(const Deployment& deployment, int input_tokens, int output_tokens,
+                                 double rate_per_s);
+LoadPrediction predict(const Deployment& deployment, const Workload& workload);
+
+// Quantile of a Poisson distribution with mean `mean` (smallest k with CDF >= q).
+int poisson_quantile(double mean, double q);
+
+}  // namespace brisk::plan

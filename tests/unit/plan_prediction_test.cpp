@@ -1,0 +1,146 @@
+// brisk plan's performance and queueing model: the directions a prediction must move in.
+#include <gtest/gtest.h>
+
+#include "plan/capacity_planner.h"
+#include "plan/queueing_model.h"
+
+namespace brisk::plan {
+namespace {
+
+class PlanPrediction : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string error;
+    auto loaded = HardwareCatalog::load("", &error);
+    ASSERT_TRUE(loaded) << error;
+    catalog_ = std::move(*loaded);
+    for (ModelProfile& model : model_presets(&error)) {
+      if (model.id == "llama-3.1-8b") model_ = model;
+    }
+    ASSERT_EQ(model_.id, "llama-3.1-8b") << error;
+  }
+
+  Deployment on(const DeviceSpec& device, int devices = 1) const {
+    Deployment deployment;
+    deployment.device = &device;
+    deployment.devices = devices;
+    deployment.model = model_;
+    deployment.precision = *parse_precision("bf16");
+    deployment.efficiency = Efficiency::defaults_for(device);
+    return deployment;
+  }
+
+  HardwareCatalog catalog_ = *HardwareCatalog::parse(
+      "[[device]]\nid='x'\nname='x'\nkind='gpu'\nmemory_gb=1.0\nmemory_bandwidth_gb_s=1.0\n"
+      "fp16_tflops=1.0\nbf16_tflops=1.0\nfp8_tflops=0.0\nint8_tops=0.0\ninterconnect='PCIe'\n"
+      "interconnect_gb_s=1.0\nmax_per_node=1\nusd_per_hour=1.0\nspec_source='s'\n"
+      "price_source='s'\n",
+      "inline", nullptr);
+  ModelProfile model_;
+};
+
+TEST_F(PlanPrediction, MoreBandwidthNeverPredictsSlowerDecode) {
+  DeviceSpec device = *catalog_.find("h100-sxm");
+  double previous_ms = 1e30;
+  for (double bandwidth = 500; bandwidth <= 10000; bandwidth += 500) {
+    device.memory_bandwidth_gb_s = bandwidth;
+    for (const int batch : {1, 8, 64, 256}) {
+      const double step_ms = on(device).step(batch, 1024).total_ms;
+      if (batch == 1) {
+        EXPECT_LT(step_ms, previous_ms) << bandwidth;
+        previous_ms = step_ms;
+      }
+    }
+    const LoadPrediction load = predict_closed_loop(on(device), 512, 128, 16);
+    EXPECT_FALSE(load.saturated);
+  }
+}
+
+TEST_F(PlanPrediction, MoreComputeNeverPredictsSlowerPrefill) {
+  DeviceSpec device = *catalog_.find("l4");
+  double previous_ms = 1e30;
+  for (double tflops = 50; tflops <= 2000; tflops *= 1.5) {
+    device.fp16_tflops = device.bf16_tflops = tflops;
+    const double prefill_ms = on(device).prefill_ms(2048);
+    EXPECT_LE(prefill_ms, previous_ms) << tflops;
+    previous_ms = prefill_ms;
+  }
+}
+
+TEST_F(PlanPrediction, H100DecodeOfLlama8bIsBandwidthBoundAtSmallBatches) {
+  const Deployment deployment = on(*catalog_.find("h100-sxm"));
+  const StepCost one = deployment.step(1, 1024);
+  EXPECT_TRUE(one.memory_bound());
+  // 15.0 GB read per step at 0.8 x 3350 GB/s is ~5.6 ms, plus 1 ms overhead.
+  EXPECT_NEAR(one.total_ms, 15.01e9 / (3350e9 * 0.8) * 1000 + 1.0, 0.1);
+  // Thousands of short sequences per step make it compute-bound instead.
+  EXPECT_FALSE(deployment.step(4096, 16).memory_bound());
+}
+
+TEST_F(PlanPrediction, LatencyGrowsWithLoad) {
+  const Deployment deployment = on(*catalog_.find("a100-80gb"));
+  double previous_tpot = 0;
+  double previous_throughput = 0;
+  for (const int users : {1, 2, 4, 8, 16, 32, 64}) {
+    const LoadPrediction load = predict_closed_loop(deployment, 512, 256, users);
+    EXPECT_GE(load.tpot_ms.mean, previous_tpot) << users;
+    EXPECT_GT(load.output_token_throughput, previous_throughput) << users;
+    EXPECT_LE(load.tpot_ms.p50, load.tpot_ms.p95);
+    EXPECT_LE(load.tpot_ms.p95, load.tpot_ms.p99);
+    EXPECT_LE(load.ttft_ms.p95, load.ttft_ms.p99);
+    previous_tpot = load.tpot_ms.mean;
+    previous_throughput = load.output_token_throughput;
+  }
+}
+
+TEST_F(PlanPrediction, OpenLoopSaturatesPastCapacity) {
+  const Deployment deployment = on(*catalog_.find("l4"));
+  EXPECT_FALSE(predict_open_loop(deployment, 512, 256, 0.5).saturated);
+  EXPECT_TRUE(predict_open_loop(deployment, 512, 256, 1000).saturated);
+  const LoadPrediction light = predict_open_loop(deployment, 512, 256, 0.2);
+  const LoadPrediction heavy = predict_open_loop(deployment, 512, 256, 2.0);
+  EXPECT_LT(light.ttft_ms.p99, heavy.ttft_ms.p99);
+}
+
+TEST_F(PlanPrediction, TensorParallelismSplitsTheStep) {
+  const DeviceSpec& device = *catalog_.find("h100-sxm");
+  const StepCost one = on(device, 1).step(8, 1024);
+  const StepCost two = on(device, 2).step(8, 1024);
+  EXPECT_NEAR(two.weight_bytes, one.weight_bytes / 2, 1);
+  EXPECT_GT(two.interconnect_ms, 0);
+  EXPECT_LT(two.total_ms, one.total_ms);
+}
+
+TEST(PoissonQuantile, MatchesTables) {
+  EXPECT_EQ(poisson_quantile(1.0, 0.5), 1);
+  EXPECT_EQ(poisson_quantile(1.0, 0.95), 3);
+  EXPECT_EQ(poisson_quantile(10.0, 0.99), 18);
+  EXPECT_EQ(poisson_quantile(0.0, 0.99), 0);
+}
+
+TEST_F(PlanPrediction, PlannerNamesBadInput) {
+  PlanRequest request;
+  request.model = model_;
+  request.precision = *parse_precision("bf16");
+  request.workload = {1024, 256, 0, 5};
+  std::string error;
+  request.devices = {"h100-sxm", "no-such-gpu"};
+  EXPECT_FALSE(make_plan(request, catalog_, &error));
+  EXPECT_NE(error.find("no-such-gpu"), std::string::npos);
+
+  request.devices = {"h100-sxm"};
+  request.slo = {{"ttft", "p95", 1}};  // 1 ms: impossible
+  const auto impossible = make_plan(request, catalog_, &error);
+  ASSERT_TRUE(impossible);
+  EXPECT_FALSE(impossible->recommended);
+  EXPECT_NE(impossible->candidates[0].problem.find("ttft_p95"), std::string::npos);
+
+  request.slo = {{"ttft", "p95", 500}, {"tpot", "p95", 50}};
+  const auto feasible = make_plan(request, catalog_, &error);
+  ASSERT_TRUE(feasible);
+  ASSERT_TRUE(feasible->recommended);
+  EXPECT_FALSE(feasible->reasons.empty());
+}
+
+}  // namespace
+}  // namespace brisk::plan
