@@ -49,13 +49,14 @@ unit-test:
 integration-test:
 	$(VENV)/bin/python -m pytest -v tests/integration
 
-# The CUDA build compiles anywhere nvcc and cuBLAS are installed; it runs where a GPU is.
+# The CUDA build compiles anywhere nvcc and cuBLAS are installed; it runs where a GPU is. Its CPU
+# code is portable (AVX2), since a GPU binary is usually built on one machine and run on another.
 # One architecture keeps the compile to ~30 minutes on 2 cores: 90 = H100/H200; use e.g.
 # CUDA_ARCHS="80;89;90" for A100/L4/H100 in one binary.
 CUDA_ARCHS ?= 90
 cuda: llama-source
 	cmake -S . -B $(CUDA_BUILD_DIR) -DCMAKE_BUILD_TYPE=Release -DBRISK_LLAMA_SOURCE_DIR=$(LLAMA_SRC) \
-	  -DBRISK_CUDA=ON -DBRISK_BUILD_TESTS=OFF "-DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHS)" $(CUDA_CMAKE_ARGS)
+	  -DBRISK_CUDA=ON -DBRISK_NATIVE=OFF -DBRISK_BUILD_TESTS=OFF "-DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHS)" $(CUDA_CMAKE_ARGS)
 	cmake --build $(CUDA_BUILD_DIR) -j $(JOBS)
 
 clean:

@@ -146,11 +146,11 @@ int run_calibrate(const CalibrateFlags& flags) {
   }
   const plan::Efficiency& efficiency = calibration->efficiency;
   fmt::print(
-      "\n{}: bandwidth efficiency {:.3f} ({:.1f} GB/s achieved), compute efficiency {:.3f} "
-      "({:.2f} TFLOP/s), step overhead {:.2f} ms; median fit error {:.1f}%\n",
+      "\n{}: bandwidth efficiency {:.3f} ({:.1f} GB/s achieved), compute efficiency {:.3f} (of "
+      "the dense rate each model's weights use), step overhead {:.2f} ms; median fit error "
+      "{:.1f}%\n",
       device->id, efficiency.bandwidth, efficiency.bandwidth * device->memory_bandwidth_gb_s,
-      efficiency.compute, efficiency.compute * device->fp16_tflops, efficiency.step_overhead_ms,
-      calibration->median_abs_error * 100);
+      efficiency.compute, efficiency.step_overhead_ms, calibration->median_abs_error * 100);
   const auto file = plan::calibration_file();
   if (!plan::store_calibration(file, *calibration, &error)) return fail(error);
   fmt::print("stored in {}; `brisk plan` uses it for {} from now on\n", file.string(), device->id);

@@ -1,0 +1,114 @@
+"""`brisk plan`: the capacity planner, run as a user would, on the real default model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from conftest import BRISK_BIN, model_path, require_file
+
+
+def plan(*args: str, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BRISK_BIN), "plan", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def test_default_model_is_read_from_its_gguf():
+    require_file(model_path(), "run `brisk pull gemma3-270m`")
+    proc = plan("--model", "gemma3-270m", "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    model = result["model"]
+    assert "GGUF metadata" in model["origin"]
+    assert (model["layers"], model["kv_heads"], model["head_dim"]) == (18, 1, 256)
+    assert model["precision"] == "gguf Q4_K_M"
+    # The file's tensors, not parameters x a nominal width: 253 MB on disk.
+    assert 0.2 < model["weight_gb"] < 0.3
+    devices = {candidate["device"] for candidate in result["candidates"]}
+    assert {"h100-sxm", "h200", "a100-80gb", "l4", "t4", "cpu-2vcpu"} <= devices
+    for candidate in result["candidates"]:
+        assert set(candidate) >= {"device", "count", "fits", "memory_gb", "ttft_ms", "tpot_ms",
+                                  "max_concurrency", "usd_per_hour",
+                                  "usd_per_million_output_tokens"}
+        assert candidate["fits"]  # 0.25 GB fits everywhere
+    assert result["recommendation"]["device"] in devices
+
+
+def test_issue_example_prints_a_ranked_table_and_a_reasoned_recommendation():
+    proc = plan("--model", "llama-3.1-8b", "--isl", "1024", "--osl", "256", "--rate", "5",
+                "--slo", "ttft_p95=500ms,tpot_p95=50ms", "--explain", "h100-sxm")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "Meta Llama 3.1 8B" in out and "5 requests/s" in out
+    assert "Recommendation:" in out
+    assert "Memory fits:" in out and "bound" in out
+    # --explain shows the arithmetic: 128 KiB of KV per token, 16.06 GB of BF16 weights.
+    assert "131072 bytes per token" in out
+    assert "16.06 GB" in out
+    # The 8B model in BF16 never fits a 2-vCPU VM with 8 GB.
+    cpu_row = next(line for line in out.splitlines() if line.startswith("cpu-2vcpu"))
+    assert " no " in cpu_row
+
+
+def test_json_memory_breakdown_adds_up_and_tp_shrinks_weights():
+    proc = plan("--model", "llama-3.1-70b", "--precision", "bf16", "--devices", "h100-sxm,h200",
+                "--concurrency", "8", "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    for candidate in result["candidates"]:
+        memory = candidate["memory_gb"]
+        parts = memory["weights"] + memory["kv_cache"] + memory["activations"] + memory["runtime"]
+        assert abs(parts - memory["total"]) < 1e-6
+        assert memory["total"] <= memory["usable"]
+        # 141 GB of BF16 weights need at least two H100s (80 GB) or two H200s (141 GB).
+        assert candidate["devices_per_replica"] >= 2
+        assert abs(memory["weights"] * candidate["devices_per_replica"] - 141.1) < 0.5
+
+
+def test_bad_input_gets_a_clear_message():
+    cases = [
+        (["--model", "no-such-model"], "unknown model 'no-such-model'"),
+        (["--model", "/nonexistent/model.gguf"], "does not exist"),
+        (["--model", "llama-3.1-8b", "--devices", "h100-sxm,warp-drive"],
+         "unknown device 'warp-drive'"),
+        (["--model", "llama-3.1-8b", "--precision", "fp3"], "unknown --precision 'fp3'"),
+        (["--model", "llama-3.1-8b", "--slo", "ttft_p95=fast"], "--slo"),
+        (["--model", "llama-3.1-8b", "--slo", "itl_p99=5ms"], "predicts ttft, tpot and e2e"),
+        (["--model", "llama-3.1-8b", "--rate", "2", "--concurrency", "4"], "not both"),
+        ([], "--model is required"),
+    ]
+    for args, message in cases:
+        proc = plan(*args)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert message in proc.stderr, (args, proc.stderr)
+    missing = plan("calibrate", "--model", "/nonexistent.gguf", "--device", "cpu-2vcpu")
+    assert missing.returncode != 0 and "error" in missing.stderr
+
+
+def test_impossible_slo_recommends_nothing_and_says_what_to_change():
+    proc = plan("--model", "llama-3.1-8b", "--slo", "ttft_p95=1ms", "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["recommendation"] is None
+    assert all(not candidate["meets_slo"] for candidate in result["candidates"])
+    text = plan("--model", "llama-3.1-8b", "--slo", "ttft_p95=1ms").stdout
+    assert "No candidate serves this load within the SLO" in text
+
+
+def test_calibrate_measures_this_machine_and_plan_uses_it(tmp_path):
+    require_file(model_path(), "run `brisk pull gemma3-270m`")
+    env = {"BRISK_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    proc = plan("calibrate", "--model", str(model_path()), "--device", "cpu-2vcpu",
+                "--batches", "1,2", "--context", "32", "--repeats", "2", env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    stored = json.loads((tmp_path / "calibration.json").read_text())["devices"]["cpu-2vcpu"]
+    assert 0 < stored["bandwidth_efficiency"] and 0 < stored["compute_efficiency"]
+    assert len(stored["samples"]) == 3 and all(s["measured_ms"] > 0 for s in stored["samples"])
+    result = json.loads(plan("--model", str(model_path()), "--devices", "cpu-2vcpu,h100-sxm",
+                             "--json", env=env).stdout)
+    origins = {c["device"]: c["efficiency"]["origin"] for c in result["candidates"]}
+    assert origins["cpu-2vcpu"].startswith("calibrated on this machine")
+    assert origins["h100-sxm"].startswith("default")
+    uncalibrated = json.loads(plan("--model", str(model_path()), "--devices", "cpu-2vcpu",
+                                   "--json", "--uncalibrated", env=env).stdout)
+    assert uncalibrated["candidates"][0]["efficiency"]["origin"].startswith("default")
