@@ -18,6 +18,7 @@ struct PlanFlags {
   int output_tokens = 256;
   int concurrency = 0;
   double rate = 0;
+  bool burst = false;
   std::string slo;
   std::vector<std::string> devices;
   int max_devices = 8;
@@ -77,7 +78,9 @@ int run_plan(const PlanFlags& flags) {
   if (flags.concurrency > 0 && flags.rate > 0) {
     return fail("give either --concurrency or --rate, not both");
   }
-  request.workload = {flags.input_tokens, flags.output_tokens, flags.concurrency, flags.rate};
+  if (flags.burst && flags.rate > 0) return fail("--burst goes with --concurrency, not --rate");
+  request.workload = {flags.input_tokens, flags.output_tokens, flags.concurrency, flags.rate,
+                      flags.burst};
   if (!flags.slo.empty()) {
     auto limits = parse_slo_limits(flags.slo, error);
     if (!limits) return fail("--slo: " + error);
@@ -175,6 +178,9 @@ CommandRunner register_plan_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--rate", flags->rate, "Open loop: Poisson arrivals, requests per second")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--burst", flags->burst,
+               "The --concurrency requests arrive at once and none follows (a benchmark's first "
+               "wave; rate=inf with that many prompts)");
   app.add_option("--slo", flags->slo,
                  "Limits such as ttft_p95=500ms,tpot_p95=50ms (ttft, tpot, e2e at mean, p50, "
                  "p95, p99)");

@@ -30,6 +30,14 @@ Deployment deployment_for(const PlanRequest& request, const DeviceSpec& device, 
   return deployment;
 }
 
+// `users` requests in flight: a steady closed loop, or one burst with --burst.
+LoadPrediction predict_users(const Deployment& deployment, const Workload& workload, int users) {
+  if (workload.burst) {
+    return predict_burst(deployment, workload.input_tokens, workload.output_tokens, users);
+  }
+  return predict_closed_loop(deployment, workload.input_tokens, workload.output_tokens, users);
+}
+
 int sequence_tokens(const Workload& workload) {
   return workload.input_tokens + workload.output_tokens;
 }
@@ -38,8 +46,7 @@ int sequence_tokens(const Workload& workload) {
 int max_users(const PlanRequest& request, const Deployment& deployment, int memory_users) {
   const Workload& workload = request.workload;
   auto ok = [&](int users) {
-    return meets(request.slo, predict_closed_loop(deployment, workload.input_tokens,
-                                                  workload.output_tokens, users));
+    return meets(request.slo, predict_users(deployment, workload, users));
   };
   const int cap = std::min(memory_users, kMaxUsersSearched);
   if (cap < 1 || !ok(1)) return 0;
@@ -110,10 +117,7 @@ Candidate size_device(const PlanRequest& request, const DeviceSpec& device) {
     candidate.max_concurrency = max_users(request, candidate.deployment, one.max_sequences);
     if (candidate.max_concurrency == 0) {
       std::vector<std::string> misses;
-      meets(request.slo,
-            predict_closed_loop(candidate.deployment, workload.input_tokens, workload.output_tokens,
-                                1),
-            &misses);
+      meets(request.slo, predict_users(candidate.deployment, workload, 1), &misses);
       candidate.problem =
           "even one request misses the SLO: " + fmt::format("{}", fmt::join(misses, ", "));
       candidate.memory = one;
@@ -121,8 +125,8 @@ Candidate size_device(const PlanRequest& request, const DeviceSpec& device) {
       have_failure = true;
       continue;
     }
-    candidate.at_capacity = predict_closed_loop(candidate.deployment, workload.input_tokens,
-                                                workload.output_tokens, candidate.max_concurrency);
+    candidate.at_capacity =
+        predict_users(candidate.deployment, workload, candidate.max_concurrency);
     double resident_sequences = 0;
     if (workload.rate_per_s > 0) {
       candidate.max_rate_per_s = max_rate(request, candidate.deployment, one.max_sequences);
@@ -142,8 +146,7 @@ Candidate size_device(const PlanRequest& request, const DeviceSpec& device) {
           static_cast<int>(std::ceil(static_cast<double>(users) / candidate.max_concurrency));
       const int users_per_replica =
           static_cast<int>(std::ceil(static_cast<double>(users) / candidate.replicas));
-      candidate.at_target = predict_closed_loop(candidate.deployment, workload.input_tokens,
-                                                workload.output_tokens, users_per_replica);
+      candidate.at_target = predict_users(candidate.deployment, workload, users_per_replica);
       resident_sequences = users_per_replica;
     }
     candidate.memory = memory_for(candidate.deployment, std::max(1.0, resident_sequences),

@@ -8,6 +8,8 @@ namespace {
 
 std::string load_text(const Workload& workload) {
   if (workload.rate_per_s > 0) return fmt::format("{:g} requests/s (Poisson)", workload.rate_per_s);
+  if (workload.burst)
+    return fmt::format("a burst of {} requests", std::max(1, workload.concurrency));
   return fmt::format("{} concurrent users", std::max(1, workload.concurrency));
 }
 

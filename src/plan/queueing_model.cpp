@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace brisk::plan {
 
@@ -161,7 +162,88 @@ LoadPrediction predict_open_loop(const Deployment& deployment, int input_tokens,
   return prediction;
 }
 
+namespace {
+
+// Nearest-rank percentile of an ascending list.
+double ranked(const std::vector<double>& sorted, double q) {
+  const size_t index = static_cast<size_t>(std::ceil(q * sorted.size())) - 1;
+  return sorted[std::min(index, sorted.size() - 1)];
+}
+
+Percentiles percentiles_of(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  double sum = 0;
+  for (const double value : values) sum += value;
+  return {sum / values.size(), ranked(values, 0.5), ranked(values, 0.95), ranked(values, 0.99)};
+}
+
+}  // namespace
+
+LoadPrediction predict_burst(const Deployment& deployment, int input_tokens, int output_tokens,
+                             int requests) {
+  const int count = std::max(1, requests);
+  std::vector<double> first_token_ms(count, 0);
+  std::vector<int> tokens_out(count, 0);  // tokens each request has received
+  double now_ms = 0;
+  int prefilled = 0;    // requests whose prompt is done
+  int prompt_done = 0;  // tokens of the current prompt already prefilled
+  while (prefilled < count) {
+    // Decode first: every prefilled request still generating gets one token this step.
+    int decoding = 0;
+    for (int index = 0; index < prefilled; ++index) decoding += tokens_out[index] < output_tokens;
+    double room = std::max(1, deployment.step_token_budget - decoding);
+    double prompt_tokens = 0;
+    const int first_in_step = prefilled;
+    std::vector<int> finished_prompts;
+    while (room > 0 && prefilled < count) {
+      const double take = std::min<double>(room, input_tokens - prompt_done);
+      prompt_tokens += take;
+      room -= take;
+      prompt_done += static_cast<int>(take);
+      if (prompt_done == input_tokens) {
+        finished_prompts.push_back(prefilled++);
+        prompt_done = 0;
+      }
+    }
+    now_ms +=
+        deployment
+            .step(decoding, input_tokens + output_tokens / 2.0, prompt_tokens, input_tokens / 2.0)
+            .total_ms;
+    for (int index = 0; index < first_in_step; ++index) {
+      if (tokens_out[index] < output_tokens) ++tokens_out[index];
+    }
+    for (const int index : finished_prompts) {
+      first_token_ms[index] = now_ms;
+      tokens_out[index] = 1;  // the prompt's step samples its first token
+    }
+  }
+  const double step_ms = deployment.step(count, input_tokens + output_tokens / 2.0).total_ms;
+  std::vector<double> tpot_ms(count);
+  std::vector<double> e2e_ms(count);
+  for (int index = 0; index < count; ++index) {
+    e2e_ms[index] = now_ms + (output_tokens - tokens_out[index]) * step_ms;
+    tpot_ms[index] =
+        output_tokens > 1 ? (e2e_ms[index] - first_token_ms[index]) / (output_tokens - 1) : 0;
+  }
+  LoadPrediction prediction;
+  prediction.ttft_ms = percentiles_of(first_token_ms);
+  prediction.tpot_ms = percentiles_of(tpot_ms);
+  prediction.e2e_ms = percentiles_of(e2e_ms).mean;
+  prediction.decode_batch = count;
+  prediction.decode_batch_p99 = count;
+  prediction.decode_step_ms = step_ms;
+  prediction.in_flight = prediction.in_flight_p99 = count;
+  const double makespan_ms = *std::max_element(e2e_ms.begin(), e2e_ms.end());
+  prediction.request_throughput = count / (makespan_ms / 1000);
+  prediction.output_token_throughput = prediction.request_throughput * output_tokens;
+  return prediction;
+}
+
 LoadPrediction predict(const Deployment& deployment, const Workload& workload) {
+  if (workload.burst) {
+    return predict_burst(deployment, workload.input_tokens, workload.output_tokens,
+                         std::max(1, workload.concurrency));
+  }
   if (workload.rate_per_s > 0) {
     return predict_open_loop(deployment, workload.input_tokens, workload.output_tokens,
                              workload.rate_per_s);

@@ -12,6 +12,9 @@ struct Workload {
   int output_tokens = 256;
   int concurrency = 0;    // closed loop, when > 0
   double rate_per_s = 0;  // open loop, when > 0
+  // All `concurrency` requests arrive at once and none follows: a benchmark's first wave, or
+  // `--request-rate inf` with that many prompts.
+  bool burst = false;
 };
 
 struct Percentiles {
@@ -48,6 +51,11 @@ LoadPrediction predict_closed_loop(const Deployment& deployment, int input_token
                                    int output_tokens, int concurrency);
 LoadPrediction predict_open_loop(const Deployment& deployment, int input_tokens, int output_tokens,
                                  double rate_per_s);
+// A burst, step by step: prompts are prefilled first come first served in chunks of the step
+// budget, each step also decoding the requests already prefilled; then all decode together.
+// Percentiles are over the burst's requests.
+LoadPrediction predict_burst(const Deployment& deployment, int input_tokens, int output_tokens,
+                             int requests);
 LoadPrediction predict(const Deployment& deployment, const Workload& workload);
 
 // Quantile of a Poisson distribution with mean `mean` (smallest k with CDF >= q).
