@@ -154,6 +154,12 @@ int run_calibrate(const CalibrateFlags& flags) {
       "{:.1f}%\n",
       device->id, efficiency.bandwidth, efficiency.bandwidth * device->memory_bandwidth_gb_s,
       efficiency.compute, efficiency.step_overhead_ms, calibration->median_abs_error * 100);
+  if (efficiency.bandwidth > 1 || efficiency.compute > 1) {
+    fmt::print(
+        "warning: this machine beat the catalog's peak for {} (efficiency above 1); its "
+        "spec in data/hardware.toml is too low for this machine\n",
+        device->id);
+  }
   const auto file = plan::calibration_file();
   if (!plan::store_calibration(file, *calibration, &error)) return fail(error);
   fmt::print("stored in {}; `brisk plan` uses it for {} from now on\n", file.string(), device->id);

@@ -149,7 +149,7 @@ Efficiency fit(std::vector<ModelRun>& runs, const Efficiency& defaults, bool fit
     overheads.clear();
     for (int index = 0; index <= 40; ++index) overheads.push_back(fastest_ms * 0.9 * index / 40);
   }
-  auto grid = [](int index) { return std::pow(10.0, -3.0 + 3.2 * index / 96.0); };
+  auto grid = [](int index) { return std::pow(10.0, -3.0 + 3.5 * index / 96.0); };
   Efficiency best = defaults;
   double best_error = 1e300;
   for (const double overhead : overheads) {

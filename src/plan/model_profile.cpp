@@ -20,10 +20,6 @@ double ModelProfile::layer_matmul_parameters() const {
   return attention + mlp;
 }
 
-double ModelProfile::matmul_parameters_per_token() const {
-  return layers * layer_matmul_parameters() + static_cast<double>(hidden_size) * vocab_size;
-}
-
 int ModelProfile::global_layers() const {
   if (sliding_window <= 0) return layers;
   if (global_layer_every <= 0) return 0;

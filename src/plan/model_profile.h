@@ -37,8 +37,6 @@ struct ModelProfile {
 
   // Weights of one layer's matrix products (attention q/k/v/o and a gated MLP).
   double layer_matmul_parameters() const;
-  // Weights one token's forward pass multiplies with: every layer plus the output head.
-  double matmul_parameters_per_token() const;
   int global_layers() const;
   int windowed_layers() const { return layers - global_layers(); }
 

@@ -37,8 +37,13 @@ StepCost Deployment::step(double decode_batch, double decode_context, double pre
       kv_split;
   const double prefill_attention =
       prefill_tokens * model.attention_flops_per_token(prefill_context + prefill_tokens / 2);
+  // Every token passes through the layers; only sampled positions (each decode, and a prompt's
+  // last token) pass through the output head.
+  const double head_tokens = decode_batch + (prefill_tokens > 0 ? 1 : 0);
+  const double head_parameters = static_cast<double>(model.hidden_size) * model.vocab_size;
   cost.flops =
-      (2.0 * model.matmul_parameters_per_token() * tokens +
+      (2.0 * model.layers * model.layer_matmul_parameters() * tokens +
+       2.0 * head_parameters * head_tokens +
        decode_batch * model.attention_flops_per_token(decode_context) + prefill_attention) /
       devices;
   const double bytes_per_ms = device->memory_bandwidth_gb_s * 1e6 * efficiency.bandwidth;

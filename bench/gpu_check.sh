@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# One pass of brisk's GPU checks, for a machine lent for a few minutes (see BENCHMARKS.md):
+#   1. random-weight GGUFs of Llama-3.2-1B and Llama-3.1-8B shapes (F16; speed does not depend
+#      on the weights' values),
+#   2. `brisk plan calibrate` on the GPU with both models,
+#   3. `brisk plan` predictions (calibrated and with default efficiencies) for the loads of 4.,
+#   4. `brisk serve` on the 8B model measured by `brisk bench`: one stream, 8 users, and a burst
+#      of 10 ShareGPT-sized requests (the LambdaLabs vLLM comparison's shape).
+# Usage: bench/gpu_check.sh BIN_DIR VOCAB_GGUF OUT_DIR
+set -uo pipefail
+BIN=$1
+VOCAB=$2
+OUT=$3
+MODELS=${MODELS_DIR:-/tmp/brisk-models}
+export BRISK_HOME=${BRISK_HOME:-/tmp/brisk-home}
+mkdir -p "$OUT" "$MODELS" "$BRISK_HOME"
+BRISK="$BIN/brisk"
+step() { echo; echo "=== $(date -u +%H:%M:%S) $*"; }
+
+step machine
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv
+nproc; grep -m1 'model name' /proc/cpuinfo
+
+step models
+# SHAPE_ARGS (e.g. "--layers 2") shrinks both models for a dry run of this script on a CPU.
+"$BIN/random-gguf" --shape llama-3.2-1b --type f16 --vocab "$VOCAB" ${SHAPE_ARGS:-} \
+  --out "$MODELS/llama-3.2-1b-f16.gguf" | tail -1 || exit 1
+"$BIN/random-gguf" --shape llama-3.1-8b --type f16 --vocab "$VOCAB" ${SHAPE_ARGS:-} \
+  --out "$MODELS/llama-3.1-8b-f16.gguf" | tail -1 || exit 1
+ls -la "$MODELS"
+M1="$MODELS/llama-3.2-1b-f16.gguf"
+M8="$MODELS/llama-3.1-8b-f16.gguf"
+
+step calibrate
+"$BRISK" plan calibrate --model "$M1" --model "$M8" --device "${DEVICE_ID:-h200}" --gpu-layers 999 \
+  --batches ${BATCHES:-1,4,16,64} --context 512 --repeats ${REPEATS:-7} 2>&1 | grep -v '^\[' | tee "$OUT/calibrate.txt"
+cp "$BRISK_HOME/calibration.json" "$OUT/" 2>/dev/null
+
+step predictions
+for spec in "1 512 128" "8 512 128" "10 137 187"; do
+  set -- $spec
+  for mode in calibrated uncalibrated; do
+    flag=""; [[ $mode == uncalibrated ]] && flag="--uncalibrated"
+    "$BRISK" plan --model "$M8" --devices "${DEVICE_ID:-h200}",h100-sxm,a100-80gb --concurrency "$1" --burst \
+      --isl "$2" --osl "$3" $flag --json > "$OUT/plan_c$1_$mode.json"
+  done
+done
+"$BRISK" plan --model "$M8" --devices "${DEVICE_ID:-h200}" --concurrency 8 --burst --isl 512 --osl 128 --explain "${DEVICE_ID:-h200}" \
+  > "$OUT/plan_explain.txt" 2>&1
+
+step serve
+"$BRISK" serve --model "$M8" --port 8090 --max-seqs 16 --ctx-size 16384 > "$OUT/serve.log" 2>&1 &
+SERVER=$!
+for _ in $(seq 1 120); do curl -sf localhost:8090/health >/dev/null && break; sleep 1; done
+bench() {  # name concurrency requests isl osl
+  "$BRISK" bench --url http://127.0.0.1:8090 --concurrency "$2" --num-requests "$3" \
+    --warmup-requests 2 --input-tokens "$4" --output-tokens "$5" --out "$OUT/$1" 2>&1 | tail -15
+}
+step bench c1; bench bench_c1 1 8 512 128
+step bench c8; bench bench_c8 8 16 512 128
+step bench c10; bench bench_c10 10 10 137 187
+curl -s localhost:8090/metrics | grep -E '^brisk_(step|time_per)' | head -20 > "$OUT/metrics.txt"
+kill -INT $SERVER; wait $SERVER
+step done

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Validates `brisk plan` against measurement on this machine: predict, then measure.
+
+For each model and concurrency C: `brisk plan --concurrency C --burst --json` predicts TTFT and
+TPOT on --device; then `brisk serve` runs the model and `brisk bench` measures a closed loop of C
+users with fixed prompt and output lengths. With fixed lengths the users stay in step, so each
+wave of C requests is a burst, which is what --burst models. Compared: median TTFT and median
+TPOT over the measured requests against the predicted p50, as (predicted - measured) / measured.
+
+Run `brisk plan calibrate` for --device first; the script says which efficiencies were used.
+Stdlib only; prints a markdown table; --out writes JSON.
+
+  python3 bench/plan_validation.py --device cpu-2vcpu \
+      --case gemma3-270m:256:64 --case /tmp/llama-3.1-8b-q4_k_m.gguf:128:32 --concurrency 1,8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def predict(brisk: Path, model: str, device: str, users: int, isl: int, osl: int,
+            extra: list[str]) -> dict:
+    argv = [str(brisk), "plan", "--model", model, "--devices", device, "--concurrency", str(users),
+            "--burst", "--isl", str(isl), "--osl", str(osl), "--json", *extra]
+    candidate = json.loads(subprocess.run(argv, check=True, capture_output=True,
+                                          text=True).stdout)["candidates"][0]
+    return {"ttft_ms": candidate["ttft_ms"], "tpot_ms": candidate["tpot_ms"],
+            "efficiency": candidate["efficiency"]["origin"]}
+
+
+def measure(brisk: Path, model: str, users: int, isl: int, osl: int, waves: int,
+            serve_args: list[str], out_dir: Path) -> dict:
+    port = free_port()
+    server = subprocess.Popen([str(brisk), "serve", "--model", model, "--port", str(port),
+                               "--max-seqs", str(max(users, 1)), *serve_args],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except OSError:
+                time.sleep(0.5)
+        subprocess.run([str(brisk), "bench", "--url", f"http://127.0.0.1:{port}",
+                        "--concurrency", str(users), "--num-requests", str(users * waves),
+                        "--warmup-requests", "1", "--input-tokens", str(isl),
+                        "--output-tokens", str(osl), "--out", str(out_dir)],
+                       check=True, capture_output=True, text=True, timeout=3600)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    run = json.loads((out_dir / "result.json").read_text())["runs"][0]
+    return {"ttft_ms": run["ttft_ms"], "tpot_ms": run["tpot_ms"]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--brisk-bin", default=str(REPO_ROOT / "build" / "bin" / "brisk"))
+    parser.add_argument("--device", required=True, help="catalog id of this machine")
+    parser.add_argument("--case", action="append", required=True,
+                        help="MODEL:ISL:OSL (a pulled model name or a GGUF path)")
+    parser.add_argument("--concurrency", default="1,8")
+    parser.add_argument("--waves", type=int, default=2, help="measured requests = C x waves")
+    parser.add_argument("--serve-args", default="", help="extra brisk serve flags")
+    parser.add_argument("--plan-args", default="", help="extra brisk plan flags")
+    parser.add_argument("--work", default="/tmp/plan-validation")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    brisk = Path(args.brisk_bin)
+    rows = []
+    for case in args.case:
+        model, isl, osl = case.rsplit(":", 2)
+        for users in [int(c) for c in args.concurrency.split(",")]:
+            predicted = predict(brisk, model, args.device, users, int(isl), int(osl),
+                                args.plan_args.split())
+            log(f"{model} C={users}: predicted TTFT p50 {predicted['ttft_ms']['p50']:.0f} ms, "
+                f"TPOT p50 {predicted['tpot_ms']['p50']:.1f} ms; measuring")
+            out_dir = Path(args.work) / f"{Path(model).stem}-c{users}"
+            measured = measure(brisk, model, users, int(isl), int(osl), args.waves,
+                               args.serve_args.split(), out_dir)
+            row = {"model": model, "isl": int(isl), "osl": int(osl), "concurrency": users,
+                   "predicted": predicted, "measured": measured}
+            for metric in ("ttft_ms", "tpot_ms"):
+                p, m = predicted[metric]["p50"], measured[metric]["p50"]
+                row[f"{metric}_error"] = (p - m) / m
+            log(f"  measured TTFT p50 {measured['ttft_ms']['p50']:.0f} ms, TPOT p50 "
+                f"{measured['tpot_ms']['p50']:.1f} ms")
+            rows.append(row)
+    print(f"| model | ISL/OSL | C | TTFT p50 predicted | measured | error | TPOT p50 predicted "
+          f"| measured | error |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {Path(r['model']).name} | {r['isl']}/{r['osl']} | {r['concurrency']} | "
+              f"{r['predicted']['ttft_ms']['p50']:.0f} ms | {r['measured']['ttft_ms']['p50']:.0f} ms"
+              f" | {r['ttft_ms_error']:+.0%} | {r['predicted']['tpot_ms']['p50']:.1f} ms | "
+              f"{r['measured']['tpot_ms']['p50']:.1f} ms | {r['tpot_ms_error']:+.0%} |")
+    print(f"\nefficiencies: {rows[0]['predicted']['efficiency']}")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"machine": platform.node(), "rows": rows},
+                                             indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
