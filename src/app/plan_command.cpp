@@ -1,7 +1,10 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include <cmath>
+#include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "app/commands.h"
 #include "common/model_store.h"
@@ -20,6 +23,10 @@ struct PlanFlags {
   double rate = 0;
   bool burst = false;
   std::string slo;
+  std::string workload_file;
+  bool input_given = false;
+  bool output_given = false;
+  bool load_given = false;
   std::vector<std::string> devices;
   int max_devices = 8;
   std::string precision;
@@ -48,8 +55,44 @@ int fail(const std::string& message) {
   return 2;
 }
 
-int run_plan(const PlanFlags& flags) {
+// Takes prompt/output lengths (and the first run's load) from a `brisk bench` result.json, for
+// the flags the user did not give.
+bool apply_bench_workload(PlanFlags& flags, std::string* error) {
+  std::ifstream file(flags.workload_file);
+  nlohmann::json result;
+  try {
+    result = nlohmann::json::parse(file);
+  } catch (const nlohmann::json::exception&) {
+    *error = "--workload '" + flags.workload_file + "' is not a brisk bench result.json";
+    return false;
+  }
+  const nlohmann::json workload = result.value("workload", nlohmann::json::object());
+  if (!workload.contains("input_tokens") || !workload["input_tokens"].is_number() ||
+      !workload.contains("output_tokens") || !workload["output_tokens"].is_number()) {
+    *error = "--workload '" + flags.workload_file +
+             "' has no workload.input_tokens/output_tokens (is it a brisk bench result.json?)";
+    return false;
+  }
+  if (!flags.input_given) {
+    flags.input_tokens =
+        std::max(1, static_cast<int>(std::lround(workload["input_tokens"].get<double>())));
+  }
+  if (!flags.output_given) {
+    flags.output_tokens =
+        std::max(1, static_cast<int>(std::lround(workload["output_tokens"].get<double>())));
+  }
+  const nlohmann::json runs = result.value("runs", nlohmann::json::array());
+  if (!flags.load_given && !runs.empty() && runs[0].contains("load")) {
+    const nlohmann::json& load = runs[0]["load"];
+    if (load.contains("concurrency")) flags.concurrency = load["concurrency"].get<int>();
+    if (load.contains("rate") && load["rate"].is_number()) flags.rate = load["rate"].get<double>();
+  }
+  return true;
+}
+
+int run_plan(PlanFlags flags) {
   std::string error;
+  if (!flags.workload_file.empty() && !apply_bench_workload(flags, &error)) return fail(error);
   const auto catalog = plan::HardwareCatalog::load(flags.catalog, &error);
   if (!catalog) return fail(error);
   auto model = plan::resolve_model_profile(flags.model, &error);
@@ -174,16 +217,21 @@ CommandRunner register_plan_command(CLI::App& app) {
   app.add_option("--model", flags->model,
                  "A preset (llama-3.1-8b, gemma3-270m, ...), a pulled model, a GGUF file or a "
                  "Hugging Face config.json");
-  app.add_option("--isl", flags->input_tokens, "Prompt tokens per request")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--osl", flags->output_tokens, "Output tokens per request")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--concurrency", flags->concurrency,
-                 "Closed loop: users each sending the next request when the last one ends "
-                 "(default 1)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--rate", flags->rate, "Open loop: Poisson arrivals, requests per second")
-      ->check(CLI::NonNegativeNumber);
+  CLI::Option* isl = app.add_option("--isl", flags->input_tokens, "Prompt tokens per request")
+                         ->check(CLI::PositiveNumber);
+  CLI::Option* osl = app.add_option("--osl", flags->output_tokens, "Output tokens per request")
+                         ->check(CLI::PositiveNumber);
+  app.add_option("--workload", flags->workload_file,
+                 "A brisk bench result.json: its mean prompt and output lengths and its first "
+                 "load, for the flags not given");
+  CLI::Option* concurrency =
+      app.add_option("--concurrency", flags->concurrency,
+                     "Closed loop: users each sending the next request when the last one ends "
+                     "(default 1)")
+          ->check(CLI::NonNegativeNumber);
+  CLI::Option* rate =
+      app.add_option("--rate", flags->rate, "Open loop: Poisson arrivals, requests per second")
+          ->check(CLI::NonNegativeNumber);
   app.add_flag("--burst", flags->burst,
                "The --concurrency requests arrive at once and none follows (a benchmark's first "
                "wave; rate=inf with that many prompts)");
@@ -234,9 +282,12 @@ CommandRunner register_plan_command(CLI::App& app) {
                         "Tokens already in each sequence's cache when decode steps are timed");
   calibrate->add_option("--repeats", calibrate_flags->repeats, "Timed steps per point (median)");
 
-  return [flags, calibrate_flags, calibrate] {
+  return [flags, calibrate_flags, calibrate, isl, osl, concurrency, rate] {
     if (calibrate->parsed()) return run_calibrate(*calibrate_flags);
     if (flags->model.empty()) return fail("--model is required (try --model gemma3-270m)");
+    flags->input_given = isl->count() > 0;
+    flags->output_given = osl->count() > 0;
+    flags->load_given = concurrency->count() + rate->count() > 0;
     return run_plan(*flags);
   };
 }

@@ -112,3 +112,20 @@ def test_calibrate_measures_this_machine_and_plan_uses_it(tmp_path):
     uncalibrated = json.loads(plan("--model", str(model_path()), "--devices", "cpu-2vcpu",
                                    "--json", "--uncalibrated", env=env).stdout)
     assert uncalibrated["candidates"][0]["efficiency"]["origin"].startswith("default")
+
+
+def test_workload_from_a_bench_result(tmp_path):
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"workload": {"input_tokens": 300.4, "output_tokens": 99},
+                                  "runs": [{"load": {"concurrency": 4}}]}))
+    out = plan("--model", "llama-3.1-8b", "--workload", str(result), "--json").stdout
+    workload = json.loads(out)["workload"]
+    assert (workload["input_tokens"], workload["output_tokens"]) == (300, 99)
+    assert workload["concurrency"] == 4
+    # Flags given on the command line win over the file.
+    out = plan("--model", "llama-3.1-8b", "--workload", str(result), "--osl", "7", "--rate", "2",
+               "--json").stdout
+    workload = json.loads(out)["workload"]
+    assert (workload["input_tokens"], workload["output_tokens"], workload["rate"]) == (300, 7, 2)
+    bad = plan("--model", "llama-3.1-8b", "--workload", str(tmp_path))
+    assert bad.returncode == 2 and "not a brisk bench result.json" in bad.stderr
