@@ -2,6 +2,7 @@
 #include <fmt/ostream.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -61,14 +62,18 @@ bool apply_bench_workload(PlanFlags& flags, std::string* error) {
   std::ifstream file(flags.workload_file);
   nlohmann::json result;
   try {
+    if (!std::filesystem::is_regular_file(flags.workload_file)) throw std::runtime_error("");
     result = nlohmann::json::parse(file);
-  } catch (const nlohmann::json::exception&) {
+  } catch (const std::exception&) {
     *error = "--workload '" + flags.workload_file + "' is not a brisk bench result.json";
     return false;
   }
-  const nlohmann::json workload = result.value("workload", nlohmann::json::object());
-  if (!workload.contains("input_tokens") || !workload["input_tokens"].is_number() ||
-      !workload.contains("output_tokens") || !workload["output_tokens"].is_number()) {
+  const nlohmann::json workload = result.is_object()
+                                      ? result.value("workload", nlohmann::json::object())
+                                      : nlohmann::json::object();
+  if (!workload.is_object() || !workload.contains("input_tokens") ||
+      !workload["input_tokens"].is_number() || !workload.contains("output_tokens") ||
+      !workload["output_tokens"].is_number()) {
     *error = "--workload '" + flags.workload_file +
              "' has no workload.input_tokens/output_tokens (is it a brisk bench result.json?)";
     return false;
@@ -82,9 +87,12 @@ bool apply_bench_workload(PlanFlags& flags, std::string* error) {
         std::max(1, static_cast<int>(std::lround(workload["output_tokens"].get<double>())));
   }
   const nlohmann::json runs = result.value("runs", nlohmann::json::array());
-  if (!flags.load_given && !runs.empty() && runs[0].contains("load")) {
+  if (!flags.load_given && runs.is_array() && !runs.empty() && runs[0].is_object() &&
+      runs[0].contains("load") && runs[0]["load"].is_object()) {
     const nlohmann::json& load = runs[0]["load"];
-    if (load.contains("concurrency")) flags.concurrency = load["concurrency"].get<int>();
+    if (load.contains("concurrency") && load["concurrency"].is_number_integer()) {
+      flags.concurrency = load["concurrency"].get<int>();
+    }
     if (load.contains("rate") && load["rate"].is_number()) flags.rate = load["rate"].get<double>();
   }
   return true;
