@@ -88,15 +88,18 @@ LoadPrediction evaluate(const Deployment& deployment, int input_tokens, int outp
   auto capped = [&](double wait_ms) {
     return wait_cap_ms > 0 ? std::min(wait_ms, wait_cap_ms) : wait_ms;
   };
+  // A prompt that arrives while a step runs waits for its end (uniform residual); the engine is
+  // busy with others with probability 1 - exp(-others in flight).
+  const double busy = 1 - std::exp(-(decode_batch_seen - 1));
+  auto residual_ms = [&](double q) { return busy > 1 - q ? step_ms * (1 - (1 - q) / busy) : 0.0; };
+  auto ttft_at = [&](double q) {
+    return prompt_service_ms + residual_ms(q) +
+           capped(md1_wait_quantile(rho, prompt_service_ms, q));
+  };
   const Quantiles q;
-  prediction.ttft_ms.mean =
-      prompt_service_ms + step_ms / 2 + capped(md1_wait_mean(rho, prompt_service_ms));
-  prediction.ttft_ms.p50 = prompt_service_ms + step_ms * q.p50 +
-                           capped(md1_wait_quantile(rho, prompt_service_ms, q.p50));
-  prediction.ttft_ms.p95 = prompt_service_ms + step_ms * q.p95 +
-                           capped(md1_wait_quantile(rho, prompt_service_ms, q.p95));
-  prediction.ttft_ms.p99 = prompt_service_ms + step_ms * q.p99 +
-                           capped(md1_wait_quantile(rho, prompt_service_ms, q.p99));
+  prediction.ttft_ms = {
+      prompt_service_ms + busy * step_ms / 2 + capped(md1_wait_mean(rho, prompt_service_ms)),
+      ttft_at(q.p50), ttft_at(q.p95), ttft_at(q.p99)};
 
   prediction.e2e_ms = prediction.ttft_ms.mean + decode_steps * tpot_mean_ms;
   prediction.request_throughput = requests_per_s;
