@@ -200,12 +200,14 @@ int run_calibrate(const CalibrateFlags& flags) {
   }
   const plan::Efficiency& efficiency = calibration->efficiency;
   fmt::print(
-      "\n{}: bandwidth efficiency {:.3f} ({:.1f} GB/s achieved), compute efficiency {:.3f} (of "
-      "the dense rate each model's weights use), step overhead {:.2f} ms; median fit error "
+      "\n{}: bandwidth efficiency {:.3f} ({:.1f} GB/s achieved), compute efficiency {:.3f} in "
+      "decode and {:.3f} in prompts (of the dense rate each model's weights use), step overhead "
+      "{:.2f} ms; median fit error "
       "{:.1f}%\n",
       device->id, efficiency.bandwidth, efficiency.bandwidth * device->memory_bandwidth_gb_s,
-      efficiency.compute, efficiency.step_overhead_ms, calibration->median_abs_error * 100);
-  if (efficiency.bandwidth > 1 || efficiency.compute > 1) {
+      efficiency.compute, efficiency.prefill_compute, efficiency.step_overhead_ms,
+      calibration->median_abs_error * 100);
+  if (efficiency.bandwidth > 1 || efficiency.compute > 1 || efficiency.prefill_compute > 1) {
     fmt::print(
         "warning: this machine beat the catalog's peak for {} (efficiency above 1); its "
         "spec in data/hardware.toml is too low for this machine\n",

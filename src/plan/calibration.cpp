@@ -137,12 +137,27 @@ double predicted_ms(const Deployment& deployment, const StepSample& sample) {
   return deployment.step(sample.decode_batch, sample.context).total_ms;
 }
 
-// Least squares on log(time) over a log-spaced grid: robust and fast for three parameters.
+double log_error(std::vector<ModelRun>& runs, const Efficiency& efficiency, bool prompts) {
+  double error = 0;
+  for (ModelRun& run : runs) {
+    run.deployment.efficiency = efficiency;
+    for (const StepSample& sample : run.samples) {
+      if ((sample.prefill_tokens > 0) != prompts) continue;
+      const double ratio = std::log(predicted_ms(run.deployment, sample) / sample.measured_ms);
+      error += ratio * ratio;
+    }
+  }
+  return error;
+}
+
+// Least squares on log(time) over log-spaced grids: bandwidth, decode compute and overhead from
+// the decode steps, then prompt compute from the prompt chunks. Robust and fast.
 Efficiency fit(std::vector<ModelRun>& runs, const Efficiency& defaults, bool fit_overhead) {
   double fastest_ms = 1e30;
   for (const ModelRun& run : runs) {
-    for (const StepSample& sample : run.samples)
+    for (const StepSample& sample : run.samples) {
       fastest_ms = std::min(fastest_ms, sample.measured_ms);
+    }
   }
   std::vector<double> overheads = {defaults.step_overhead_ms};
   if (fit_overhead) {
@@ -155,20 +170,24 @@ Efficiency fit(std::vector<ModelRun>& runs, const Efficiency& defaults, bool fit
   for (const double overhead : overheads) {
     for (int b = 0; b <= 96; ++b) {
       for (int c = 0; c <= 96; ++c) {
-        double error = 0;
-        for (ModelRun& run : runs) {
-          run.deployment.efficiency = {grid(b), grid(c), overhead, ""};
-          for (const StepSample& sample : run.samples) {
-            const double ratio =
-                std::log(predicted_ms(run.deployment, sample) / sample.measured_ms);
-            error += ratio * ratio;
-          }
-        }
+        const Efficiency candidate{grid(b), grid(c), defaults.prefill_compute, overhead, ""};
+        const double error = log_error(runs, candidate, /*prompts=*/false);
         if (error < best_error) {
           best_error = error;
-          best = {grid(b), grid(c), overhead, ""};
+          best = candidate;
         }
       }
+    }
+  }
+  best_error = 1e300;
+  const Efficiency decode_fit = best;
+  for (int p = 0; p <= 96; ++p) {
+    Efficiency candidate = decode_fit;
+    candidate.prefill_compute = grid(p);
+    const double error = log_error(runs, candidate, /*prompts=*/true);
+    if (error < best_error) {
+      best_error = error;
+      best = candidate;
     }
   }
   return best;
@@ -229,6 +248,7 @@ std::map<std::string, Efficiency> load_calibrations(const std::filesystem::path&
     for (const auto& [device_id, entry] : root.at("devices").items()) {
       calibrations[device_id] = {entry.at("bandwidth_efficiency").get<double>(),
                                  entry.at("compute_efficiency").get<double>(),
+                                 entry.at("prefill_compute_efficiency").get<double>(),
                                  entry.at("step_overhead_ms").get<double>(),
                                  entry.at("origin").get<std::string>()};
     }
@@ -259,6 +279,7 @@ bool store_calibration(const std::filesystem::path& file, const Calibration& cal
   root["devices"][calibration.device_id] = {
       {"bandwidth_efficiency", calibration.efficiency.bandwidth},
       {"compute_efficiency", calibration.efficiency.compute},
+      {"prefill_compute_efficiency", calibration.efficiency.prefill_compute},
       {"step_overhead_ms", calibration.efficiency.step_overhead_ms},
       {"origin", calibration.efficiency.origin},
       {"date", calibration.date},

@@ -19,8 +19,8 @@ double allreduce_ms(const DeviceSpec& device, int devices, double bytes) {
 }  // namespace
 
 Efficiency Efficiency::defaults_for(const DeviceSpec& device) {
-  if (device.is_gpu()) return {0.80, 0.55, 1.0, "default for a GPU (not calibrated)"};
-  return {0.55, 0.30, 0.5, "default for a CPU (not calibrated)"};
+  if (device.is_gpu()) return {0.80, 0.55, 0.55, 1.0, "default for a GPU (not calibrated)"};
+  return {0.55, 0.30, 0.30, 0.5, "default for a CPU (not calibrated)"};
 }
 
 StepCost Deployment::step(double decode_batch, double decode_context, double prefill_tokens,
@@ -39,17 +39,22 @@ StepCost Deployment::step(double decode_batch, double decode_context, double pre
       prefill_tokens * model.attention_flops_per_token(prefill_context + prefill_tokens / 2);
   // Every token passes through the layers; only sampled positions (each decode, and a prompt's
   // last token) pass through the output head.
-  const double head_tokens = decode_batch + (prefill_tokens > 0 ? 1 : 0);
   const double head_parameters = static_cast<double>(model.hidden_size) * model.vocab_size;
-  cost.flops =
-      (2.0 * model.layers * model.layer_matmul_parameters() * tokens +
-       2.0 * head_parameters * head_tokens +
-       decode_batch * model.attention_flops_per_token(decode_context) + prefill_attention) /
-      devices;
+  const double layer_flops_per_token = 2.0 * model.layers * model.layer_matmul_parameters();
+  const double decode_flops = layer_flops_per_token * decode_batch +
+                              2.0 * head_parameters * decode_batch +
+                              decode_batch * model.attention_flops_per_token(decode_context);
+  cost.prefill_flops = (prefill_tokens > 0 ? layer_flops_per_token * prefill_tokens +
+                                                 2.0 * head_parameters + prefill_attention
+                                           : 0.0) /
+                       devices;
+  cost.flops = decode_flops / devices + cost.prefill_flops;
   const double bytes_per_ms = device->memory_bandwidth_gb_s * 1e6 * efficiency.bandwidth;
-  const double flops_per_ms = precision.dense_tflops(*device) * 1e9 * efficiency.compute;
+  const double peak_flops_per_ms = precision.dense_tflops(*device) * 1e9;
   cost.memory_ms = (cost.weight_bytes + cost.kv_bytes) / bytes_per_ms;
-  cost.compute_ms = cost.flops / flops_per_ms;
+  // Small decode batches and large prompt chunks run different kernels at different efficiency.
+  cost.compute_ms = (cost.flops - cost.prefill_flops) / (peak_flops_per_ms * efficiency.compute) +
+                    cost.prefill_flops / (peak_flops_per_ms * efficiency.prefill_compute);
   cost.overhead_ms = efficiency.step_overhead_ms;
   // Two all-reduces per layer (after attention and after the MLP) of the step's activations.
   cost.interconnect_ms =

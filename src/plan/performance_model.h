@@ -12,7 +12,8 @@ namespace brisk::plan {
 // vLLM/llama.cpp on that class of device; `brisk plan calibrate` measures them on a local one.
 struct Efficiency {
   double bandwidth = 0;         // achieved / published memory bandwidth
-  double compute = 0;           // achieved / published dense rate, for large matrix products
+  double compute = 0;           // achieved / published dense rate, decode tokens (small batches)
+  double prefill_compute = 0;   // the same for prompt tokens (large matrix products)
   double step_overhead_ms = 0;  // per engine step: launches, sampling, scheduling
   std::string origin;           // "default for a GPU" or "calibrated on ... (date)"
 
@@ -21,9 +22,10 @@ struct Efficiency {
 
 // The time of one engine step and its parts, for --explain.
 struct StepCost {
-  double weight_bytes = 0;  // per device
-  double kv_bytes = 0;      // per device
-  double flops = 0;         // per device
+  double weight_bytes = 0;   // per device
+  double kv_bytes = 0;       // per device
+  double flops = 0;          // per device
+  double prefill_flops = 0;  // per device, the prompt tokens' share of flops
   double memory_ms = 0;
   double compute_ms = 0;
   double overhead_ms = 0;

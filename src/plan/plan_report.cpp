@@ -146,6 +146,7 @@ nlohmann::json plan_json(const PlanRequest& request, const Plan& plan) {
         {"efficiency",
          {{"bandwidth", candidate.deployment.efficiency.bandwidth},
           {"compute", candidate.deployment.efficiency.compute},
+          {"prefill_compute", candidate.deployment.efficiency.prefill_compute},
           {"step_overhead_ms", candidate.deployment.efficiency.step_overhead_ms},
           {"origin", candidate.deployment.efficiency.origin}}}};
     candidates.push_back(entry);
@@ -172,9 +173,12 @@ void print_explanation(std::ostream& out, const PlanRequest& request, const Cand
              device.name, device.memory_gb, device.memory_bandwidth_gb_s,
              deployment.precision.dense_tflops(device), deployment.precision.compute_rate,
              device.spec_source);
-  fmt::print(out, "efficiency  bandwidth x{:.2f}, compute x{:.2f}, {:.2f} ms per step: {}\n",
+  fmt::print(out,
+             "efficiency  bandwidth x{:.2f}, compute x{:.2f} (decode) and x{:.2f} (prompts), "
+             "{:.2f} ms per step: {}\n",
              deployment.efficiency.bandwidth, deployment.efficiency.compute,
-             deployment.efficiency.step_overhead_ms, deployment.efficiency.origin);
+             deployment.efficiency.prefill_compute, deployment.efficiency.step_overhead_ms,
+             deployment.efficiency.origin);
   fmt::print(out, "model       {} ({})\n", model.name, model.origin);
   fmt::print(out,
              "weights     {:.3g} parameters x {:.3f} bytes ({}) = {:.2f} GB; a decode step reads "
