@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "scratch_dir.h"
+
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -16,23 +18,11 @@ void write_file(const fs::path& path, const std::string& bytes) {
   out << bytes;
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using testing::read_file;
 
 // A fresh directory per test, removed afterwards.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string pattern = (fs::temp_directory_path() / "brisk-model-store-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~ScratchDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
+struct ScratchDir : testing::ScratchDir {
+  ScratchDir() : testing::ScratchDir("brisk-model-store") {}
 };
 
 TEST(Sha256, MatchesKnownDigests) {

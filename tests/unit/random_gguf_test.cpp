@@ -1,5 +1,7 @@
 // Runs the random-gguf tool on a tiny shape and reads the file back with ggml's own GGUF reader.
 #include <gtest/gtest.h>
+
+#include "scratch_dir.h"
 #include <stdlib.h>
 
 #include <array>
@@ -34,22 +36,11 @@ CommandResult run_random_gguf(const std::string& arguments) {
   return result;
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using brisk::testing::read_file;
 
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string pattern = (fs::temp_directory_path() / "brisk-random-gguf-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~ScratchDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
+// A fresh directory per test, removed afterwards.
+struct ScratchDir : brisk::testing::ScratchDir {
+  ScratchDir() : brisk::testing::ScratchDir("brisk-random-gguf") {}
 };
 
 struct GgufFree {
