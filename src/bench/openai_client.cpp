@@ -91,16 +91,32 @@ std::string error_message_of(const json& object) {
 
 }  // namespace
 
-std::string build_completion_body(ApiKind kind, const std::string& model, const std::string& prompt,
-                                  int max_tokens, bool stream) {
+namespace {
+
+json request_body(const std::string& model, int max_tokens, bool stream) {
   json body = {
       {"model", model}, {"max_tokens", max_tokens}, {"stream", stream}, {"ignore_eos", true}};
-  if (kind == ApiKind::chat) {
-    body["messages"] = json::array({{{"role", "user"}, {"content", prompt}}});
-  } else {
-    body["prompt"] = prompt;
-  }
   if (stream) body["stream_options"] = {{"include_usage", true}};
+  return body;
+}
+
+}  // namespace
+
+std::string build_completion_body(ApiKind kind, const std::string& model, const std::string& prompt,
+                                  int max_tokens, bool stream) {
+  if (kind == ApiKind::chat) {
+    return build_messages_body(model, json::array({{{"role", "user"}, {"content", prompt}}}),
+                               max_tokens, stream);
+  }
+  json body = request_body(model, max_tokens, stream);
+  body["prompt"] = prompt;
+  return body.dump();
+}
+
+std::string build_messages_body(const std::string& model, const json& messages, int max_tokens,
+                                bool stream) {
+  json body = request_body(model, max_tokens, stream);
+  body["messages"] = messages;
   return body.dump();
 }
 
