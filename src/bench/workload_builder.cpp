@@ -36,6 +36,14 @@ BuiltWorkload synthetic(const WorkloadSpec& spec, const TargetEndpoint& target,
       "input={} tokens ({} filler words at the mean, {:.2f} tokens/word {}) output={} tokens",
       spec.input_tokens.spec(), workload->filler_words(mean_tokens), calibration.tokens_per_word,
       calibration.measured ? "measured via /tokenize" : "assumed", spec.output_tokens.spec());
+  // Every prompt starts with its unique id line (so no prefix cache can answer it), plus BOS.
+  const int shortest_tokens = calibration.header_tokens + 1;
+  if (calibration.measured && spec.input_tokens.mean() < shortest_tokens) {
+    summary += fmt::format(
+        "\nwarning: prompts cannot be shorter than {} tokens here (the unique id line and BOS); "
+        "ask --input-tokens {} or more for exact lengths",
+        shortest_tokens, shortest_tokens);
+  }
   return {std::move(workload), std::move(description), std::move(summary)};
 }
 
