@@ -431,7 +431,8 @@ CommandRunner register_bench_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "bar", "lines", "off"}))
       ->capture_default_str();
   app.add_option("--seed", flags->seed,
-                 "Seed of the synthetic prompts, their lengths and the ShareGPT sample")
+                 "Seed of the synthetic prompts, their lengths, the ShareGPT sample and open-loop "
+                 "arrivals")
       ->capture_default_str();
   app.add_option("--timeout", flags->timeout_s, "Per-request timeout in seconds")
       ->check(CLI::PositiveNumber)
