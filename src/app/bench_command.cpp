@@ -163,7 +163,19 @@ std::string conflicting_flags(const BenchFlags& flags) {
 
 int run_bench(const BenchFlags& flags) {
   if (!flags.compare.empty()) return run_compare(flags);
-  std::string error;
+  std::string error = conflicting_flags(flags);
+  if (!error.empty()) {
+    std::cerr << "error: " << error << "\n";
+    return 2;
+  }
+  std::optional<std::vector<bench::PresetCase>> preset_cases;
+  if (!flags.preset.empty()) {
+    preset_cases = bench::parse_workload_preset(flags.preset, error);
+    if (!preset_cases) {
+      std::cerr << "error: --preset: " << error << "\n";
+      return 2;
+    }
+  }
   auto target = bench::parse_target_url(flags.url, error);
   if (!target) {
     std::cerr << "error: " << error << "\n";
@@ -183,11 +195,6 @@ int run_bench(const BenchFlags& flags) {
     model = *discovered;
   }
 
-  std::string flag_error = conflicting_flags(flags);
-  if (!flag_error.empty()) {
-    std::cerr << "error: " << flag_error << "\n";
-    return 2;
-  }
   const bench::TokenCalibration calibration = bench::calibrate_tokens(*target, setup_timeout);
   bench::WorkloadSpec spec;
   spec.kind = flags.endpoint == "chat" ? bench::ApiKind::chat : bench::ApiKind::completions;
@@ -201,36 +208,13 @@ int run_bench(const BenchFlags& flags) {
   spec.seed = flags.seed;
   spec.stream = !flags.no_stream;
 
-  // Load points, each with the workload it sends: one shared workload, or one per preset case.
-  struct PlannedPoint {
-    bench::LoadPoint load;
-    const bench::Workload* workload;
-    nlohmann::json case_description;  // null unless a preset case
-  };
-  std::vector<std::unique_ptr<bench::Workload>> workloads;
-  std::vector<PlannedPoint> preset_points;
+  // One shared workload, or one per preset case (each then its own load point).
+  std::vector<bench::BuiltWorkload> workloads;
   nlohmann::json workload_description;
-  if (!flags.preset.empty()) {
-    auto cases = bench::parse_workload_preset(flags.preset, error);
-    if (!cases) {
-      std::cerr << "error: --preset: " << error << "\n";
-      return 2;
-    }
-    for (const bench::PresetCase& preset_case : *cases) {
-      spec.input_tokens = bench::LengthDistribution::fixed_at(preset_case.input_tokens);
-      spec.output_tokens = bench::LengthDistribution::fixed_at(preset_case.output_tokens);
-      auto built = bench::build_workload(spec, *target, calibration, setup_timeout, error);
-      nlohmann::json description = built->description;
-      description["case"] = preset_case.name;
-      std::cerr << fmt::format("preset case {}: concurrency {}, {}\n", preset_case.name,
-                               preset_case.concurrency, built->summary);
-      preset_points.push_back(
-          {bench::LoadPoint{preset_case.concurrency}, built->workload.get(), description});
-      workloads.push_back(std::move(built->workload));
-    }
+  if (preset_cases) {
+    workloads =
+        bench::build_preset_workloads(spec, *preset_cases, *target, calibration, setup_timeout);
     workload_description = {{"source", "preset"}, {"preset", flags.preset}, {"seed", flags.seed}};
-    std::cerr << fmt::format("brisk bench: {} model={} endpoint={} preset={}\n", target->url(),
-                             model, flags.endpoint, flags.preset);
   } else {
     auto built = bench::build_workload(spec, *target, calibration, setup_timeout, error);
     if (!built) {
@@ -238,10 +222,11 @@ int run_bench(const BenchFlags& flags) {
       return 2;
     }
     workload_description = built->description;
-    std::cerr << fmt::format("brisk bench: {} model={} endpoint={} {}\n", target->url(), model,
-                             flags.endpoint, built->summary);
-    workloads.push_back(std::move(built->workload));
+    workloads.push_back(std::move(*built));
   }
+  std::cerr << fmt::format("brisk bench: {} model={} endpoint={}{}\n", target->url(), model,
+                           flags.endpoint, preset_cases ? " preset=" + flags.preset : "");
+  for (const bench::BuiltWorkload& built : workloads) std::cerr << built.summary << "\n";
   workload_description["num_requests"] =
       flags.duration_s ? nlohmann::json(nullptr) : nlohmann::json(flags.num_requests);
   workload_description["duration_s"] =
@@ -304,12 +289,13 @@ int run_bench(const BenchFlags& flags) {
     return report.runs.back().stats;
   };
   auto run_point = [&](const bench::LoadPoint& load) -> const bench::RunStatistics& {
-    return run_workload_point(load, *workloads.front(), nullptr);
+    return run_workload_point(load, *workloads.front().workload, nullptr);
   };
 
-  if (!preset_points.empty()) {
-    for (const PlannedPoint& point : preset_points) {
-      run_workload_point(point.load, *point.workload, point.case_description);
+  if (preset_cases) {
+    for (size_t i = 0; i < preset_cases->size(); ++i) {
+      run_workload_point(bench::LoadPoint{(*preset_cases)[i].concurrency}, *workloads[i].workload,
+                         workloads[i].description);
     }
   } else if (flags.find_max_rate) {
     if (!slo) {

@@ -96,4 +96,24 @@ std::optional<BuiltWorkload> build_workload(const WorkloadSpec& spec, const Targ
   return BuiltWorkload{std::move(workload), std::move(description), std::move(summary)};
 }
 
+std::vector<BuiltWorkload> build_preset_workloads(WorkloadSpec spec,
+                                                  const std::vector<PresetCase>& cases,
+                                                  const TargetEndpoint& target,
+                                                  const TokenCalibration& calibration,
+                                                  std::chrono::milliseconds timeout) {
+  std::vector<BuiltWorkload> built;
+  spec.jsonl_path.clear();
+  spec.sharegpt_path.clear();
+  for (const PresetCase& preset_case : cases) {
+    spec.input_tokens = LengthDistribution::fixed_at(preset_case.input_tokens);
+    spec.output_tokens = LengthDistribution::fixed_at(preset_case.output_tokens);
+    BuiltWorkload one = synthetic(spec, target, calibration, timeout);
+    one.description["case"] = preset_case.name;
+    one.summary = fmt::format("preset case {}: concurrency {}, {}", preset_case.name,
+                              preset_case.concurrency, one.summary);
+    built.push_back(std::move(one));
+  }
+  return built;
+}
+
 }  // namespace brisk::bench

@@ -4,12 +4,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "bench/length_distribution.h"
 #include "bench/target_endpoint.h"
 #include "bench/workload.h"
+#include "bench/workload_preset.h"
 
 namespace brisk::bench {
 
@@ -39,5 +41,13 @@ struct BuiltWorkload {
 std::optional<BuiltWorkload> build_workload(const WorkloadSpec& spec, const TargetEndpoint& target,
                                             const TokenCalibration& calibration,
                                             std::chrono::milliseconds timeout, std::string& error);
+
+// One synthetic workload per preset case, with that case's lengths; each description carries
+// the case's name as "case".
+std::vector<BuiltWorkload> build_preset_workloads(WorkloadSpec spec,
+                                                  const std::vector<PresetCase>& cases,
+                                                  const TargetEndpoint& target,
+                                                  const TokenCalibration& calibration,
+                                                  std::chrono::milliseconds timeout);
 
 }  // namespace brisk::bench
