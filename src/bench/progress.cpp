@@ -79,14 +79,14 @@ std::string ProgressDisplay::status_line() const {
   const double fraction = total_requests_ > 0 ? double(finished) / total_requests_
                           : duration_s_ > 0   ? elapsed_s / duration_s_
                                               : 0.0;
-  const std::string done_of = total_requests_ > 0
-                                  ? fmt::format("{}/{} requests", finished, total_requests_)
-                                  : fmt::format("{} requests, {:.0f}/{:.0f} s", finished,
-                                                std::min(elapsed_s, duration_s_), duration_s_);
-  const std::string counts =
-      fmt::format("{}  {:.1f} s  in flight {}  failed {}", done_of, elapsed_s,
-                  counters_.in_flight.load(std::memory_order_relaxed),
-                  counters_.failed.load(std::memory_order_relaxed));
+  const std::string done_of =
+      total_requests_ > 0
+          ? fmt::format("{}/{} requests  {:.1f} s", finished, total_requests_, elapsed_s)
+          : fmt::format("{} requests  {:.1f}/{:g} s", finished, std::min(elapsed_s, duration_s_),
+                        duration_s_);
+  const std::string counts = fmt::format("{}  in flight {}  failed {}", done_of,
+                                         counters_.in_flight.load(std::memory_order_relaxed),
+                                         counters_.failed.load(std::memory_order_relaxed));
   if (style_ != ProgressStyle::bar) return label_ + ": " + counts;
   const int filled = std::clamp(static_cast<int>(fraction * kBarWidth), 0, kBarWidth);
   return fmt::format("{} [{}{}] {}", label_, std::string(filled, '#'),
