@@ -145,7 +145,12 @@ bool write_html_report(const BenchReport& report, const std::filesystem::path& p
   json data = {
       {"target", report.target.url}, {"model", report.target.model}, {"runs", json::array()}};
   for (const LoadPointOutcome& outcome : report.runs) {
-    data["runs"].push_back(load_point_data(outcome, load_label(outcome.run.load)));
+    std::string label = load_label(outcome.run.load);
+    // Preset cases share concurrencies (short and long input at each): name the case too.
+    if (outcome.workload.contains("case")) {
+      label = outcome.workload["case"].get<std::string>() + " (" + label + ")";
+    }
+    data["runs"].push_back(load_point_data(outcome, label));
   }
   // "</" inside a <script> would end it early; JSON allows escaping the slash.
   std::string data_text = data.dump(-1, ' ', false, json::error_handler_t::replace);

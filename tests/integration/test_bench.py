@@ -255,6 +255,8 @@ def test_standard_preset_runs_its_four_cases(brisk, tmp_path):
         assert {int(r["prompt_tokens"]) for r in measured} == {expected_input}
         assert {int(r["completion_tokens"]) for r in measured} == {3}
     assert "in=64" in proc.stdout
+    html = (tmp_path / "report.html").read_text()
+    assert "long_input_peak_concurrency (concurrency 3)" in html
 
 
 def test_too_short_prompts_are_warned_about(brisk, tmp_path):
