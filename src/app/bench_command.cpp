@@ -46,6 +46,7 @@ struct BenchFlags {
   std::string sharegpt;  // ShareGPT JSON file
   std::string preset;    // e.g. "standard"
   std::string progress = "auto";
+  bool busy_poll = false;
   uint64_t seed = 0;
   double timeout_s = 300;
   bool no_stream = false;
@@ -275,6 +276,7 @@ int run_bench(const BenchFlags& flags) {
                                     flags.duration_s ? 0 : flags.num_requests,
                                     flags.duration_s.value_or(0));
     options.progress = &progress.counters();
+    options.busy_poll = flags.busy_poll;
     bench::RunResult run =
         load.open_loop() ? bench::run_open_loop(*target, workload, options, flags.seed + index)
                          : bench::run_closed_loop(*target, workload, options);
@@ -416,6 +418,9 @@ CommandRunner register_bench_command(CLI::App& app) {
                  "lines or off")
       ->check(CLI::IsMember({"auto", "bar", "lines", "off"}))
       ->capture_default_str();
+  app.add_flag("--busy-poll", flags->busy_poll,
+               "Spin instead of sleeping between network events: uses a whole core, and keeps an "
+               "idle CPU's wake-up delay (up to ms on VMs) out of the timings");
   app.add_option("--seed", flags->seed,
                  "Seed of the synthetic prompts, their lengths, the ShareGPT sample and open-loop "
                  "arrivals")

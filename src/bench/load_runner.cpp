@@ -56,6 +56,14 @@ void rethrow_if_failed(std::exception_ptr error) {
 
 }  // namespace
 
+void drive(net::io_context& io, bool busy_poll) {
+  if (!busy_poll) {
+    io.run();
+    return;
+  }
+  while (!io.stopped()) io.poll();
+}
+
 void count_finished(PhaseCounters& counters, int in_flight, bool ok) {
   counters.in_flight.store(in_flight, std::memory_order_relaxed);
   counters.finished.fetch_add(1, std::memory_order_relaxed);
@@ -87,7 +95,7 @@ RunResult run_closed_loop(const TargetEndpoint& target, const Workload& workload
     Phase phase{&workload, options.run_index, &requests, &records, first, last,
                 warmup,    deadline,          0,         progress};
     for (auto& user : users) net::co_spawn(io, virtual_user(*user, phase), rethrow_if_failed);
-    io.run();
+    drive(io, options.busy_poll);
     io.restart();
   };
 

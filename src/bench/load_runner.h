@@ -38,6 +38,9 @@ struct RunOptions {
   int warmup_requests = 2;  // sent first, at the same concurrency, and excluded from statistics
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // per request
   PhaseCounters* progress = nullptr;  // bumped during the measured phase, when not null
+  // Spin on the sockets instead of sleeping in epoll: costs the whole core, but an idle vCPU
+  // can take a millisecond or more to wake up, and that delay would be counted in every timing.
+  bool busy_poll = false;
 };
 
 struct RunResult {
@@ -54,6 +57,9 @@ std::vector<double> arrival_offsets_s(const LoadPoint& load, int count, uint64_t
 // The same schedule, every arrival before `duration_s` (a finite rate only).
 std::vector<double> arrival_offsets_within_s(const LoadPoint& load, double duration_s,
                                              uint64_t seed);
+
+// Runs `io` until it has no work left: io.run(), or with `busy_poll` io.poll() in a loop.
+void drive(net::io_context& io, bool busy_poll);
 
 // Records that one measured request finished, leaving `in_flight` requests running.
 void count_finished(PhaseCounters& counters, int in_flight, bool ok);

@@ -183,7 +183,7 @@ RunResult run_open_loop(const TargetEndpoint& target, const Workload& workload,
         pool.release(std::move(connection));
       },
       net::detached);
-  io.run();
+  drive(io, options.busy_poll);
   io.restart();
 
   InFlight in_flight{0, options.progress};
@@ -192,7 +192,7 @@ RunResult run_open_loop(const TargetEndpoint& target, const Workload& workload,
   net::co_spawn(io,
                 dispatch(pool, requests, result.records, warmup, result.start, offsets, in_flight),
                 net::detached);
-  io.run();
+  drive(io, options.busy_poll);
   result.end = Clock::now();
   return result;
 }

@@ -24,7 +24,7 @@ from conftest import BIN_DIR, BRISK_BIN
 
 FIXTURE_BIN = BIN_DIR / "scripted_stream_server"
 STREAMS = 256
-TOKENS = 32
+TOKENS = 24
 
 
 def can_run(argv: list[str]) -> bool:
@@ -37,7 +37,8 @@ def pinned(argv: list[str], cpu: int) -> list[str]:
     The bound is about the client's own error. On a shared machine another process's compile can
     take the core for milliseconds at a time, which is that process's doing; so where the
     system allows it (root, CAP_SYS_NICE) both run under SCHED_FIFO, which other processes cannot
-    preempt, and else with a raised priority.
+    preempt, and else with a raised priority. (A --busy-poll client spins for the whole run,
+    TTFT + TOKENS x ITL = 0.6 s, under the kernel's default RT budget of 0.95 s per second.)
     """
     prefix = []
     if (os.cpu_count() or 1) >= 2 and shutil.which("taskset"):
@@ -73,7 +74,7 @@ def scripted_server():
     proc.wait(timeout=10)
 
 
-def measure_client_error_ms(url: str, out_dir) -> tuple[float, float]:
+def measure_client_error_ms(url: str, out_dir, mode: list[str]) -> tuple[float, float]:
     """One run of 256 streams; returns the p99 of |TTFT error| and of |ITL error|, in ms."""
     httpx.post(url + "/script-log/clear", timeout=10)
     dataset = out_dir / "probes.jsonl"
@@ -81,7 +82,7 @@ def measure_client_error_ms(url: str, out_dir) -> tuple[float, float]:
     argv = pinned([str(BRISK_BIN), "bench", "--url", url, "--dataset", str(dataset),
                    "--concurrency", str(STREAMS), "--num-requests", str(STREAMS),
                    "--warmup-requests", "0", "--output-tokens", str(TOKENS), "--progress", "off",
-                   "--out", str(out_dir)], cpu=0)
+                   "--out", str(out_dir), *mode], cpu=0)
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -112,16 +113,17 @@ def measure_client_error_ms(url: str, out_dir) -> tuple[float, float]:
             percentile([abs(e) for e in itl_error_ms], 99))
 
 
-def test_client_error_under_1ms_at_p99_with_256_streams(scripted_server, tmp_path):
-    # On this shared 2-core VM a neighbour's work can delay loopback delivery (softirqs run as
-    # ordinary threads once busy) for ~2 ms at a time, a few times a second, whatever the
-    # client does. Such stalls do not repeat at the same moment, a client that is too slow
-    # is slow every time: so up to 3 attempts, and the bound must hold in one of them.
+@pytest.mark.parametrize("mode", [[], ["--busy-poll"]], ids=["default", "busy-poll"])
+def test_client_error_under_1ms_at_p99_with_256_streams(scripted_server, tmp_path, mode):
+    # On this 2-vCPU VM an idle vCPU can take 1-2 ms to wake up, a few times a second, and a
+    # neighbour's work can delay loopback delivery as long; --busy-poll avoids the first. Such
+    # stalls do not repeat at the same moment, while a client that is too slow is slow every
+    # time: so up to 3 attempts, and the bound must hold in one of them.
     attempts = []
     for attempt in range(3):
         out_dir = tmp_path / f"attempt{attempt}"
         out_dir.mkdir()
-        attempts.append(measure_client_error_ms(scripted_server, out_dir))
+        attempts.append(measure_client_error_ms(scripted_server, out_dir, mode))
         print(f"attempt {attempt}: client error p99 TTFT {attempts[-1][0]:.3f} ms, "
               f"ITL {attempts[-1][1]:.3f} ms")
         if max(attempts[-1]) < 1.0:
