@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -49,6 +50,22 @@ BIN = REPO / "build" / "bin"
 LAG_LIMITS_MS = {"strict": 1.0, "pace": 10.0}
 RUN_SECONDS = 3.0
 MIN_REQUESTS = 50
+
+
+def run_in_group(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """Runs argv in a process group of its own and kills the whole group at the end, so no
+    worker process (guidellm forks several) outlives its run and skews the next one."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
 
 
 def percentile(values, q):
@@ -102,7 +119,7 @@ def run_brisk(fixture: Fixture, rate: float, tokens: int, workdir: Path,
             "--model", "scripted", "--rate", f"{rate:g}", "--arrival", "constant",
             "--num-requests", str(count), "--warmup-requests", "4", "--input-tokens", "32",
             "--output-tokens", str(tokens), "--progress", "off", "--out", str(out), *extra]
-    subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    run_in_group(argv, timeout=600)
     run = json.loads((out / "result.json").read_text())["runs"][0]
     return {"ok": run["requests"]["ok"], "failed": run["requests"]["failed"], "count": count,
             "achieved_rate": run["achieved_rate"], "own_lag_p99_ms": run["schedule_lag_ms"]["p99"],
@@ -123,7 +140,7 @@ def run_guidellm(fixture: Fixture, rate: float, tokens: int, workdir: Path, pyth
             "--constraint", f"kind=max_requests,count={count}",
             "--data", f"kind=json_file,path={data}",
             "--output", f"kind=json,path={out}", "--disable-console"]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    proc = run_in_group(argv, timeout=900)
     if not out.exists():
         raise RuntimeError(f"guidellm wrote no result: {proc.stderr[-2000:]}")
     bench = json.loads(out.read_text())["benchmarks"][0]
