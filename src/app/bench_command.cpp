@@ -420,7 +420,7 @@ CommandRunner register_bench_command(CLI::App& app) {
       ->capture_default_str();
   app.add_flag("--busy-poll", flags->busy_poll,
                "Spin instead of sleeping between network events: uses a whole core, and keeps an "
-               "idle CPU's wake-up delay (up to ms on VMs) out of the timings");
+               "idle CPU's wake-up delay (tens of microseconds) out of the timings");
   app.add_option("--seed", flags->seed,
                  "Seed of the synthetic prompts, their lengths, the ShareGPT sample and open-loop "
                  "arrivals")

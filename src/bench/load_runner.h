@@ -38,8 +38,8 @@ struct RunOptions {
   int warmup_requests = 2;  // sent first, at the same concurrency, and excluded from statistics
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // per request
   PhaseCounters* progress = nullptr;  // bumped during the measured phase, when not null
-  // Spin on the sockets instead of sleeping in epoll: costs the whole core, but an idle vCPU
-  // can take a millisecond or more to wake up, and that delay would be counted in every timing.
+  // Spin on the sockets instead of sleeping in epoll: costs the whole core, but waking an idle
+  // CPU takes tens of microseconds, and that delay would be counted in every timing.
   bool busy_poll = false;
 };
 
