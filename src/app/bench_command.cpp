@@ -12,11 +12,15 @@
 #include "bench/bench_report.h"
 #include "bench/html_report.h"
 #include "bench/http_fetch.h"
+#include "bench/length_distribution.h"
 #include "bench/load_runner.h"
+#include "bench/progress.h"
 #include "bench/result_comparison.h"
 #include "bench/run_statistics.h"
 #include "bench/slo.h"
 #include "bench/workload.h"
+#include "bench/workload_builder.h"
+#include "bench/workload_preset.h"
 
 namespace brisk {
 
@@ -33,9 +37,16 @@ struct BenchFlags {
   double burstiness = 1.0;
   int max_concurrency = 0;
   int num_requests = 64;
+  std::optional<double> duration_s;  // instead of num_requests
   int warmup_requests = 2;
-  int input_tokens = 128;
-  int output_tokens = 128;
+  std::string input_tokens = "128";   // a LengthDistribution spec
+  std::string output_tokens = "128";  // a LengthDistribution spec
+  bool output_tokens_given = false;
+  std::string dataset;   // JSONL test set
+  std::string sharegpt;  // ShareGPT JSON file
+  std::string preset;    // e.g. "standard"
+  std::string progress = "auto";
+  bool busy_poll = false;
   uint64_t seed = 0;
   double timeout_s = 300;
   bool no_stream = false;
@@ -128,9 +139,44 @@ double find_max_rate(const bench::Slo& slo, int steps, MakePoint make_point, Run
   return meets;
 }
 
+// Flags that cannot be combined, with what to change; empty when the combination is fine.
+std::string conflicting_flags(const BenchFlags& flags) {
+  const bool has_rate = !flags.rates.empty() || flags.find_max_rate;
+  if (!flags.dataset.empty() && !flags.sharegpt.empty()) {
+    return "--dataset and --sharegpt both name the prompts to send: keep one";
+  }
+  if (!flags.preset.empty() && (has_rate || !flags.dataset.empty() || !flags.sharegpt.empty())) {
+    return "--preset sets the load points and prompts itself: drop --rate, --find-max-rate, "
+           "--dataset and --sharegpt (or drop --preset)";
+  }
+  if (flags.duration_s && flags.find_max_rate) {
+    return "--find-max-rate starts with a burst of every request at once, which needs a count: "
+           "use --num-requests instead of --duration";
+  }
+  for (const std::string& rate : flags.rates) {
+    if (flags.duration_s && rate == "inf") {
+      return "--rate inf sends every request at once, which needs a count: use --num-requests "
+             "instead of --duration";
+    }
+  }
+  return {};
+}
+
 int run_bench(const BenchFlags& flags) {
   if (!flags.compare.empty()) return run_compare(flags);
-  std::string error;
+  std::string error = conflicting_flags(flags);
+  if (!error.empty()) {
+    std::cerr << "error: " << error << "\n";
+    return 2;
+  }
+  std::optional<std::vector<bench::PresetCase>> preset_cases;
+  if (!flags.preset.empty()) {
+    preset_cases = bench::parse_workload_preset(flags.preset, error);
+    if (!preset_cases) {
+      std::cerr << "error: --preset: " << error << "\n";
+      return 2;
+    }
+  }
   auto target = bench::parse_target_url(flags.url, error);
   if (!target) {
     std::cerr << "error: " << error << "\n";
@@ -151,30 +197,44 @@ int run_bench(const BenchFlags& flags) {
   }
 
   const bench::TokenCalibration calibration = bench::calibrate_tokens(*target, setup_timeout);
-  bench::WorkloadOptions workload_options{
-      flags.endpoint == "chat" ? bench::ApiKind::chat : bench::ApiKind::completions,
-      model,
-      flags.input_tokens,
-      flags.output_tokens,
-      flags.seed,
-      !flags.no_stream};
-  bench::SyntheticWorkload workload(workload_options, *target, calibration);
-  if (calibration.measured && workload_options.kind == bench::ApiKind::completions) {
-    // (Chat prompts are wrapped in the server's template, which /tokenize does not apply.)
-    workload.fit_prompt_length([&](const std::string& text) {
-      return bench::count_tokens(*target, text, /*add_special=*/true, setup_timeout);
-    });
+  bench::WorkloadSpec spec;
+  spec.kind = flags.endpoint == "chat" ? bench::ApiKind::chat : bench::ApiKind::completions;
+  spec.model = model;
+  spec.input_tokens = *bench::parse_length_distribution(flags.input_tokens, error);
+  spec.output_tokens = *bench::parse_length_distribution(flags.output_tokens, error);
+  spec.output_tokens_given = flags.output_tokens_given;
+  spec.jsonl_path = flags.dataset;
+  spec.sharegpt_path = flags.sharegpt;
+  spec.sharegpt_wanted = flags.duration_s ? 1000 : flags.warmup_requests + flags.num_requests;
+  spec.seed = flags.seed;
+  spec.stream = !flags.no_stream;
+
+  // One shared workload, or one per preset case (each then its own load point).
+  std::vector<bench::BuiltWorkload> workloads;
+  nlohmann::json workload_description;
+  if (preset_cases) {
+    workloads =
+        bench::build_preset_workloads(spec, *preset_cases, *target, calibration, setup_timeout);
+    workload_description = {{"source", "preset"}, {"preset", flags.preset}, {"seed", flags.seed}};
+  } else {
+    auto built = bench::build_workload(spec, *target, calibration, setup_timeout, error);
+    if (!built) {
+      std::cerr << "error: " << error << "\n";
+      return 2;
+    }
+    workload_description = built->description;
+    workloads.push_back(std::move(*built));
   }
-  std::cerr << fmt::format(
-      "brisk bench: {} model={} endpoint={} input={} tokens ({} filler words, {:.2f} tokens/word "
-      "{}) output={} tokens\n",
-      target->url(), model, flags.endpoint, flags.input_tokens, workload.filler_words(),
-      calibration.tokens_per_word, calibration.measured ? "measured via /tokenize" : "assumed",
-      flags.output_tokens);
+  std::cerr << fmt::format("brisk bench: {} model={} endpoint={}{}\n", target->url(), model,
+                           flags.endpoint, preset_cases ? " preset=" + flags.preset : "");
+  for (const bench::BuiltWorkload& built : workloads) std::cerr << built.summary << "\n";
+  workload_description["num_requests"] =
+      flags.duration_s ? nlohmann::json(nullptr) : nlohmann::json(flags.num_requests);
+  workload_description["duration_s"] =
+      flags.duration_s ? nlohmann::json(*flags.duration_s) : nlohmann::json(nullptr);
 
   bench::BenchReport report{{flags.url, flags.endpoint, model},
-                            workload_options,
-                            flags.num_requests,
+                            workload_description,
                             flags.usd_per_hour,
                             {},
                             std::nullopt,
@@ -199,29 +259,47 @@ int run_bench(const BenchFlags& flags) {
     return point;
   };
   int total_ok = 0;
-  auto run_point = [&](const bench::LoadPoint& load) -> const bench::RunStatistics& {
+  const bench::ProgressStyle progress_style = bench::progress_style_for(flags.progress);
+  auto run_workload_point = [&](const bench::LoadPoint& load, const bench::Workload& workload,
+                                nlohmann::json case_description) -> const bench::RunStatistics& {
     const int index = static_cast<int>(report.runs.size());
-    bench::RunOptions options{load, index, flags.num_requests, flags.warmup_requests,
-                              request_timeout};
-    std::cerr << fmt::format("run {}: {}, {} requests (+{} warmup)...\n", index,
+    bench::RunOptions options{
+        load, index, flags.num_requests, flags.duration_s, flags.warmup_requests, request_timeout};
+    const std::string amount = flags.duration_s ? fmt::format("{:g} s", *flags.duration_s)
+                                                : fmt::format("{} requests", flags.num_requests);
+    std::cerr << fmt::format("run {}: {}, {} (+{} warmup)...\n", index,
                              load.open_loop()
                                  ? fmt::format("rate {:g} req/s ({})", load.rate, flags.arrival)
                                  : fmt::format("concurrency {}", load.concurrency),
-                             flags.num_requests, flags.warmup_requests);
+                             amount, flags.warmup_requests);
+    bench::ProgressDisplay progress(progress_style, fmt::format("run {}", index),
+                                    flags.duration_s ? 0 : flags.num_requests,
+                                    flags.duration_s.value_or(0));
+    options.progress = &progress.counters();
+    options.busy_poll = flags.busy_poll;
     bench::RunResult run =
         load.open_loop() ? bench::run_open_loop(*target, workload, options, flags.seed + index)
                          : bench::run_closed_loop(*target, workload, options);
+    progress.stop();
     bench::RunStatistics stats = bench::compute_run_statistics(
         run.records, run.start, run.end,
         load.open_loop() ? bench::LatencyOrigin::scheduled : bench::LatencyOrigin::sent,
         slo ? &*slo : nullptr);
     if (stats.failed > 0) print_failure_samples(run);
     total_ok += stats.ok;
-    report.runs.push_back({std::move(run), std::move(stats)});
+    report.runs.push_back({std::move(run), std::move(stats), std::move(case_description)});
     return report.runs.back().stats;
   };
+  auto run_point = [&](const bench::LoadPoint& load) -> const bench::RunStatistics& {
+    return run_workload_point(load, *workloads.front().workload, nullptr);
+  };
 
-  if (flags.find_max_rate) {
+  if (preset_cases) {
+    for (size_t i = 0; i < preset_cases->size(); ++i) {
+      run_workload_point(bench::LoadPoint{(*preset_cases)[i].concurrency}, *workloads[i].workload,
+                         workloads[i].description);
+    }
+  } else if (flags.find_max_rate) {
     if (!slo) {
       std::cerr << "error: --find-max-rate needs --slo (the limits the rate must still meet)\n";
       return 2;
@@ -296,20 +374,57 @@ CommandRunner register_bench_command(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--num-requests", flags->num_requests, "Measured requests per load point")
+  auto* num_requests =
+      app.add_option("--num-requests", flags->num_requests, "Measured requests per load point")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str();
+  app.add_option("--duration", flags->duration_s,
+                 "Seconds of measured load per load point, instead of --num-requests (requests "
+                 "in flight at the end still finish)")
       ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+      ->excludes(num_requests);
   app.add_option("--warmup-requests", flags->warmup_requests,
                  "Requests sent first at each load point and left out of the statistics")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--input-tokens", flags->input_tokens, "Prompt length in tokens")
-      ->check(CLI::PositiveNumber)
+  const auto length_check = [](const std::string& value) {
+    std::string error;
+    return bench::parse_length_distribution(value, error) ? std::string() : error;
+  };
+  app.add_option("--input-tokens", flags->input_tokens,
+                 "Prompt length in the server's tokens: N, uniform:MIN:MAX or normal:MEAN:STDDEV")
+      ->check(length_check)
       ->capture_default_str();
-  app.add_option("--output-tokens", flags->output_tokens, "Tokens generated per request")
-      ->check(CLI::PositiveNumber)
+  auto* output_tokens =
+      app.add_option("--output-tokens", flags->output_tokens,
+                     "Tokens generated per request: N, uniform:MIN:MAX or normal:MEAN:STDDEV "
+                     "(given with --dataset/--sharegpt: replaces each prompt's own length)")
+          ->check(length_check)
+          ->capture_default_str();
+  app.add_option("--dataset", flags->dataset,
+                 "JSONL test set: one {\"prompt\": ...} or {\"messages\": [...]} per line, "
+                 "optional \"max_tokens\"; request i sends line i mod n")
+      ->check(CLI::ExistingFile);
+  app.add_option("--sharegpt", flags->sharegpt,
+                 "ShareGPT JSON file: first human turn as prompt, the reply's length as output, "
+                 "sampled with --seed")
+      ->check(CLI::ExistingFile);
+  app.add_option("--preset", flags->preset,
+                 "Named workload run as its own load points: standard = short and long input, "
+                 "each at low and peak concurrency (sizes: "
+                 "standard:short=128,long=2048,output=128,low=1,peak=16)");
+  app.add_option("--progress", flags->progress,
+                 "Progress on stderr: auto (a bar on a terminal, else a line every 5 s), bar, "
+                 "lines or off")
+      ->check(CLI::IsMember({"auto", "bar", "lines", "off"}))
       ->capture_default_str();
-  app.add_option("--seed", flags->seed, "Seed of the synthetic prompts")->capture_default_str();
+  app.add_flag("--busy-poll", flags->busy_poll,
+               "Spin instead of sleeping between network events: uses a whole core, and keeps an "
+               "idle CPU's wake-up delay (tens of microseconds) out of the timings");
+  app.add_option("--seed", flags->seed,
+                 "Seed of the synthetic prompts, their lengths, the ShareGPT sample and open-loop "
+                 "arrivals")
+      ->capture_default_str();
   app.add_option("--timeout", flags->timeout_s, "Per-request timeout in seconds")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -330,7 +445,10 @@ CommandRunner register_bench_command(CLI::App& app) {
   app.add_option("--compare", flags->compare,
                  "Print two result.json files side by side with ratios (runs nothing)")
       ->expected(2);
-  return [flags] { return run_bench(*flags); };
+  return [flags, output_tokens] {
+    flags->output_tokens_given = output_tokens->count() > 0;
+    return run_bench(*flags);
+  };
 }
 
 }  // namespace brisk

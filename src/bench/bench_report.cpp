@@ -34,6 +34,9 @@ json run_json(const LoadPointOutcome& outcome, std::optional<double> usd_per_hou
   const RunStatistics& s = outcome.stats;
   json run = {
       {"load", load_json(outcome.run.load)},
+      {"start_monotonic_ns",
+       std::chrono::duration_cast<std::chrono::nanoseconds>(outcome.run.start.time_since_epoch())
+           .count()},
       {"requests", {{"ok", s.ok}, {"failed", s.failed}, {"timeouts", s.timeouts}}},
       {"errors", s.errors},
       {"ttft_ms", summary_json(s.ttft_ms)},
@@ -49,6 +52,7 @@ json run_json(const LoadPointOutcome& outcome, std::optional<double> usd_per_hou
       {"schedule_lag_ms", summary_json(s.schedule_lag_ms)},
       {"usd_per_million_output_tokens", usd_per(usd_per_hour, s.output_token_throughput, 1e6)},
       {"usd_per_thousand_requests", usd_per(usd_per_hour, s.request_throughput, 1e3)}};
+  if (!outcome.workload.is_null()) run["workload"] = outcome.workload;
   run["goodput"] = slo ? json(s.goodput) : json(nullptr);
   run["slo_met"] = slo ? json(slo->run_meets(s)) : json(nullptr);
   return run;
@@ -58,6 +62,16 @@ json run_json(const LoadPointOutcome& outcome, std::optional<double> usd_per_hou
 std::string offset_cell(TimePoint origin, TimePoint at) {
   if (at == TimePoint{}) return "";
   return fmt::format("{:.3f}", ms_between(origin, at));
+}
+
+// Every content chunk's arrival, ms from `origin`, separated by spaces.
+std::string chunk_offsets(TimePoint origin, const std::vector<TimePoint>& chunks) {
+  std::string cell;
+  for (const TimePoint at : chunks) {
+    if (!cell.empty()) cell.push_back(' ');
+    cell += fmt::format("{:.3f}", ms_between(origin, at));
+  }
+  return cell;
 }
 
 std::string csv_quoted(const std::string& text) {
@@ -80,11 +94,7 @@ json report_json(const BenchReport& report) {
                     {{"url", report.target.url},
                      {"endpoint", report.target.endpoint},
                      {"model", report.target.model}}},
-                   {"workload",
-                    {{"input_tokens", report.workload.input_tokens},
-                     {"output_tokens", report.workload.output_tokens},
-                     {"num_requests", report.num_requests},
-                     {"seed", report.workload.seed}}},
+                   {"workload", report.workload},
                    {"runs", runs}};
   if (report.slo) {
     json limits = json::object();
@@ -102,24 +112,25 @@ json report_json(const BenchReport& report) {
 
 void write_requests_csv(const BenchReport& report, std::ostream& out) {
   out << "run,request,concurrency,scheduled_ms,sent_ms,first_token_ms,end_ms,prompt_tokens,"
-         "completion_tokens,chunks,status,error,error_detail\n";
+         "completion_tokens,chunks,status,error,error_detail,chunk_ms\n";
   for (size_t run = 0; run < report.runs.size(); ++run) {
     const RunResult& result = report.runs[run].run;
     for (const RequestRecord& r : result.records) {
       if (r.warmup) continue;
       out << fmt::format(
-          "{},{},{},{},{},{},{},{},{},{},{},{},{}\n", run, r.index, result.load.concurrency,
+          "{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", run, r.index, r.in_flight_at_send,
           offset_cell(result.start, r.scheduled), offset_cell(result.start, r.sent),
           offset_cell(result.start, r.first_content()), offset_cell(result.start, r.end),
           r.prompt_tokens, r.completion_tokens, r.content_chunks.size(), r.http_status,
-          r.ok() ? "" : std::string(error_name(r.error)), csv_quoted(r.error_detail));
+          r.ok() ? "" : std::string(error_name(r.error)), csv_quoted(r.error_detail),
+          chunk_offsets(result.start, r.content_chunks));
     }
   }
 }
 
 std::string summary_table(const BenchReport& report) {
   std::string table =
-      fmt::format("{:>10} {:>5} {:>5} {:>8} {:>10} {:>17} {:>15} {:>15} {:>17} {:>8} {:>10}\n",
+      fmt::format("{:>16} {:>5} {:>5} {:>8} {:>10} {:>17} {:>15} {:>15} {:>17} {:>8} {:>10}\n",
                   "load", "ok", "fail", "req/s", "out tok/s", "TTFT p50/p99 ms", "ITL p50/p99",
                   "TPOT p50/p99", "E2E p50/p99 ms", "mismatch", "lag p99 ms");
   for (const LoadPointOutcome& outcome : report.runs) {
@@ -128,11 +139,15 @@ std::string summary_table(const BenchReport& report) {
       return l.count == 0 ? std::string("-") : fmt::format("{:.1f}/{:.1f}", l.p50, l.p99);
     };
     const LoadPoint& load = outcome.run.load;
-    const std::string load_label = !load.open_loop()       ? fmt::format("c={}", load.concurrency)
-                                   : std::isinf(load.rate) ? std::string("r=inf")
-                                                           : fmt::format("r={:.3g}/s", load.rate);
+    std::string load_label = !load.open_loop()       ? fmt::format("c={}", load.concurrency)
+                             : std::isinf(load.rate) ? std::string("r=inf")
+                                                     : fmt::format("r={:.3g}/s", load.rate);
+    if (outcome.workload.contains("input_tokens")) {
+      load_label =
+          fmt::format("{} in={:g}", load_label, outcome.workload["input_tokens"].get<double>());
+    }
     table += fmt::format(
-        "{:>10} {:>5} {:>5} {:>8.2f} {:>10.1f} {:>17} {:>15} {:>15} {:>17} {:>8} {:>10.2f}\n",
+        "{:>16} {:>5} {:>5} {:>8.2f} {:>10.1f} {:>17} {:>15} {:>15} {:>17} {:>8} {:>10.2f}\n",
         load_label, s.ok, s.failed, s.request_throughput, s.output_token_throughput,
         pair(s.ttft_ms), pair(s.itl_ms), pair(s.tpot_ms), pair(s.e2e_ms), s.chunk_token_mismatch,
         s.schedule_lag_ms.p99);

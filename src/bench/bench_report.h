@@ -11,7 +11,6 @@
 #include "bench/load_runner.h"
 #include "bench/run_statistics.h"
 #include "bench/slo.h"
-#include "bench/workload.h"
 
 namespace brisk::bench {
 
@@ -25,12 +24,14 @@ struct BenchTarget {
 struct LoadPointOutcome {
   RunResult run;
   RunStatistics stats;
+  // This load point's own workload (a --preset case), or null when it is the report's.
+  nlohmann::json workload;
 };
 
 struct BenchReport {
   BenchTarget target;
-  WorkloadOptions workload;
-  int num_requests = 0;                // measured requests per load point
+  // What was sent: lengths, dataset or preset, seed (see docs/bench-metrics.md).
+  nlohmann::json workload;
   std::optional<double> usd_per_hour;  // price of the serving hardware, for cost per token
   std::vector<LoadPointOutcome> runs;
   std::optional<Slo> slo;

@@ -76,6 +76,39 @@ std::string load_label(const LoadPoint& load) {
   return out.str();
 }
 
+// A line such as "uniform:64:256 tokens in, 128 tokens out, 64 requests per load point".
+std::string workload_summary(const json& workload) {
+  auto text = [&](const char* key) {
+    const auto it = workload.find(key);
+    if (it == workload.end() || it->is_null()) return std::string();
+    std::string value = it->is_string() ? it->get<std::string>() : it->dump();
+    std::string escaped;
+    for (const char c : value) {
+      if (c == '<')
+        escaped += "&lt;";
+      else if (c == '>')
+        escaped += "&gt;";
+      else if (c == '&')
+        escaped += "&amp;";
+      else
+        escaped.push_back(c);
+    }
+    return escaped;
+  };
+  std::string summary;
+  if (!text("preset").empty()) {
+    summary = "preset " + text("preset");
+  } else if (!text("dataset").empty()) {
+    summary = text("source") + " dataset " + text("dataset") + " (" + text("dataset_entries") +
+              " prompts)";
+  } else {
+    summary =
+        text("input_tokens_dist") + " tokens in, " + text("output_tokens_dist") + " tokens out";
+  }
+  if (!text("duration_s").empty()) return summary + ", " + text("duration_s") + " s per load point";
+  return summary + ", " + text("num_requests") + " requests per load point";
+}
+
 // The page's script reads DATA and draws four charts; Chart.js is inlined before it.
 constexpr const char* kPageScript = R"JS(
 const palette = ['#1f77b4','#d62728','#2ca02c','#ff7f0e','#9467bd','#8c564b','#e377c2','#17becf'];
@@ -112,7 +145,12 @@ bool write_html_report(const BenchReport& report, const std::filesystem::path& p
   json data = {
       {"target", report.target.url}, {"model", report.target.model}, {"runs", json::array()}};
   for (const LoadPointOutcome& outcome : report.runs) {
-    data["runs"].push_back(load_point_data(outcome, load_label(outcome.run.load)));
+    std::string label = load_label(outcome.run.load);
+    // Preset cases share concurrencies (short and long input at each): name the case too.
+    if (outcome.workload.contains("case")) {
+      label = outcome.workload["case"].get<std::string>() + " (" + label + ")";
+    }
+    data["runs"].push_back(load_point_data(outcome, label));
   }
   // "</" inside a <script> would end it early; JSON allows escaping the slash.
   std::string data_text = data.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -126,9 +164,7 @@ bool write_html_report(const BenchReport& report, const std::filesystem::path& p
       << ".grid{display:grid;grid-template-columns:1fr 1fr;gap:2em;}h2{font-size:1.1em;}</style>"
       << "<script>" << chartjs.str() << "</script></head><body>"
       << "<h1>brisk bench</h1><p>target " << report.target.url << ", model " << report.target.model
-      << ", " << report.workload.input_tokens << " tokens in, " << report.workload.output_tokens
-      << " tokens out, " << report.num_requests
-      << " requests per load point</p><div class=\"grid\">"
+      << ", " << workload_summary(report.workload) << "</p><div class=\"grid\">"
       << "<div><h2>Latency vs throughput</h2><canvas id=\"curve\"></canvas></div>"
       << "<div><h2>Requests in flight</h2><canvas id=\"inflight\"></canvas></div>"
       << "<div><h2>TTFT (CDF)</h2><canvas id=\"ttft\"></canvas></div>"

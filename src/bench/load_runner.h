@@ -2,8 +2,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
+#include "bench/progress.h"
 #include "bench/request_record.h"
 #include "bench/target_endpoint.h"
 #include "bench/workload.h"
@@ -28,10 +30,17 @@ struct LoadPoint {
 
 struct RunOptions {
   LoadPoint load;
-  int run_index = 0;        // position in the sweep; makes prompts unique across runs
-  int num_requests = 64;    // measured requests
+  int run_index = 0;      // position in the sweep; makes prompts unique across runs
+  int num_requests = 64;  // measured requests, unless duration_s is set
+  // Send measured requests for this long instead (closed loop: users start no request after it;
+  // open loop: arrivals are scheduled up to it). Requests in flight then still finish.
+  std::optional<double> duration_s;
   int warmup_requests = 2;  // sent first, at the same concurrency, and excluded from statistics
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // per request
+  PhaseCounters* progress = nullptr;  // bumped during the measured phase, when not null
+  // Spin on the sockets instead of sleeping in epoll: costs the whole core, but waking an idle
+  // CPU takes tens of microseconds, and that delay would be counted in every timing.
+  bool busy_poll = false;
 };
 
 struct RunResult {
@@ -45,15 +54,24 @@ struct RunResult {
 // Offsets in seconds from the start of the measured phase at which each of `count` requests is
 // due. Gaps have mean 1/rate: constant, exponential (Poisson) or gamma(shape = burstiness).
 std::vector<double> arrival_offsets_s(const LoadPoint& load, int count, uint64_t seed);
+// The same schedule, every arrival before `duration_s` (a finite rate only).
+std::vector<double> arrival_offsets_within_s(const LoadPoint& load, double duration_s,
+                                             uint64_t seed);
+
+// Runs `io` until it has no work left: io.run(), or with `busy_poll` io.poll() in a loop.
+void drive(net::io_context& io, bool busy_poll);
+
+// Records that one measured request finished, leaving `in_flight` requests running.
+void count_finished(PhaseCounters& counters, int in_flight, bool ok);
 
 // Runs one closed-loop load point to completion on the calling thread. Connections opened
 // during warmup are kept for the measured phase, so it starts warm.
-RunResult run_closed_loop(const TargetEndpoint& target, const SyntheticWorkload& workload,
+RunResult run_closed_loop(const TargetEndpoint& target, const Workload& workload,
                           const RunOptions& options);
 
 // Runs one open-loop load point: warmup requests one at a time, then the measured requests on
 // their arrival schedule (seeded by `seed`).
-RunResult run_open_loop(const TargetEndpoint& target, const SyntheticWorkload& workload,
+RunResult run_open_loop(const TargetEndpoint& target, const Workload& workload,
                         const RunOptions& options, uint64_t seed);
 
 }  // namespace brisk::bench

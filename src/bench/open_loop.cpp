@@ -57,16 +57,25 @@ class ConnectionPool {
   net::steady_timer released_;
 };
 
+// Requests of the measured phase in flight, for in_flight_at_send and the progress display.
+struct InFlight {
+  int count = 0;
+  PhaseCounters* progress = nullptr;
+};
+
 net::awaitable<void> send_then_release(ConnectionPool& pool,
                                        std::unique_ptr<OpenAiConnection> connection,
-                                       const CompletionRequest& request, RequestRecord& record) {
+                                       const CompletionRequest& request, RequestRecord& record,
+                                       InFlight& in_flight) {
   co_await connection->send(request, record);
   pool.release(std::move(connection));
+  --in_flight.count;
+  if (in_flight.progress) count_finished(*in_flight.progress, in_flight.count, record.ok());
 }
 
 net::awaitable<void> dispatch(ConnectionPool& pool, const std::vector<CompletionRequest>& requests,
                               std::vector<RequestRecord>& records, int first, TimePoint start,
-                              const std::vector<double>& offsets_s) {
+                              const std::vector<double>& offsets_s, InFlight& in_flight) {
   auto executor = co_await net::this_coro::executor;
   net::steady_timer due(executor);
   for (int i = first; i < static_cast<int>(requests.size()); ++i) {
@@ -77,23 +86,31 @@ net::awaitable<void> dispatch(ConnectionPool& pool, const std::vector<Completion
     due.expires_at(record.scheduled);
     co_await due.async_wait(net::use_awaitable);
     auto connection = co_await pool.acquire();
-    net::co_spawn(executor, send_then_release(pool, std::move(connection), requests[i], record),
+    // Counted once it has a connection: a request held back by --max-concurrency is waiting,
+    // not in flight.
+    record.in_flight_at_send = ++in_flight.count;
+    if (in_flight.progress) {
+      in_flight.progress->in_flight.store(in_flight.count, std::memory_order_relaxed);
+    }
+    net::co_spawn(executor,
+                  send_then_release(pool, std::move(connection), requests[i], record, in_flight),
                   net::detached);
   }
 }
 
 }  // namespace
 
-std::vector<double> arrival_offsets_s(const LoadPoint& load, int count, uint64_t seed) {
-  std::vector<double> offsets(std::max(0, count), 0.0);
-  if (std::isinf(load.rate)) return offsets;
+namespace {
+
+// Calls `emit(offset_s)` for successive arrivals until it returns false.
+template <class Emit>
+void generate_arrivals(const LoadPoint& load, uint64_t seed, Emit emit) {
   std::mt19937_64 random(seed);
   const double mean_gap_s = 1.0 / load.rate;
   std::exponential_distribution<double> exponential(load.rate);
   std::gamma_distribution<double> gamma(load.burstiness, mean_gap_s / load.burstiness);
   double t = 0;
-  for (int i = 0; i < count; ++i) {
-    offsets[i] = t;
+  while (emit(t)) {
     switch (load.arrival) {
       case ArrivalProcess::constant:
         t += mean_gap_s;
@@ -106,23 +123,49 @@ std::vector<double> arrival_offsets_s(const LoadPoint& load, int count, uint64_t
         break;
     }
   }
+}
+
+}  // namespace
+
+std::vector<double> arrival_offsets_s(const LoadPoint& load, int count, uint64_t seed) {
+  std::vector<double> offsets;
+  if (std::isinf(load.rate)) return std::vector<double>(std::max(0, count), 0.0);
+  generate_arrivals(load, seed, [&](double t) {
+    if (static_cast<int>(offsets.size()) >= count) return false;
+    offsets.push_back(t);
+    return true;
+  });
   return offsets;
 }
 
-RunResult run_open_loop(const TargetEndpoint& target, const SyntheticWorkload& workload,
+std::vector<double> arrival_offsets_within_s(const LoadPoint& load, double duration_s,
+                                             uint64_t seed) {
+  std::vector<double> offsets;
+  if (std::isinf(load.rate)) return offsets;
+  generate_arrivals(load, seed, [&](double t) {
+    if (t >= duration_s) return false;
+    offsets.push_back(t);
+    return true;
+  });
+  return offsets;
+}
+
+RunResult run_open_loop(const TargetEndpoint& target, const Workload& workload,
                         const RunOptions& options, uint64_t seed) {
   const int warmup = std::max(0, options.warmup_requests);
-  const int total = warmup + std::max(0, options.num_requests);
+  const std::vector<double> offsets =
+      options.duration_s ? arrival_offsets_within_s(options.load, *options.duration_s, seed)
+                         : arrival_offsets_s(options.load, options.num_requests, seed);
+  const int total = warmup + static_cast<int>(offsets.size());
   std::vector<CompletionRequest> requests;
   requests.reserve(total);
   for (int i = 0; i < total; ++i) requests.push_back(workload.request(options.run_index, i));
-  const std::vector<double> offsets = arrival_offsets_s(options.load, total - warmup, seed);
 
   RunResult result;
   result.load = options.load;
   result.records.resize(total);
   net::io_context io;
-  ConnectionPool pool(io.get_executor(), target, workload.options().kind, options.timeout,
+  ConnectionPool pool(io.get_executor(), target, workload.kind(), options.timeout,
                       options.load.concurrency);
 
   // Warmup: one request at a time, so the server and the connections are warm.
@@ -133,19 +176,23 @@ RunResult run_open_loop(const TargetEndpoint& target, const SyntheticWorkload& w
         for (int i = 0; i < warmup; ++i) {
           result.records[i].index = i;
           result.records[i].warmup = true;
+          result.records[i].in_flight_at_send = 1;
           result.records[i].scheduled = Clock::now();
           co_await connection->send(requests[i], result.records[i]);
         }
         pool.release(std::move(connection));
       },
       net::detached);
-  io.run();
+  drive(io, options.busy_poll);
   io.restart();
 
+  InFlight in_flight{0, options.progress};
   result.start = Clock::now();
-  net::co_spawn(io, dispatch(pool, requests, result.records, warmup, result.start, offsets),
+  if (options.progress) ProgressDisplay::mark_measured_start(*options.progress, result.start);
+  net::co_spawn(io,
+                dispatch(pool, requests, result.records, warmup, result.start, offsets, in_flight),
                 net::detached);
-  io.run();
+  drive(io, options.busy_poll);
   result.end = Clock::now();
   return result;
 }

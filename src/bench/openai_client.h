@@ -9,6 +9,7 @@
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
+#include <nlohmann/json.hpp>
 
 #include "bench/request_record.h"
 #include "bench/target_endpoint.h"
@@ -30,6 +31,9 @@ struct CompletionRequest {
 // ignore_eos makes every request generate exactly `max_tokens` (vLLM, SGLang, llama.cpp, brisk).
 std::string build_completion_body(ApiKind kind, const std::string& model, const std::string& prompt,
                                   int max_tokens, bool stream);
+// The same for /v1/chat/completions with a whole `messages` array (e.g. a multi-turn test case).
+std::string build_messages_body(const std::string& model, const nlohmann::json& messages,
+                                int max_tokens, bool stream);
 
 // One virtual user's HTTP/1.1 connection to the target. It sends one request at a time and keeps
 // the connection alive between requests, as a real client pool would, so connection setup is not

@@ -29,6 +29,9 @@ struct RequestRecord {
   int index = 0;  // position in the run, counting warmup requests first
   bool warmup = false;
   bool streamed = true;
+  // Requests of this run in flight (started, not yet ended) when this one started, itself
+  // included: the concurrency the request actually met, in closed and open loop alike.
+  int in_flight_at_send = 0;
 
   TimePoint scheduled{};  // when the load generator wanted to send it
   TimePoint sent{};       // when the request was handed to the socket (after connecting)

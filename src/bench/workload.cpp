@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/http_fetch.h"
+#include "bench/length_distribution.h"
 
 namespace brisk::bench {
 
@@ -23,15 +24,6 @@ constexpr std::array<std::string_view, 64> kFillerWords = {
     "right",   "study",    "book",   "eye",    "job",     "word",   "business", "issue",
     "side",    "kind",     "head",   "house",  "service", "friend", "father",   "power",
     "hour",    "game",     "line",   "end",    "member",  "law",    "car",      "city"};
-
-// SplitMix64: a fixed, portable mix so the same seed gives the same prompts everywhere
-// (std::uniform_int_distribution is implementation-defined).
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 // Fixed-width decimal, not hex: tokenizers split digit runs predictably (one token per digit or
 // per group of three), while mixed letters and digits vary from id to id and would make the
@@ -65,49 +57,79 @@ std::optional<int> count_tokens(const TargetEndpoint& target, const std::string&
 
 SyntheticWorkload::SyntheticWorkload(WorkloadOptions options, TargetEndpoint target,
                                      TokenCalibration calibration)
-    : options_(std::move(options)), target_(std::move(target)) {
-  const double filler_tokens = std::max(0, options_.input_tokens - calibration.header_tokens);
-  tokens_per_word_ = calibration.tokens_per_word;
-  filler_words_ = static_cast<int>(std::lround(filler_tokens / tokens_per_word_));
+    : options_(std::move(options)),
+      target_(std::move(target)),
+      tokens_per_word_(calibration.tokens_per_word),
+      header_tokens_(calibration.header_tokens) {}
+
+int SyntheticWorkload::filler_words(int tokens) const {
+  const double filler_tokens = std::max(0, tokens - header_tokens_);
+  return std::max(
+      0, static_cast<int>(std::lround(filler_tokens / tokens_per_word_)) + correction_words_);
 }
 
 void SyntheticWorkload::fit_prompt_length(
     const std::function<std::optional<int>(const std::string&)>& count_tokens) {
-  // Sample prompts come from a run index no sweep reaches, so they are not the measured ones.
-  constexpr int kSampleRun = -1;
+  // Sample prompts use ids no measured request gets, at the distribution's mean length.
   constexpr int kSamples = 4;
+  const int target_tokens = static_cast<int>(std::lround(options_.input_tokens.mean()));
   for (int round = 0; round < 3; ++round) {
     double total = 0;
     for (int i = 0; i < kSamples; ++i) {
-      const auto tokens = count_tokens(prompt(kSampleRun, i));
+      const auto tokens = count_tokens(prompt_of_length(mix_bits(~uint64_t(i)), target_tokens));
       if (!tokens) return;
       total += *tokens;
     }
-    const double error = options_.input_tokens - total / kSamples;
+    const double error = target_tokens - total / kSamples;
     const int correction = static_cast<int>(std::lround(error / tokens_per_word_));
     if (correction == 0) return;
-    filler_words_ = std::max(0, filler_words_ + correction);
+    correction_words_ += correction;
   }
 }
 
+std::string SyntheticWorkload::prompt_of_length(uint64_t id, int tokens) const {
+  return prompt_header(id) + filler_text(id, filler_words(tokens));
+}
+
+namespace {
+
+// Independent keys for the prompt id, its length and the output length of one request.
+uint64_t request_key(uint64_t seed, int run_index, int request_index, uint64_t salt) {
+  return mix_bits(mix_bits(mix_bits(seed) ^ static_cast<uint64_t>(run_index)) ^
+                  static_cast<uint64_t>(request_index)) ^
+         salt;
+}
+
+constexpr uint64_t kIdSalt = 0;
+constexpr uint64_t kInputSalt = 0x1f83d9abfb41bd6bULL;
+constexpr uint64_t kOutputSalt = 0x5be0cd19137e2179ULL;
+
+}  // namespace
+
 std::string SyntheticWorkload::prompt(int run_index, int request_index) const {
-  const uint64_t id = mix(mix(mix(options_.seed) ^ static_cast<uint64_t>(run_index)) ^
-                          static_cast<uint64_t>(request_index));
-  return prompt_header(id) + filler_text(id, filler_words_);
+  const uint64_t id = request_key(options_.seed, run_index, request_index, kIdSalt);
+  const int tokens = options_.input_tokens.sample(
+      request_key(options_.seed, run_index, request_index, kInputSalt));
+  return prompt_of_length(id, tokens);
+}
+
+int SyntheticWorkload::output_tokens(int run_index, int request_index) const {
+  return options_.output_tokens.sample(
+      request_key(options_.seed, run_index, request_index, kOutputSalt));
 }
 
 CompletionRequest SyntheticWorkload::request(int run_index, int request_index) const {
   return CompletionRequest{
       target_.route(completion_route(options_.kind)),
       build_completion_body(options_.kind, options_.model, prompt(run_index, request_index),
-                            options_.output_tokens, options_.stream),
+                            output_tokens(run_index, request_index), options_.stream),
       options_.stream};
 }
 
 TokenCalibration calibrate_tokens(const TargetEndpoint& target, std::chrono::milliseconds timeout) {
   constexpr int kSampleWords = 512;
   TokenCalibration calibration;
-  const std::string header = prompt_header(mix(1));
+  const std::string header = prompt_header(mix_bits(1));
   const auto header_tokens = count_tokens(target, header, false, timeout);
   const auto whole_tokens =
       count_tokens(target, header + filler_text(1, kSampleWords), false, timeout);

@@ -6,10 +6,20 @@
 #include <optional>
 #include <string>
 
+#include "bench/length_distribution.h"
 #include "bench/openai_client.h"
 #include "bench/target_endpoint.h"
 
 namespace brisk::bench {
+
+// What a load generator sends: request `request_index` of load point `run_index`, counting
+// warmup requests first. The same indices always give the same request.
+class Workload {
+ public:
+  virtual ~Workload() = default;
+  virtual CompletionRequest request(int run_index, int request_index) const = 0;
+  virtual ApiKind kind() const = 0;
+};
 
 // How filler words turn into tokens on the target's tokenizer.
 struct TokenCalibration {
@@ -21,34 +31,41 @@ struct TokenCalibration {
 struct WorkloadOptions {
   ApiKind kind = ApiKind::completions;
   std::string model;
-  int input_tokens = 128;
-  int output_tokens = 128;
+  LengthDistribution input_tokens = LengthDistribution::fixed_at(128);
+  LengthDistribution output_tokens = LengthDistribution::fixed_at(128);
   uint64_t seed = 0;
   bool stream = true;
 };
 
-// Synthetic prompts of a fixed length in tokens and a fixed output length. Each prompt starts
-// with an id unique to (seed, run, request), so no server can answer from a cached prefix;
-// the words after it are random filler drawn from `seed`, so a run is reproducible.
-class SyntheticWorkload {
+// Synthetic prompts whose lengths in tokens follow `input_tokens`, each asking for a length drawn
+// from `output_tokens`. Each prompt starts with an id unique to (seed, run, request), so no
+// server can answer from a cached prefix; the words after it are random filler drawn from the
+// same id, so a run is reproducible.
+class SyntheticWorkload : public Workload {
  public:
   SyntheticWorkload(WorkloadOptions options, TargetEndpoint target, TokenCalibration calibration);
 
-  // Tokenizes a few real prompts (with the tokenizer's special tokens, as `usage` counts them)
-  // and corrects the number of filler words until their mean length is `input_tokens`: the
-  // per-word rate alone misses the BOS token and merges at the header/filler boundary.
+  // Tokenizes a few real prompts of the mean length (with the tokenizer's special tokens, as
+  // `usage` counts them) and corrects the number of filler words until their mean length is
+  // right: the per-word rate alone misses the BOS token and merges at the header/filler boundary.
   void fit_prompt_length(const std::function<std::optional<int>(const std::string&)>& count_tokens);
 
   std::string prompt(int run_index, int request_index) const;
-  CompletionRequest request(int run_index, int request_index) const;
+  int output_tokens(int run_index, int request_index) const;
+  CompletionRequest request(int run_index, int request_index) const override;
+  ApiKind kind() const override { return options_.kind; }
   const WorkloadOptions& options() const { return options_; }
-  int filler_words() const { return filler_words_; }
+  // Filler words of a prompt of `tokens` tokens.
+  int filler_words(int tokens) const;
 
  private:
+  std::string prompt_of_length(uint64_t id, int tokens) const;
+
   WorkloadOptions options_;
   TargetEndpoint target_;
   double tokens_per_word_ = 1.3;
-  int filler_words_ = 0;
+  int header_tokens_ = 12;
+  int correction_words_ = 0;  // learned by fit_prompt_length
 };
 
 // Token count of `text` from the server's `POST /tokenize`; nullopt when it has none.

@@ -6,6 +6,8 @@ import csv
 import json
 import subprocess
 
+import httpx
+
 from conftest import BRISK_BIN, free_port
 
 STAT_KEYS = {"mean", "std", "p50", "p90", "p95", "p99", "max"}
@@ -139,3 +141,150 @@ def test_slo_goodput_and_max_rate_search(brisk, tmp_path):
     bad = subprocess.run(base + ["--slo", "speed_p99=1ms"], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "unknown SLO metric" in bad.stderr
+
+
+# --- workloads: length distributions, JSONL test sets, ShareGPT, presets, --duration ---------
+
+
+def bench_rows(brisk, out_dir, *extra: str) -> tuple[dict, list[dict], subprocess.CompletedProcess]:
+    argv = [str(BRISK_BIN), "bench", "--url", brisk.base_url, "--out", str(out_dir), *extra]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads((out_dir / "result.json").read_text())
+    return result, list(csv.DictReader((out_dir / "requests.csv").open())), proc
+
+
+def server_tokens(brisk, text: str) -> int:
+    r = httpx.post(brisk.base_url + "/tokenize", json={"content": text, "add_special": False})
+    assert r.status_code == 200, r.text
+    return len(r.json()["tokens"])
+
+
+def test_length_distributions_are_server_tokens_and_follow_the_seed(brisk, tmp_path):
+    args = ["--concurrency", "2", "--num-requests", "8", "--warmup-requests", "0",
+            "--input-tokens", "uniform:16:64", "--output-tokens", "uniform:2:6"]
+    result, rows, _ = bench_rows(brisk, tmp_path / "a", *args, "--seed", "5")
+    assert result["workload"]["input_tokens_dist"] == "uniform:16:64"
+    assert result["workload"]["input_tokens"] == 40
+    prompts = [int(r["prompt_tokens"]) for r in rows]
+    outputs = [int(r["completion_tokens"]) for r in rows]
+    # Output lengths are exact (max_tokens with ignore_eos); prompt lengths are sized in the
+    # server's tokens, to within a couple of tokens of the draw.
+    assert all(2 <= n <= 6 for n in outputs) and len(set(outputs)) > 1, outputs
+    assert all(14 <= n <= 66 for n in prompts) and len(set(prompts)) > 3, prompts
+
+    _, same_rows, _ = bench_rows(brisk, tmp_path / "b", *args, "--seed", "5")
+    _, other_rows, _ = bench_rows(brisk, tmp_path / "c", *args, "--seed", "6")
+    by_request = lambda rs: {r["request"]: (r["prompt_tokens"], r["completion_tokens"]) for r in rs}
+    assert by_request(same_rows) == by_request(rows)
+    assert by_request(other_rows) != by_request(rows)
+
+
+def test_normal_lengths_center_on_their_mean(brisk, tmp_path):
+    _, rows, _ = bench_rows(brisk, tmp_path, "--concurrency", "4", "--num-requests", "16",
+                            "--warmup-requests", "0", "--input-tokens", "normal:48:8",
+                            "--output-tokens", "normal:4:1")
+    prompts = [int(r["prompt_tokens"]) for r in rows]
+    assert 40 <= sum(prompts) / len(prompts) <= 56, prompts
+    assert len(set(prompts)) > 3
+
+
+def test_jsonl_test_set_replays_in_order_with_its_own_lengths(brisk, tmp_path):
+    dataset = tmp_path / "set.jsonl"
+    lines = [{"prompt": "The capital of France is", "max_tokens": 3},
+             {"messages": [{"role": "user", "content": "Name a color."}], "max_tokens": 5},
+             {"prompt": "One, two, three,", "max_tokens": 2}]
+    dataset.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    common = ["--endpoint", "chat", "--dataset", str(dataset), "--concurrency", "1",
+              "--num-requests", "6", "--warmup-requests", "0"]
+    result, rows, _ = bench_rows(brisk, tmp_path / "own", *common)
+    assert result["workload"]["source"] == "jsonl"
+    assert result["workload"]["dataset_entries"] == 3
+    # Request i sends line i mod 3: the set repeats in order, with each line's max_tokens.
+    assert [int(r["completion_tokens"]) for r in rows] == [3, 5, 2, 3, 5, 2]
+    prompt_tokens = [int(r["prompt_tokens"]) for r in rows]
+    assert prompt_tokens[:3] == prompt_tokens[3:] and len(set(prompt_tokens)) == 3
+
+    _, overridden, _ = bench_rows(brisk, tmp_path / "override", *common, "--output-tokens", "4")
+    assert {int(r["completion_tokens"]) for r in overridden} == {4}
+
+
+def test_bad_jsonl_line_is_named_and_messages_need_chat(brisk, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "fine"}\n{"text": "no prompt"}\n')
+    proc = subprocess.run([str(BRISK_BIN), "bench", "--url", brisk.base_url, "--dataset",
+                           str(bad)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "line 2" in proc.stderr, proc.stderr
+    chat_only = tmp_path / "chat.jsonl"
+    chat_only.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    proc = subprocess.run([str(BRISK_BIN), "bench", "--url", brisk.base_url, "--dataset",
+                           str(chat_only)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--endpoint chat" in proc.stderr, proc.stderr
+
+
+def test_sharegpt_takes_prompts_and_reply_lengths_in_server_tokens(brisk, tmp_path):
+    replies = {f"Question {i}: what is {i} plus {i}?": " ".join(["yes"] * (4 + i))
+               for i in range(6)}
+    conversations = [{"id": str(i), "conversations": [{"from": "human", "value": q},
+                                                      {"from": "gpt", "value": a}]}
+                     for i, (q, a) in enumerate(replies.items())]
+    conversations.append({"id": "orphan", "conversations": [{"from": "gpt", "value": "alone"}]})
+    path = tmp_path / "sharegpt.json"
+    path.write_text(json.dumps(conversations))
+    result, rows, _ = bench_rows(brisk, tmp_path / "out", "--sharegpt", str(path),
+                                 "--concurrency", "2", "--num-requests", "4",
+                                 "--warmup-requests", "0", "--seed", "1")
+    assert result["workload"]["source"] == "sharegpt"
+    reply_tokens = {server_tokens(brisk, a) for a in replies.values()}
+    assert {int(r["completion_tokens"]) for r in rows} <= reply_tokens
+    assert len({int(r["completion_tokens"]) for r in rows}) == 4  # 4 different conversations
+
+
+def test_standard_preset_runs_its_four_cases(brisk, tmp_path):
+    result, rows, proc = bench_rows(
+        brisk, tmp_path, "--preset", "standard:short=24,long=64,output=3,low=1,peak=3",
+        "--num-requests", "3", "--warmup-requests", "1")
+    runs = result["runs"]
+    assert [run["workload"]["case"] for run in runs] == [
+        "short_input_low_concurrency", "short_input_peak_concurrency",
+        "long_input_low_concurrency", "long_input_peak_concurrency"]
+    assert [run["load"] for run in runs] == [{"concurrency": c} for c in (1, 3, 1, 3)]
+    for index, expected_input in enumerate((24, 24, 64, 64)):
+        assert runs[index]["requests"]["ok"] == 3
+        measured = [r for r in rows if int(r["run"]) == index]
+        assert {int(r["prompt_tokens"]) for r in measured} == {expected_input}
+        assert {int(r["completion_tokens"]) for r in measured} == {3}
+    assert "in=64" in proc.stdout
+    html = (tmp_path / "report.html").read_text()
+    assert "long_input_peak_concurrency (concurrency 3)" in html
+
+
+def test_too_short_prompts_are_warned_about(brisk, tmp_path):
+    _, rows, proc = bench_rows(brisk, tmp_path, "--num-requests", "1", "--warmup-requests", "0",
+                               "--input-tokens", "4", "--output-tokens", "1")
+    shortest = int(rows[0]["prompt_tokens"])
+    assert shortest > 4
+    assert f"prompts cannot be shorter than {shortest} tokens" in proc.stderr
+
+
+def test_duration_runs_for_its_time_and_reports_progress(brisk, tmp_path):
+    result, rows, proc = bench_rows(brisk, tmp_path, "--duration", "2", "--concurrency", "2",
+                                    "--input-tokens", "16", "--output-tokens", "2",
+                                    "--warmup-requests", "1", "--progress", "lines")
+    assert result["workload"]["duration_s"] == 2 and result["workload"]["num_requests"] is None
+    assert len(rows) >= 2
+    # No request starts after the deadline; those in flight then finish.
+    assert all(float(r["scheduled_ms"]) < 2000 for r in rows)
+    assert result["runs"][0]["requests"]["ok"] == len(rows)
+    assert f"run 0: {len(rows)} requests" in proc.stderr  # the final progress line
+
+
+def test_concurrency_column_is_requests_in_flight_at_send(brisk, tmp_path):
+    _, burst, _ = bench_rows(brisk, tmp_path / "burst", "--rate", "inf", "--num-requests", "4",
+                             "--warmup-requests", "0", "--input-tokens", "16",
+                             "--output-tokens", "8")
+    assert sorted(int(r["concurrency"]) for r in burst) == [1, 2, 3, 4]
+    _, capped, _ = bench_rows(brisk, tmp_path / "capped", "--rate", "inf", "--num-requests", "4",
+                              "--max-concurrency", "2", "--warmup-requests", "0",
+                              "--input-tokens", "16", "--output-tokens", "8")
+    assert max(int(r["concurrency"]) for r in capped) == 2

@@ -93,4 +93,17 @@ TEST(OpenLoopStatistics, LatencyCountsFromTheScheduleAndLagIsReported) {
   EXPECT_DOUBLE_EQ(from_send.ttft_ms.max, 60.0);
 }
 
+TEST(ArrivalSchedule, DurationKeepsEveryArrivalBeforeItAndTheSameSchedule) {
+  const LoadPoint constant = open_load(4.0, ArrivalProcess::constant);
+  EXPECT_EQ(arrival_offsets_within_s(constant, 1.0, 1),
+            (std::vector<double>{0.0, 0.25, 0.5, 0.75}));
+  const LoadPoint poisson = open_load(50.0, ArrivalProcess::poisson);
+  const auto within = arrival_offsets_within_s(poisson, 10.0, 3);
+  ASSERT_GT(within.size(), 400u);
+  EXPECT_LT(within.back(), 10.0);
+  // The same seed draws the same gaps whether the run is bounded by count or by time.
+  EXPECT_EQ(arrival_offsets_s(poisson, static_cast<int>(within.size()), 3), within);
+  EXPECT_TRUE(arrival_offsets_within_s(open_load(INFINITY, ArrivalProcess::poisson), 5, 1).empty());
+}
+
 }  // namespace brisk::bench
