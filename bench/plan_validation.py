@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -38,6 +39,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def catalog_with_memory(brisk_repo: Path, device: str, memory_gb: float, work: Path) -> Path:
+    """A copy of data/hardware.toml with this machine's memory for `device` (the catalog's
+    generic entry may hold less than the machine under test)."""
+    text = (brisk_repo / "data" / "hardware.toml").read_text()
+    start = text.index(f'id = "{device}"')
+    end = text.find("[[device]]", start)
+    end = len(text) if end < 0 else end
+    block = re.sub(r"memory_gb = [0-9.]+", f"memory_gb = {memory_gb}", text[start:end], count=1)
+    path = work / "hardware.toml"
+    path.write_text(text[:start] + block + text[end:])
+    return path
 
 
 def predict(brisk: Path, model: str, device: str, users: int, isl: int, osl: int,
@@ -87,15 +101,21 @@ def main() -> int:
     parser.add_argument("--serve-args", default="", help="extra brisk serve flags")
     parser.add_argument("--plan-args", default="", help="extra brisk plan flags")
     parser.add_argument("--work", default="/tmp/plan-validation")
+    parser.add_argument("--memory-gb", type=float,
+                        help="this machine's memory, replacing the catalog entry's for --device")
     parser.add_argument("--out")
     args = parser.parse_args()
     brisk = Path(args.brisk_bin)
+    Path(args.work).mkdir(parents=True, exist_ok=True)
+    plan_args = args.plan_args.split()
+    if args.memory_gb:
+        plan_args += ["--catalog", str(catalog_with_memory(REPO_ROOT, args.device, args.memory_gb,
+                                                           Path(args.work)))]
     rows = []
     for case in args.case:
         model, isl, osl = case.rsplit(":", 2)
         for users in [int(c) for c in args.concurrency.split(",")]:
-            predicted = predict(brisk, model, args.device, users, int(isl), int(osl),
-                                args.plan_args.split())
+            predicted = predict(brisk, model, args.device, users, int(isl), int(osl), plan_args)
             log(f"{model} C={users}: predicted TTFT p50 {predicted['ttft_ms']['p50']:.0f} ms, "
                 f"TPOT p50 {predicted['tpot_ms']['p50']:.1f} ms; measuring")
             out_dir = Path(args.work) / f"{Path(model).stem}-c{users}"

@@ -206,7 +206,7 @@ int run_calibrate(const CalibrateFlags& flags) {
       "{:.1f}%\n",
       device->id, efficiency.bandwidth, efficiency.bandwidth * device->memory_bandwidth_gb_s,
       efficiency.compute, efficiency.prefill_compute, efficiency.step_overhead_ms,
-      calibration->median_abs_error * 100);
+      efficiency.sample_ns_per_vocab_entry, calibration->median_abs_error * 100);
   if (efficiency.bandwidth > 1 || efficiency.compute > 1 || efficiency.prefill_compute > 1) {
     fmt::print(
         "warning: this machine beat the catalog's peak for {} (efficiency above 1); its "

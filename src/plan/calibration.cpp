@@ -30,6 +30,7 @@ double elapsed_ms(Clock::time_point start) {
 struct ModelRun {
   Deployment deployment;
   std::vector<StepSample> samples;
+  std::vector<double> sample_ns_per_vocab_entry;  // one per decode step timed
 };
 
 // Prompt tokens drawn from the middle of the vocabulary (ordinary words, not control tokens).
@@ -39,19 +40,29 @@ Token filler_token(int index, int vocabulary) {
   return low + static_cast<Token>((static_cast<int64_t>(index) * 7919) % span);
 }
 
-// Times one decode (and, like serving, a greedy pick for every sequence with logits).
-double timed_decode(Engine& engine, std::vector<std::unique_ptr<Sampler>>& samplers,
-                    const std::vector<int>& logit_rows, std::string* error) {
+struct TimedStep {
+  double total_ms = -1;
+  double sample_ms = 0;
+};
+
+// Times one decode and, like serving, a pick for every sequence with logits. The sampler is the
+// OpenAI default (temperature 1, the whole vocabulary), what a request that sets nothing gets.
+TimedStep timed_decode(Engine& engine, std::vector<std::unique_ptr<Sampler>>& samplers,
+                       const std::vector<int>& logit_rows, std::string* error) {
+  TimedStep timed;
   const auto start = Clock::now();
   if (engine.decode() != DecodeStatus::ok) {
     *error = "llama_decode failed while calibrating (too little memory for the batches?)";
-    return -1;
+    return timed;
   }
+  engine.synchronize();
+  const auto sampling = Clock::now();
   for (size_t row = 0; row < logit_rows.size(); ++row) {
     engine.sample(*samplers[row], logit_rows[row]);
   }
-  engine.synchronize();
-  return elapsed_ms(start);
+  timed.sample_ms = elapsed_ms(sampling);
+  timed.total_ms = elapsed_ms(start);
+  return timed;
 }
 
 std::optional<ModelRun> measure_model(const CalibrationOptions& options, const std::string& path,
@@ -79,8 +90,7 @@ std::optional<ModelRun> measure_model(const CalibrationOptions& options, const s
   const int vocabulary = engine->vocabulary_size();
   std::vector<std::unique_ptr<Sampler>> samplers;
   for (int sequence = 0; sequence < max_batch; ++sequence) {
-    samplers.push_back(std::make_unique<Sampler>(SamplingParams{
-        .temperature = 0, .top_p = 1, .top_k = 0, .min_p = 0, .seed = std::nullopt}));
+    samplers.push_back(std::make_unique<Sampler>(SamplingParams{}));
   }
 
   // Prompt chunks: one sequence, `prefill_tokens` at once (the first run warms up).
@@ -91,10 +101,10 @@ std::optional<ModelRun> measure_model(const CalibrationOptions& options, const s
       engine->add_to_batch(filler_token(position + repeat, vocabulary), position, 0,
                            position + 1 == options.prefill_tokens);
     }
-    const double ms = timed_decode(*engine, samplers, {options.prefill_tokens - 1}, error);
+    const TimedStep timed = timed_decode(*engine, samplers, {options.prefill_tokens - 1}, error);
     engine->release_sequence(0);
-    if (ms < 0) return std::nullopt;
-    if (repeat > 0) prefill_ms.push_back(ms);
+    if (timed.total_ms < 0) return std::nullopt;
+    if (repeat > 0) prefill_ms.push_back(timed.total_ms);
   }
   run.samples.push_back(
       {path, 0, 0, static_cast<double>(options.prefill_tokens), median(prefill_ms), 0});
@@ -121,9 +131,12 @@ std::optional<ModelRun> measure_model(const CalibrationOptions& options, const s
             engine->add_to_batch(filler_token(repeat + sequence, vocabulary),
                                  options.context_tokens + repeat, sequence, true);
       }
-      const double ms = timed_decode(*engine, samplers, rows, error);
-      if (ms < 0) return std::nullopt;
-      if (repeat > 0) step_ms.push_back(ms);
+      const TimedStep timed = timed_decode(*engine, samplers, rows, error);
+      if (timed.total_ms < 0) return std::nullopt;
+      if (repeat > 0) {
+        step_ms.push_back(timed.total_ms);
+        run.sample_ns_per_vocab_entry.push_back(timed.sample_ms * 1e6 / (batch * vocabulary));
+      }
     }
     for (int sequence = 0; sequence < batch; ++sequence) engine->release_sequence(sequence);
     run.samples.push_back({path, static_cast<double>(batch),
@@ -159,18 +172,28 @@ Efficiency fit(std::vector<ModelRun>& runs, const Efficiency& defaults, bool fit
       fastest_ms = std::min(fastest_ms, sample.measured_ms);
     }
   }
+  std::vector<double> sample_ns;
+  for (const ModelRun& run : runs) {
+    sample_ns.insert(sample_ns.end(), run.sample_ns_per_vocab_entry.begin(),
+                     run.sample_ns_per_vocab_entry.end());
+  }
+  Efficiency base = defaults;
+  base.sample_ns_per_vocab_entry = median(sample_ns);  // measured, not fitted
   std::vector<double> overheads = {defaults.step_overhead_ms};
   if (fit_overhead) {
     overheads.clear();
     for (int index = 0; index <= 40; ++index) overheads.push_back(fastest_ms * 0.9 * index / 40);
   }
   auto grid = [](int index) { return std::pow(10.0, -3.0 + 3.5 * index / 96.0); };
-  Efficiency best = defaults;
+  Efficiency best = base;
   double best_error = 1e300;
   for (const double overhead : overheads) {
     for (int b = 0; b <= 96; ++b) {
       for (int c = 0; c <= 96; ++c) {
-        const Efficiency candidate{grid(b), grid(c), defaults.prefill_compute, overhead, ""};
+        Efficiency candidate = base;
+        candidate.bandwidth = grid(b);
+        candidate.compute = grid(c);
+        candidate.step_overhead_ms = overhead;
         const double error = log_error(runs, candidate, /*prompts=*/false);
         if (error < best_error) {
           best_error = error;
@@ -246,11 +269,14 @@ std::map<std::string, Efficiency> load_calibrations(const std::filesystem::path&
   try {
     const nlohmann::json root = nlohmann::json::parse(input);
     for (const auto& [device_id, entry] : root.at("devices").items()) {
-      calibrations[device_id] = {entry.at("bandwidth_efficiency").get<double>(),
-                                 entry.at("compute_efficiency").get<double>(),
-                                 entry.at("prefill_compute_efficiency").get<double>(),
-                                 entry.at("step_overhead_ms").get<double>(),
-                                 entry.at("origin").get<std::string>()};
+      Efficiency efficiency;
+      efficiency.bandwidth = entry.at("bandwidth_efficiency").get<double>();
+      efficiency.compute = entry.at("compute_efficiency").get<double>();
+      efficiency.prefill_compute = entry.at("prefill_compute_efficiency").get<double>();
+      efficiency.step_overhead_ms = entry.at("step_overhead_ms").get<double>();
+      efficiency.sample_ns_per_vocab_entry = entry.at("sample_ns_per_vocab_entry").get<double>();
+      efficiency.origin = entry.at("origin").get<std::string>();
+      calibrations[device_id] = efficiency;
     }
   } catch (const nlohmann::json::exception&) {
     calibrations.clear();  // a damaged file counts as none; calibrate again to replace it
@@ -281,6 +307,7 @@ bool store_calibration(const std::filesystem::path& file, const Calibration& cal
       {"compute_efficiency", calibration.efficiency.compute},
       {"prefill_compute_efficiency", calibration.efficiency.prefill_compute},
       {"step_overhead_ms", calibration.efficiency.step_overhead_ms},
+      {"sample_ns_per_vocab_entry", calibration.efficiency.sample_ns_per_vocab_entry},
       {"origin", calibration.efficiency.origin},
       {"date", calibration.date},
       {"median_abs_error", calibration.median_abs_error},

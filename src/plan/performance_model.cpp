@@ -19,8 +19,8 @@ double allreduce_ms(const DeviceSpec& device, int devices, double bytes) {
 }  // namespace
 
 Efficiency Efficiency::defaults_for(const DeviceSpec& device) {
-  if (device.is_gpu()) return {0.80, 0.55, 0.55, 1.0, "default for a GPU (not calibrated)"};
-  return {0.55, 0.30, 0.30, 0.5, "default for a CPU (not calibrated)"};
+  if (device.is_gpu()) return {0.80, 0.55, 0.55, 1.0, 0.0, "default for a GPU (not calibrated)"};
+  return {0.55, 0.30, 0.30, 0.5, 4.0, "default for a CPU (not calibrated)"};
 }
 
 StepCost Deployment::step(double decode_batch, double decode_context, double prefill_tokens,
@@ -55,7 +55,9 @@ StepCost Deployment::step(double decode_batch, double decode_context, double pre
   // Small decode batches and large prompt chunks run different kernels at different efficiency.
   cost.compute_ms = (cost.flops - cost.prefill_flops) / (peak_flops_per_ms * efficiency.compute) +
                     cost.prefill_flops / (peak_flops_per_ms * efficiency.prefill_compute);
-  cost.overhead_ms = efficiency.step_overhead_ms;
+  const double sampled_tokens = decode_batch + (prefill_tokens > 0 ? 1 : 0);
+  cost.overhead_ms = efficiency.step_overhead_ms +
+                     sampled_tokens * model.vocab_size * efficiency.sample_ns_per_vocab_entry / 1e6;
   // Two all-reduces per layer (after attention and after the MLP) of the step's activations.
   cost.interconnect_ms =
       2.0 * model.layers * allreduce_ms(*device, devices, tokens * model.hidden_size * 2.0);

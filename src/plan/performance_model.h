@@ -14,8 +14,11 @@ struct Efficiency {
   double bandwidth = 0;         // achieved / published memory bandwidth
   double compute = 0;           // achieved / published dense rate, decode tokens (small batches)
   double prefill_compute = 0;   // the same for prompt tokens (large matrix products)
-  double step_overhead_ms = 0;  // per engine step: launches, sampling, scheduling
-  std::string origin;           // "default for a GPU" or "calibrated on ... (date)"
+  double step_overhead_ms = 0;  // per engine step: launches, scheduling
+  // Picking a token from the logits on the host, per sampled token and vocabulary entry (0 where
+  // the engine samples on the GPU).
+  double sample_ns_per_vocab_entry = 0;
+  std::string origin;  // "default for a GPU" or "calibrated on ... (date)"
 
   static Efficiency defaults_for(const DeviceSpec& device);
 };
@@ -28,7 +31,7 @@ struct StepCost {
   double prefill_flops = 0;  // per device, the prompt tokens' share of flops
   double memory_ms = 0;
   double compute_ms = 0;
-  double overhead_ms = 0;
+  double overhead_ms = 0;  // per step, sampling included
   double interconnect_ms = 0;
   double total_ms = 0;
   bool memory_bound() const { return memory_ms >= compute_ms; }

@@ -148,6 +148,7 @@ nlohmann::json plan_json(const PlanRequest& request, const Plan& plan) {
           {"compute", candidate.deployment.efficiency.compute},
           {"prefill_compute", candidate.deployment.efficiency.prefill_compute},
           {"step_overhead_ms", candidate.deployment.efficiency.step_overhead_ms},
+          {"sample_ns_per_vocab_entry", candidate.deployment.efficiency.sample_ns_per_vocab_entry},
           {"origin", candidate.deployment.efficiency.origin}}}};
     candidates.push_back(entry);
   }
@@ -175,10 +176,10 @@ void print_explanation(std::ostream& out, const PlanRequest& request, const Cand
              device.spec_source);
   fmt::print(out,
              "efficiency  bandwidth x{:.2f}, compute x{:.2f} (decode) and x{:.2f} (prompts), "
-             "{:.2f} ms per step: {}\n",
+             "{:.2f} ms per step + {:.1f} ns per vocabulary entry sampled: {}\n",
              deployment.efficiency.bandwidth, deployment.efficiency.compute,
              deployment.efficiency.prefill_compute, deployment.efficiency.step_overhead_ms,
-             deployment.efficiency.origin);
+             deployment.efficiency.sample_ns_per_vocab_entry, deployment.efficiency.origin);
   fmt::print(out, "model       {} ({})\n", model.name, model.origin);
   fmt::print(out,
              "weights     {:.3g} parameters x {:.3f} bytes ({}) = {:.2f} GB; a decode step reads "
