@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/clock.h"
 #include "common/model_store.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
@@ -16,15 +17,9 @@
 namespace brisk::plan {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   return values.empty() ? 0 : values[values.size() / 2];
-}
-
-double elapsed_ms(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
 struct ModelRun {
@@ -60,8 +55,8 @@ TimedStep timed_decode(Engine& engine, std::vector<std::unique_ptr<Sampler>>& sa
   for (size_t row = 0; row < logit_rows.size(); ++row) {
     engine.sample(*samplers[row], logit_rows[row]);
   }
-  timed.sample_ms = elapsed_ms(sampling);
-  timed.total_ms = elapsed_ms(start);
+  timed.sample_ms = ms_between(sampling, Clock::now());
+  timed.total_ms = ms_between(start, Clock::now());
   return timed;
 }
 

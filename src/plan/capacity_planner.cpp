@@ -11,8 +11,8 @@ namespace {
 constexpr int kMaxUsersSearched = 4096;
 
 double predicted(const LoadPrediction& prediction, const SloLimit& limit) {
-  const Percentiles& values = limit.metric == "ttft" ? prediction.ttft_ms : prediction.tpot_ms;
   if (limit.metric == "e2e") return prediction.e2e_ms;
+  const Percentiles& values = limit.metric == "ttft" ? prediction.ttft_ms : prediction.tpot_ms;
   return values.at(limit.stat);
 }
 
@@ -95,8 +95,7 @@ double max_rate(const PlanRequest& request, const Deployment& deployment, int me
 Candidate size_device(const PlanRequest& request, const DeviceSpec& device) {
   const Workload& workload = request.workload;
   std::optional<Candidate> best;
-  Candidate smallest_failure;
-  bool have_failure = false;
+  std::optional<Candidate> failure;  // the first that does not fit, or the last that misses
   const int largest_group =
       device.is_gpu() ? std::min(device.max_per_node, request.max_devices) : 1;
   for (int devices = 1; devices <= largest_group; devices *= 2) {
@@ -110,8 +109,7 @@ Candidate size_device(const PlanRequest& request, const DeviceSpec& device) {
       candidate.memory = one;
       candidate.problem =
           fmt::format("needs {:.1f} GB per device, {:.1f} GB usable", one.total_gb, one.usable_gb);
-      if (!have_failure) smallest_failure = candidate;
-      have_failure = true;
+      if (!failure) failure = candidate;
       continue;
     }
     candidate.max_concurrency = max_users(request, candidate.deployment, one.max_sequences);
@@ -121,8 +119,7 @@ Candidate size_device(const PlanRequest& request, const DeviceSpec& device) {
       candidate.problem =
           "even one request misses the SLO: " + fmt::format("{}", fmt::join(misses, ", "));
       candidate.memory = one;
-      smallest_failure = candidate;
-      have_failure = true;
+      failure = candidate;
       continue;
     }
     candidate.at_capacity =
@@ -170,8 +167,7 @@ Candidate size_device(const PlanRequest& request, const DeviceSpec& device) {
         (candidate.meets_slo == best->meets_slo && candidate.usd_per_hour < best->usd_per_hour);
     if (better) best = candidate;
   }
-  if (best) return *best;
-  return smallest_failure;
+  return best ? *best : *failure;
 }
 
 bool ranks_before(const Candidate& a, const Candidate& b) {

@@ -32,20 +32,15 @@ int poisson_quantile(double mean, double q) {
 
 namespace {
 
-struct Quantiles {
-  double p50 = 0.5, p95 = 0.95, p99 = 0.99;
-};
-
 // Waiting time of an M/D/1 queue at utilisation rho with service time s: mean rho s/(2(1-rho)),
 // tail approximated as P(W > t) = rho exp(-rho t / mean), which keeps that mean.
-double md1_wait_quantile(double rho, double service_ms, double q) {
-  if (rho <= 0 || rho <= 1 - q) return 0;
-  const double mean = rho * service_ms / (2 * (1 - rho));
-  return mean / rho * std::log(rho / (1 - q));
-}
-
 double md1_wait_mean(double rho, double service_ms) {
   return rho <= 0 ? 0 : rho * service_ms / (2 * (1 - rho));
+}
+
+double md1_wait_quantile(double rho, double service_ms, double q) {
+  if (rho <= 0 || rho <= 1 - q) return 0;
+  return md1_wait_mean(rho, service_ms) / rho * std::log(rho / (1 - q));
 }
 
 // Everything that follows from a throughput and the decode batch a request sees.
@@ -60,7 +55,6 @@ LoadPrediction evaluate(const Deployment& deployment, int input_tokens, int outp
   const double prompt_extra_ms =
       deployment.prefill_extra_ms(input_tokens, decode_batch_seen, decode_context);
   const int chunks = deployment.prefill_chunks(input_tokens, decode_batch_seen);
-  prediction.decode_step_ms = step_ms;
   prediction.prefill_share = others_per_s * prompt_extra_ms / 1000;
   if (prediction.prefill_share >= 1) {
     prediction.saturated = true;
@@ -96,10 +90,9 @@ LoadPrediction evaluate(const Deployment& deployment, int input_tokens, int outp
     return prompt_service_ms + residual_ms(q) +
            capped(md1_wait_quantile(rho, prompt_service_ms, q));
   };
-  const Quantiles q;
   prediction.ttft_ms = {
       prompt_service_ms + busy * step_ms / 2 + capped(md1_wait_mean(rho, prompt_service_ms)),
-      ttft_at(q.p50), ttft_at(q.p95), ttft_at(q.p99)};
+      ttft_at(0.5), ttft_at(0.95), ttft_at(0.99)};
 
   prediction.e2e_ms = prediction.ttft_ms.mean + decode_steps * tpot_mean_ms;
   prediction.request_throughput = requests_per_s;
@@ -116,10 +109,11 @@ LoadPrediction predict_closed_loop(const Deployment& deployment, int input_token
   double decode_fraction = 1.0;
   LoadPrediction first = evaluate(deployment, input_tokens, output_tokens, 0, 0, users, 0);
   double throughput = users / (first.e2e_ms / 1000);
+  // No prompt waits longer than for every other user's prompt.
+  const double cap_ms = (users - 1) * first.ttft_ms.mean + 1e-9;
   LoadPrediction prediction;
   for (int iteration = 0; iteration < 200; ++iteration) {
     const double batch_seen = 1 + (users - 1) * decode_fraction;
-    const double cap_ms = (users - 1) * first.ttft_ms.mean + 1e-9;
     const double others_per_s = throughput * (users - 1) / users;
     prediction = evaluate(deployment, input_tokens, output_tokens, throughput, others_per_s,
                           batch_seen, cap_ms);
@@ -134,7 +128,6 @@ LoadPrediction predict_closed_loop(const Deployment& deployment, int input_token
     throughput = 0.5 * throughput + 0.5 * next_throughput;
   }
   prediction.decode_batch = users * decode_fraction;
-  prediction.decode_batch_p99 = users;
   prediction.in_flight = users;
   prediction.in_flight_p99 = users;
   return prediction;
@@ -159,7 +152,6 @@ LoadPrediction predict_open_loop(const Deployment& deployment, int input_tokens,
     decode_batch = 0.5 * decode_batch + 0.5 * next_batch;
   }
   prediction.decode_batch = decode_batch;
-  prediction.decode_batch_p99 = poisson_quantile(decode_batch, 0.99);
   prediction.in_flight = rate_per_s * prediction.e2e_ms / 1000;
   prediction.in_flight_p99 = poisson_quantile(prediction.in_flight, 0.99);
   return prediction;
@@ -233,26 +225,11 @@ LoadPrediction predict_burst(const Deployment& deployment, int input_tokens, int
   prediction.tpot_ms = percentiles_of(tpot_ms);
   prediction.e2e_ms = percentiles_of(e2e_ms).mean;
   prediction.decode_batch = count;
-  prediction.decode_batch_p99 = count;
-  prediction.decode_step_ms = step_ms;
   prediction.in_flight = prediction.in_flight_p99 = count;
   const double makespan_ms = *std::max_element(e2e_ms.begin(), e2e_ms.end());
   prediction.request_throughput = count / (makespan_ms / 1000);
   prediction.output_token_throughput = prediction.request_throughput * output_tokens;
   return prediction;
-}
-
-LoadPrediction predict(const Deployment& deployment, const Workload& workload) {
-  if (workload.burst) {
-    return predict_burst(deployment, workload.input_tokens, workload.output_tokens,
-                         std::max(1, workload.concurrency));
-  }
-  if (workload.rate_per_s > 0) {
-    return predict_open_loop(deployment, workload.input_tokens, workload.output_tokens,
-                             workload.rate_per_s);
-  }
-  return predict_closed_loop(deployment, workload.input_tokens, workload.output_tokens,
-                             std::max(1, workload.concurrency));
 }
 
 }  // namespace brisk::plan

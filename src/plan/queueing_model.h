@@ -27,9 +27,8 @@ struct Percentiles {
 
 // Steady state of one replica under a load.
 struct LoadPrediction {
-  bool saturated = false;   // the offered load exceeds what the replica can serve
-  double decode_batch = 0;  // mean sequences decoding per step
-  double decode_batch_p99 = 0;
+  bool saturated = false;    // the offered load exceeds what the replica can serve
+  double decode_batch = 0;   // mean sequences decoding per step
   double prefill_share = 0;  // fraction of engine time spent on prompt chunks
   double in_flight = 0;      // mean requests admitted (prefilling or decoding)
   double in_flight_p99 = 0;
@@ -38,7 +37,6 @@ struct LoadPrediction {
   double e2e_ms = 0;
   double request_throughput = 0;       // requests/s
   double output_token_throughput = 0;  // tokens/s
-  double decode_step_ms = 0;           // a step with only the mean decode batch
 };
 
 // Continuous batching with chunked prefill, decode first (brisk's and vLLM's policy):
@@ -56,7 +54,6 @@ LoadPrediction predict_open_loop(const Deployment& deployment, int input_tokens,
 // Percentiles are over the burst's requests.
 LoadPrediction predict_burst(const Deployment& deployment, int input_tokens, int output_tokens,
                              int requests);
-LoadPrediction predict(const Deployment& deployment, const Workload& workload);
 
 // Quantile of a Poisson distribution with mean `mean` (smallest k with CDF >= q).
 int poisson_quantile(double mean, double q);
