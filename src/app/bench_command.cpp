@@ -22,24 +22,11 @@
 #include "bench/workload.h"
 #include "bench/workload_builder.h"
 #include "bench/workload_preset.h"
+#include "common/json_file.h"
 
 namespace brisk {
 
 namespace {
-
-std::optional<nlohmann::json> read_json_file(const std::string& path, std::string& error) {
-  std::ifstream in(path);
-  if (!in) {
-    error = "cannot read " + path;
-    return std::nullopt;
-  }
-  nlohmann::json document = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (document.is_discarded()) {
-    error = path + " is not JSON";
-    return std::nullopt;
-  }
-  return document;
-}
 
 int run_compare(const BenchFlags& flags) {
   std::string error;

@@ -3,11 +3,11 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
+#include "common/json_file.h"
 #include "common/model_store.h"
 #include "plan/calibration.h"
 #include "plan/capacity_planner.h"
@@ -59,15 +59,14 @@ int fail(const std::string& message) {
 // Takes prompt/output lengths (and the first run's load) from a `brisk bench` result.json, for
 // the flags the user did not give.
 bool apply_bench_workload(PlanFlags& flags, std::string* error) {
-  std::ifstream file(flags.workload_file);
-  nlohmann::json result;
-  try {
-    if (!std::filesystem::is_regular_file(flags.workload_file)) throw std::runtime_error("");
-    result = nlohmann::json::parse(file);
-  } catch (const std::exception&) {
-    *error = "--workload '" + flags.workload_file + "' is not a brisk bench result.json";
+  std::string read_error;
+  const auto document = read_json_file(flags.workload_file, read_error);
+  if (!document) {
+    *error = "--workload '" + flags.workload_file + "' is not a brisk bench result.json (" +
+             read_error + ")";
     return false;
   }
+  const nlohmann::json& result = *document;
   const nlohmann::json workload = result.is_object()
                                       ? result.value("workload", nlohmann::json::object())
                                       : nlohmann::json::object();

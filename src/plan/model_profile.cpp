@@ -3,9 +3,9 @@
 #include <toml++/toml.h>
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/json_file.h"
 #include "common/model_store.h"
 #include "engine/gguf_metadata.h"
 #include "plan/embedded_data.h"
@@ -209,14 +209,9 @@ std::optional<ModelProfile> profile_from_gguf(const std::string& path, std::stri
 }
 
 std::optional<ModelProfile> profile_from_hf_config(const std::string& path, std::string* error) {
-  std::ifstream file(path);
-  nlohmann::json config;
-  try {
-    config = nlohmann::json::parse(file);
-  } catch (const nlohmann::json::exception& failure) {
-    *error = "'" + path + "' is not valid JSON: " + failure.what();
-    return std::nullopt;
-  }
+  auto document = read_json_file(path, *error);
+  if (!document) return std::nullopt;
+  nlohmann::json config = std::move(*document);
   // Multimodal configs (Gemma 3 4B+) keep the language model under text_config.
   if (config.contains("text_config") && config["text_config"].is_object()) {
     nlohmann::json text = config["text_config"];
