@@ -9,6 +9,7 @@ PACKAGES=(
   libcli11-dev            # 2.3
   libspdlog-dev libfmt-dev
   libgtest-dev
+  libbenchmark-dev        # Google Benchmark: bench/tools/sampler-speed
   libtomlplusplus-dev     # 3.3, brisk plan's data/*.toml
   libjs-chart.js          # Chart.js 3.9, inlined into brisk bench's report.html
   python3 python3-venv python3-pip

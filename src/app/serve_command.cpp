@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "sched/serving_metrics.h"
 #include "sched/step_scheduler.h"
+#include "server/generation_config.h"
 #include "server/openai_server.h"
 
 namespace brisk {
@@ -25,6 +26,8 @@ struct ServeFlags {
   int drain_timeout_s = 10;
   std::string log_format = "text";
   std::string log_level = "info";
+  std::string generation_config = kGenerationConfigPresets[0];
+  std::string override_generation_config;
 };
 
 int run_serve(ServeFlags& flags) {
@@ -39,6 +42,13 @@ int run_serve(ServeFlags& flags) {
               << ") so prompts can make progress beside running decodes\n";
     return 2;
   }
+  auto defaults =
+      make_generation_defaults(flags.generation_config, flags.override_generation_config);
+  if (auto* error = std::get_if<std::string>(&defaults)) {
+    std::cerr << "error: " << *error << "\n";
+    return 2;
+  }
+  flags.server.generation = std::get<GenerationDefaults>(defaults);
   const ResolveResult model = ModelStore::from_environment().resolve(flags.model);
   if (!model.ok()) {
     std::cerr << "error: " << model.error << "\n";
@@ -55,6 +65,11 @@ int run_serve(ServeFlags& flags) {
     std::cerr << "error: " << error << "\n";
     return 1;
   }
+  if (flags.scheduler.sampling_threads == 0) {
+    flags.scheduler.sampling_threads = flags.engine.threads > 0
+                                           ? flags.engine.threads
+                                           : static_cast<int>(std::thread::hardware_concurrency());
+  }
   ServingMetrics metrics;
   StepScheduler scheduler(*engine, flags.scheduler, metrics);
 
@@ -69,6 +84,8 @@ int run_serve(ServeFlags& flags) {
     return 1;
   }
   spdlog::info("chat template: {}", engine->chat_template_origin());
+  spdlog::info("requests that name no sampling parameter get: {}",
+               describe_generation_defaults(flags.server.generation));
   scheduler.start();
   spdlog::info("serving {} ({}) on http://{}:{} — ctx {} tokens, max {} per request, {} seqs",
                flags.server.model_name, engine->description(), flags.server.host, server.port(),
@@ -119,6 +136,20 @@ CommandRunner register_serve_command(CLI::App& app) {
   app.add_option("-t,--threads", flags->engine.threads, "CPU threads for llama.cpp (0: all cores)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
+  app.add_option("--sampling-threads", flags->scheduler.sampling_threads,
+                 "Threads that sample a step's sequences in parallel (0: as many as --threads)")
+      ->check(CLI::Range(0, 256))
+      ->capture_default_str();
+  app.add_option("--generation-config", flags->generation_config,
+                 "Defaults for sampling parameters a request leaves out: openai (temperature 1, "
+                 "the full distribution) or llama-server (temperature 0.8, top_k 40, top_p 0.95, "
+                 "min_p 0.05)")
+      ->check(CLI::IsMember({"openai", "llama-server"}))
+      ->capture_default_str();
+  app.add_option("--override-generation-config", flags->override_generation_config,
+                 "JSON applied over --generation-config, e.g. '{\"temperature\": 0.7, "
+                 "\"top_k\": 40, \"max_tokens\": 512}' (fields: temperature, top_p, top_k, "
+                 "min_p, max_tokens)");
   app.add_option("--gpu-layers,--n-gpu-layers", flags->engine.gpu_layers,
                  "Layers to offload to the GPU (CUDA builds; default all there, 0 elsewhere)")
       ->check(CLI::Range(0, 100000))

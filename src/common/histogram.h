@@ -23,10 +23,12 @@ class Histogram {
   };
   Snapshot snapshot() const;
 
-  // Renders `name_bucket{le=..}`, `name_sum` and `name_count` lines (no HELP/TYPE header).
-  std::string render_prometheus(const std::string& name) const;
+  // Renders `name_bucket{le=..}`, `name_sum` and `name_count` lines (no HELP/TYPE header);
+  // `labels` (such as `phase="decode"`) go on each line.
+  std::string render_prometheus(const std::string& name, const std::string& labels = {}) const;
 
   static std::vector<double> latency_seconds_buckets();
+  static std::vector<double> step_phase_seconds_buckets();
 
  private:
   std::vector<double> upper_bounds_;

@@ -214,8 +214,10 @@ DecodeStatus Engine::decode() {
 
 void Engine::synchronize() { llama_synchronize(context_); }
 
-Token Engine::sample(Sampler& sampler, int batch_index) {
-  return sampler.sample(context_, batch_index, vocabulary_size());
+const float* Engine::logits(int batch_index) { return llama_get_logits_ith(context_, batch_index); }
+
+SampledToken Engine::sample(Sampler& sampler, int batch_index, int top_logprobs) {
+  return sampler.sample(logits(batch_index), vocabulary_size(), top_logprobs);
 }
 
 void Engine::release_sequence(int sequence) {

@@ -67,7 +67,10 @@ class Engine {
   // Waits until the last decode's work has finished on every backend (decode may return while
   // a GPU still computes); for timing.
   void synchronize();
-  Token sample(Sampler& sampler, int batch_index);
+  // The logits of batch position `batch_index` of the last decode (vocabulary_size() floats);
+  // valid until the next decode, readable from any thread until then.
+  const float* logits(int batch_index);
+  SampledToken sample(Sampler& sampler, int batch_index, int top_logprobs = -1);
   void release_sequence(int sequence);
 
  private:

@@ -1,41 +1,164 @@
 #include "engine/sampler.h"
 
-#include <random>
-
-#include "llama.h"
+#include <algorithm>
+#include <cmath>
+#include <limits>
 
 namespace brisk {
+namespace {}  // namespace
 
-Sampler::Sampler(const SamplingParams& params) : greedy_(params.temperature <= 0.0f) {
-  if (greedy_) return;
-  chain_ = llama_sampler_chain_init(llama_sampler_chain_default_params());
-  // Same order as llama-server: truncate (top-k, top-p, min-p), then temperature, then draw.
-  if (params.top_k > 0) llama_sampler_chain_add(chain_, llama_sampler_init_top_k(params.top_k));
-  if (params.top_p < 1.0f)
-    llama_sampler_chain_add(chain_, llama_sampler_init_top_p(params.top_p, 1));
-  if (params.min_p > 0.0f)
-    llama_sampler_chain_add(chain_, llama_sampler_init_min_p(params.min_p, 1));
-  llama_sampler_chain_add(chain_, llama_sampler_init_temp(params.temperature));
-  const uint32_t seed = params.seed.value_or(std::random_device{}());
-  llama_sampler_chain_add(chain_, llama_sampler_init_dist(seed));
+Sampler::Sampler(const SamplingParams& params)
+    : params_(params), rng_(params.seed.value_or(std::random_device{}())) {}
+
+bool Sampler::truncates() const {
+  return params_.top_k > 0 || params_.top_p < 1.0f || params_.min_p > 0.0f;
 }
 
-Sampler::~Sampler() {
-  if (chain_ != nullptr) llama_sampler_free(chain_);
-}
-
-Token Sampler::sample(llama_context* context, int batch_index, int vocabulary_size) {
-  if (greedy_) {
-    // The first maximum, as llama.cpp's greedy sampler picks it.
-    const float* logits = llama_get_logits_ith(context, batch_index);
-    Token best = 0;
-    for (Token token = 1; token < vocabulary_size; ++token) {
-      if (logits[token] > logits[best]) best = token;
-    }
-    return best;
+SampledToken Sampler::sample(const float* logits, int vocabulary_size, int top_logprobs) {
+  log_sum_at_unit_temperature_.reset();
+  SampledToken sampled;
+  const float max = max_logit(logits, vocabulary_size);
+  if (params_.temperature <= 0.0f) {
+    sampled.token = first_argmax(logits, vocabulary_size);
+  } else if (!truncates()) {
+    sampled.token = draw_from_full_distribution(logits, vocabulary_size, max,
+                                                -std::numeric_limits<float>::infinity());
+  } else {
+    sampled.token = draw_from_truncated(logits, vocabulary_size, max);
   }
-  // llama_sampler_sample also accepts the token into the chain's state.
-  return llama_sampler_sample(chain_, context, batch_index);
+  if (top_logprobs < 0) return sampled;
+
+  const double log_normal = log_normalizer(logits, vocabulary_size, max);
+  sampled.logprob = static_cast<float>(logits[sampled.token] - log_normal);
+  if (top_logprobs > 0) {
+    select_top_k(logits, vocabulary_size, top_logprobs, top_logprob_candidates_);
+    for (const TokenLogit& candidate : top_logprob_candidates_) {
+      sampled.top_logprobs.push_back(
+          {candidate.token, static_cast<float>(candidate.logit - log_normal)});
+    }
+  }
+  return sampled;
+}
+
+// Inverse-CDF draw without sorting: one pass sums exp((logit - max) / T) per block, a uniform
+// draw picks the block by the block sums, and only that block's terms are recomputed to pick
+// the token. Order does not matter for a draw from the whole distribution.
+Token Sampler::draw_from_full_distribution(const float* logits, int count, float max, float floor) {
+  const float scale = 1.0f / params_.temperature;
+  const bool whole = floor == -std::numeric_limits<float>::infinity();
+  const double total = sum_exp_by_block(logits, count, max, scale, block_sums_, floor);
+  if (whole && params_.temperature == 1.0f) log_sum_at_unit_temperature_ = std::log(total);
+  const double target = uniform_(rng_) * total;
+
+  double before = 0;
+  size_t block = 0;
+  while (block + 1 < block_sums_.size() && before + block_sums_[block] < target) {
+    before += block_sums_[block++];
+  }
+  const int start = static_cast<int>(block) * kExpBlockSize;
+  const int size = std::min(kExpBlockSize, count - start);
+  block_terms_.resize(static_cast<size_t>(kExpBlockSize));
+  exp_scaled(logits + start, size, max, scale, block_terms_.data(), floor);
+  double cumulative = before;
+  int last_possible = start;
+  for (int i = 0; i < size; ++i) {
+    if (block_terms_[static_cast<size_t>(i)] <= 0.0f) continue;
+    last_possible = start + i;
+    cumulative += block_terms_[static_cast<size_t>(i)];
+    if (cumulative >= target) return start + i;
+  }
+  // Rounding left the target a hair above this block's recomputed sum.
+  return last_possible;
+}
+
+// The truncations run as llama.cpp's chain applies them: top-k, then top-p over what is left
+// (renormalized), then min-p relative to the best, then temperature; the draw is over the
+// survivors. With top-k the survivors are a short sorted list. Without it top-p and min-p each
+// keep every token at or above a logit cut, so the draw is a full-distribution draw above the
+// higher cut, and nothing is sorted but the one histogram bucket where the top-p cut falls.
+Token Sampler::draw_from_truncated(const float* logits, int count, float max) {
+  if (params_.top_k > 0) {
+    select_top_k(logits, count, params_.top_k, candidates_);
+    size_t size = candidates_.size();
+    if (params_.top_p < 1.0f) {
+      double mass = 0;
+      for (const TokenLogit& c : candidates_) mass += std::exp(double(c.logit) - max);
+      size = std::min(size, top_p_cut(mass));
+    }
+    return draw_from_candidates(min_p_cut(size));
+  }
+  float cut = -std::numeric_limits<float>::infinity();
+  if (params_.top_p < 1.0f) cut = top_p_logit_cut(logits, count, max);
+  if (params_.min_p > 0.0f) cut = std::max(cut, max + std::log(params_.min_p));
+  return draw_from_full_distribution(logits, count, max, cut);
+}
+
+// The logit of the last token top-p keeps, the tokens sorted best first: the cumulative mass
+// crosses top_p inside one bucket of a mass histogram, and only that bucket is sorted. (Tokens
+// tied with the last one kept are kept too; llama.cpp keeps an arbitrary subset of such ties.)
+float Sampler::top_p_logit_cut(const float* logits, int count, float max) {
+  const double total = sum_exp_by_block(logits, count, max, 1.0f, block_sums_);
+  log_sum_at_unit_temperature_ = std::log(total);
+  const double wanted = double(params_.top_p) * total;
+  mass_histogram(logits, count, max, mass_buckets_);
+  double above = 0;
+  int bucket = 0;
+  while (bucket + 1 < kMassBuckets && above + mass_buckets_[size_t(bucket)] < wanted) {
+    above += mass_buckets_[size_t(bucket++)];
+  }
+  collect_mass_bucket(logits, count, max, bucket, candidates_);
+  if (candidates_.empty()) return max;  // only rounding can leave the bucket empty
+  for (const TokenLogit& candidate : candidates_) {
+    above += std::exp(double(candidate.logit) - max);
+    if (above >= wanted) return candidate.logit;
+  }
+  return candidates_.back().logit;
+}
+
+// How many of the best-first candidates top-p keeps: the shortest prefix whose probability
+// (against `mass`, the normalizer of the set top-p sees) reaches top_p; at least one.
+size_t Sampler::top_p_cut(double mass) const {
+  if (params_.top_p >= 1.0f) return candidates_.size();
+  const float max = candidates_.front().logit;
+  double cumulative = 0;
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    cumulative += std::exp(double(candidates_[i].logit) - max) / mass;
+    if (cumulative >= params_.top_p) return i + 1;
+  }
+  return candidates_.size();
+}
+
+size_t Sampler::min_p_cut(size_t size) const {
+  if (params_.min_p <= 0.0f || size == 0) return size;
+  const float threshold = candidates_.front().logit + std::log(params_.min_p);
+  size_t kept = 1;
+  while (kept < size && candidates_[kept].logit >= threshold) ++kept;
+  return kept;
+}
+
+Token Sampler::draw_from_candidates(size_t size) {
+  if (size <= 1) return candidates_.front().token;
+  const double best = candidates_.front().logit;
+  const double inverse_temperature = 1.0 / params_.temperature;
+  double total = 0;
+  for (size_t i = 0; i < size; ++i)
+    total += std::exp((candidates_[i].logit - best) * inverse_temperature);
+  const double target = uniform_(rng_) * total;
+  double cumulative = 0;
+  for (size_t i = 0; i < size; ++i) {
+    cumulative += std::exp((candidates_[i].logit - best) * inverse_temperature);
+    if (cumulative >= target) return candidates_[i].token;
+  }
+  return candidates_[size - 1].token;
+}
+
+// log(sum(exp(logit))) over the vocabulary: the normalizer of the model's own distribution.
+double Sampler::log_normalizer(const float* logits, int count, float max) {
+  if (!log_sum_at_unit_temperature_) {
+    log_sum_at_unit_temperature_ =
+        std::log(sum_exp_by_block(logits, count, max, 1.0f, block_sums_));
+  }
+  return max + *log_sum_at_unit_temperature_;
 }
 
 }  // namespace brisk

@@ -27,10 +27,20 @@ struct RequestTimings {
   int completion_tokens = 0;
 };
 
+// One generated token's log-probability and the most likely alternatives (OpenAI logprobs).
+struct GeneratedTokenLogprobs {
+  Token token = 0;
+  float logprob = 0;
+  std::vector<TokenLogprob> top;
+};
+
 // What the engine thread reports to a request's owner: new text, and at the end why it ended.
 struct GenerationUpdate {
   std::string text;           // new UTF-8-complete text since the last update (may be empty)
   int completion_tokens = 0;  // tokens generated so far
+  // Tokens generated since the last update, when the request asked for logprobs. The text of a
+  // token held back by stop-string matching arrives in a later update than its logprobs.
+  std::vector<GeneratedTokenLogprobs> logprobs;
   FinishReason finish_reason = FinishReason::none;
   std::string error;       // set when finish_reason == error
   RequestTimings timings;  // set on the final update
@@ -45,6 +55,7 @@ struct Request {
   uint64_t id = 0;
   TokenList prompt_tokens;
   SamplingParams sampling;
+  int top_logprobs = -1;  // < 0: no logprobs; 0: the chosen token's; N: and the N most likely
   int max_tokens = 0;
   std::vector<std::string> stop;
   bool ignore_eos = false;

@@ -50,7 +50,8 @@ void Sequence::add_decode_token(Engine& engine) {
   ++kv_tokens_;
 }
 
-void Sequence::accept_token(Token token, const Engine& engine, ServingMetrics& metrics) {
+void Sequence::accept_token(SampledToken sampled, const Engine& engine, ServingMetrics& metrics) {
+  const Token token = sampled.token;
   const TimePoint now = Clock::now();
   if (completion_tokens_ == 0) {
     first_token_at_ = now;
@@ -67,6 +68,7 @@ void Sequence::accept_token(Token token, const Engine& engine, ServingMetrics& m
     finish(FinishReason::stop, metrics);
     return;
   }
+  record_logprobs(sampled);
   StopMatcher::Result matched = stop_matcher_.push(engine.token_piece(token));
   if (matched.stopped) {
     emit(std::move(matched.releasable));
@@ -81,10 +83,18 @@ void Sequence::accept_token(Token token, const Engine& engine, ServingMetrics& m
   emit(std::move(matched.releasable));
 }
 
+// The end-of-generation token is not part of the output, so it has no logprobs entry.
+void Sequence::record_logprobs(SampledToken& sampled) {
+  if (request_->top_logprobs < 0) return;
+  pending_logprobs_.push_back({sampled.token, sampled.logprob, std::move(sampled.top_logprobs)});
+}
+
 void Sequence::emit(std::string text) {
   GenerationUpdate update;
   update.text = std::move(text);
   update.completion_tokens = completion_tokens_;
+  update.logprobs = std::move(pending_logprobs_);
+  pending_logprobs_.clear();
   request_->on_update(std::move(update));
 }
 
@@ -106,6 +116,8 @@ void Sequence::finish(FinishReason reason, ServingMetrics& metrics, std::string 
 
   GenerationUpdate update;
   update.completion_tokens = completion_tokens_;
+  update.logprobs = std::move(pending_logprobs_);
+  pending_logprobs_.clear();
   update.finish_reason = reason;
   update.error = std::move(error);
   update.timings = timings;

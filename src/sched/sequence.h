@@ -29,12 +29,14 @@ class Sequence {
   void add_decode_token(Engine& engine);
   int logits_index() const { return logits_index_; }
 
+  Sampler& sampler() { return sampler_; }
   // Feeds a sampled token through EOS, stop strings and max_tokens, and reports new text.
-  void accept_token(Token token, const Engine& engine, ServingMetrics& metrics);
+  void accept_token(SampledToken sampled, const Engine& engine, ServingMetrics& metrics);
   void finish(FinishReason reason, ServingMetrics& metrics, std::string error = {});
 
  private:
   void emit(std::string text);
+  void record_logprobs(SampledToken& sampled);
 
   std::shared_ptr<Request> request_;
   int slot_;
@@ -45,6 +47,7 @@ class Sequence {
   int logits_index_ = -1;     // where this sequence's logits sit in the current batch
   Token last_token_ = 0;
   int completion_tokens_ = 0;
+  std::vector<GeneratedTokenLogprobs> pending_logprobs_;  // not yet in an update
   FinishReason finish_reason_ = FinishReason::none;
   TimePoint scheduled_at_;
   TimePoint first_token_at_;

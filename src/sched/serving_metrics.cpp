@@ -29,11 +29,19 @@ ServingMetrics::ServingMetrics()
       request_prefill_time_(Histogram::latency_seconds_buckets()),
       request_decode_time_(Histogram::latency_seconds_buckets()),
       batch_tokens_(batch_token_buckets()),
-      step_duration_(Histogram::latency_seconds_buckets()) {}
+      step_duration_(Histogram::latency_seconds_buckets()),
+      step_schedule_(Histogram::step_phase_seconds_buckets()),
+      step_decode_(Histogram::step_phase_seconds_buckets()),
+      step_sample_(Histogram::step_phase_seconds_buckets()),
+      step_commit_(Histogram::step_phase_seconds_buckets()) {}
 
-void ServingMetrics::observe_step(int batch_tokens, double step_seconds) {
+void ServingMetrics::observe_step(int batch_tokens, double step_seconds, const StepPhases& phases) {
   batch_tokens_.observe(batch_tokens);
   step_duration_.observe(step_seconds);
+  step_schedule_.observe(phases.schedule_seconds);
+  step_decode_.observe(phases.decode_seconds);
+  step_sample_.observe(phases.sample_seconds);
+  step_commit_.observe(phases.commit_seconds);
 }
 
 void ServingMetrics::observe_finished(const RequestTimings& timings, FinishReason reason) {
@@ -99,6 +107,18 @@ std::string ServingMetrics::render_prometheus(const SchedulerStats& stats) const
   append_histogram(out, "brisk_batch_tokens", "Tokens carried by one engine step.", batch_tokens_);
   append_histogram(out, "brisk_step_duration_seconds", "Wall time of one engine step.",
                    step_duration_);
+  append_header(out, "brisk_step_phase_seconds", "histogram",
+                "Wall time of one engine step by phase: schedule (admission, building the batch), "
+                "decode (llama_decode), sample (drawing next tokens), commit (stop matching, "
+                "detokenizing, streaming).");
+  const std::pair<const char*, const Histogram*> phases[] = {{"schedule", &step_schedule_},
+                                                             {"decode", &step_decode_},
+                                                             {"sample", &step_sample_},
+                                                             {"commit", &step_commit_}};
+  for (const auto& [phase, histogram] : phases) {
+    out += histogram->render_prometheus("brisk_step_phase_seconds",
+                                        fmt::format("phase=\"{}\"", phase));
+  }
   return out;
 }
 

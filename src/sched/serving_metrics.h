@@ -18,6 +18,14 @@ struct SchedulerStats {
   double kv_cache_usage_ratio = 0;
 };
 
+// Where one engine step's time went (brisk_step_phase_seconds).
+struct StepPhases {
+  double schedule_seconds = 0;  // reaping, admission, building the batch
+  double decode_seconds = 0;    // llama_decode, until the backend has finished
+  double sample_seconds = 0;    // drawing every sequence's next token
+  double commit_seconds = 0;    // stop matching, detokenizing, posting tokens to the streams
+};
+
 // Every number /metrics shows. Names follow vLLM's with a brisk_ prefix (docs/metrics.md).
 class ServingMetrics {
  public:
@@ -25,7 +33,7 @@ class ServingMetrics {
 
   void observe_first_token(double ttft_seconds) { time_to_first_token_.observe(ttft_seconds); }
   void observe_inter_token(double gap_seconds) { inter_token_latency_.observe(gap_seconds); }
-  void observe_step(int batch_tokens, double step_seconds);
+  void observe_step(int batch_tokens, double step_seconds, const StepPhases& phases);
   void observe_finished(const RequestTimings& timings, FinishReason reason);
   void count_rejection(const std::string& reason);
 
@@ -40,6 +48,10 @@ class ServingMetrics {
   Histogram request_decode_time_;
   Histogram batch_tokens_;
   Histogram step_duration_;
+  Histogram step_schedule_;
+  Histogram step_decode_;
+  Histogram step_sample_;
+  Histogram step_commit_;
   std::atomic<uint64_t> prompt_tokens_{0};
   std::atomic<uint64_t> generation_tokens_{0};
   mutable std::mutex counters_mutex_;

@@ -10,7 +10,8 @@ StepScheduler::StepScheduler(Engine& engine, SchedulerOptions options, ServingMe
     : engine_(engine),
       options_(options),
       metrics_(metrics),
-      kv_capacity_tokens_(engine.context_size()) {
+      kv_capacity_tokens_(engine.context_size()),
+      sampling_pool_(options.sampling_threads) {
   for (int slot = options_.max_seqs - 1; slot >= 0; --slot) free_slots_.push_back(slot);
 }
 
@@ -97,6 +98,7 @@ bool StepScheduler::wait_for_work() {
 }
 
 void StepScheduler::step() {
+  const TimePoint step_started = Clock::now();
   reap_cancelled();
   engine_.clear_batch();
   in_batch_.clear();
@@ -118,7 +120,7 @@ void StepScheduler::step() {
   }
   admit_waiting(budget);
 
-  if (engine_.batch_size() > 0) run_decode_and_sample(decode_tokens);
+  if (engine_.batch_size() > 0) run_decode_and_sample(decode_tokens, step_started);
   release_finished();
 }
 
@@ -191,7 +193,7 @@ void StepScheduler::admit_waiting(int& budget) {
   }
 }
 
-void StepScheduler::run_decode_and_sample(int decode_tokens) {
+void StepScheduler::run_decode_and_sample(int decode_tokens, TimePoint step_started) {
   const int batch_tokens = engine_.batch_size();
   const TimePoint started = Clock::now();
   const DecodeStatus status = engine_.decode();
@@ -201,14 +203,47 @@ void StepScheduler::run_decode_and_sample(int decode_tokens) {
                    : "the engine failed to decode this batch");
     return;
   }
+  engine_.synchronize();  // a GPU backend may still be computing; count that as decode time
+  const TimePoint decoded = Clock::now();
+  sample_batch();
+  const TimePoint sampled = Clock::now();
+  commit_samples();
+  const TimePoint committed = Clock::now();
+
+  StepPhases phases;
+  phases.schedule_seconds = seconds_between(step_started, started);
+  phases.decode_seconds = seconds_between(started, decoded);
+  phases.sample_seconds = seconds_between(decoded, sampled);
+  phases.commit_seconds = seconds_between(sampled, committed);
+  const double step_seconds = seconds_between(started, committed);
+  metrics_.observe_step(batch_tokens, step_seconds, phases);
+  learn_step_cost(decode_tokens, batch_tokens - decode_tokens, step_seconds * 1000.0);
+}
+
+// Draws every sequence's next token; the sequences' samplers are independent, so the draws run
+// in parallel and a step's sampling time does not grow as vocabulary x sequences on one thread.
+void StepScheduler::sample_batch() {
+  to_sample_.clear();
+  sample_logits_.clear();
   for (Sequence* sequence : in_batch_) {
     if (sequence->logits_index() < 0 || sequence->finished()) continue;
-    const Token token = engine_.sample(sequence->sampler_, sequence->logits_index());
-    sequence->accept_token(token, engine_, metrics_);
+    to_sample_.push_back(sequence);
+    sample_logits_.push_back(engine_.logits(sequence->logits_index()));
   }
-  const double step_seconds = seconds_between(started, Clock::now());
-  metrics_.observe_step(batch_tokens, step_seconds);
-  learn_step_cost(decode_tokens, batch_tokens - decode_tokens, step_seconds * 1000.0);
+  samples_.assign(to_sample_.size(), SampledToken{});
+  const int vocabulary = engine_.vocabulary_size();
+  sampling_pool_.run(static_cast<int>(to_sample_.size()), [&](int i) {
+    Sequence& sequence = *to_sample_[static_cast<size_t>(i)];
+    samples_[static_cast<size_t>(i)] = sequence.sampler().sample(
+        sample_logits_[static_cast<size_t>(i)], vocabulary, sequence.request().top_logprobs);
+  });
+}
+
+// Stop matching, detokenizing and posting updates stay on the engine thread, in batch order.
+void StepScheduler::commit_samples() {
+  for (size_t i = 0; i < to_sample_.size(); ++i) {
+    to_sample_[i]->accept_token(std::move(samples_[i]), engine_, metrics_);
+  }
 }
 
 void StepScheduler::fail_batch(const std::string& error) {

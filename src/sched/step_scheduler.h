@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/worker_pool.h"
 #include "engine/engine.h"
 #include "sched/request.h"
 #include "sched/sequence.h"
@@ -23,6 +24,8 @@ struct SchedulerOptions {
   // (0: only max_batched_tokens limits them). Trades a later first token for newcomers
   // against smaller inter-token stalls for running streams.
   double max_step_ms = 0;
+  // Threads that sample a step's sequences in parallel, the engine thread included.
+  int sampling_threads = 1;
 };
 
 enum class SubmitStatus { accepted, queue_full, shutting_down };
@@ -54,7 +57,9 @@ class StepScheduler {
   void step();
   void reap_cancelled();
   void admit_waiting(int& budget);
-  void run_decode_and_sample(int decode_tokens);
+  void run_decode_and_sample(int decode_tokens, TimePoint step_started);
+  void sample_batch();
+  void commit_samples();
   void release_finished();
   void fail_batch(const std::string& error);
   void finish_unscheduled(Request& request, FinishReason reason);
@@ -78,6 +83,10 @@ class StepScheduler {
   std::vector<std::unique_ptr<Sequence>> running_;
   std::vector<int> free_slots_;
   std::vector<Sequence*> in_batch_;
+  WorkerPool sampling_pool_;
+  std::vector<Sequence*> to_sample_;  // this step's sequences with logits, and their results
+  std::vector<const float*> sample_logits_;
+  std::vector<SampledToken> samples_;
   // Learned step costs (exponential moving averages) for max_step_ms.
   double decode_step_ms_ = 0;
   double prefill_ms_per_token_ = 0;

@@ -30,7 +30,7 @@ bool is_reportable(FinishReason reason) {
 
 CompletionExchange::CompletionExchange(std::shared_ptr<HttpSession> session,
                                        CompletionParams params, std::string model_name,
-                                       StepScheduler& scheduler)
+                                       StepScheduler& scheduler, const Engine& engine)
     : session_(std::move(session)),
       params_(std::move(params)),
       model_name_(std::move(model_name)),
@@ -38,7 +38,8 @@ CompletionExchange::CompletionExchange(std::shared_ptr<HttpSession> session,
       id_(next_completion_id(params_.kind)),
       created_(std::chrono::duration_cast<std::chrono::seconds>(
                    std::chrono::system_clock::now().time_since_epoch())
-                   .count()) {}
+                   .count()),
+      logprobs_(engine, params_.kind) {}
 
 void CompletionExchange::attach(const std::shared_ptr<Request>& request) {
   request_ = request;
@@ -61,6 +62,7 @@ void CompletionExchange::begin() {
 }
 
 void CompletionExchange::on_update(const GenerationUpdate& update) {
+  if (params_.top_logprobs >= 0) logprobs_.append(update.logprobs);
   if (params_.stream) {
     stream_update(update);
   } else {
@@ -105,7 +107,7 @@ void CompletionExchange::respond_whole(const GenerationUpdate& update) {
   }
   json choice = {{"index", 0},
                  {"finish_reason", finish_reason_name(update.finish_reason)},
-                 {"logprobs", nullptr}};
+                 {"logprobs", choice_logprobs()}};
   if (params_.kind == CompletionKind::chat) {
     choice["message"] = {{"role", "assistant"}, {"content", text_}};
   } else {
@@ -128,7 +130,7 @@ void CompletionExchange::respond_whole(const GenerationUpdate& update) {
 // A content chunk; with `final_update`, the chunk that carries finish_reason and timings.
 std::string CompletionExchange::chunk_json(const std::string& text,
                                            const GenerationUpdate* final_update) {
-  json choice = {{"index", 0}, {"logprobs", nullptr}};
+  json choice = {{"index", 0}, {"logprobs", choice_logprobs()}};
   choice["finish_reason"] =
       final_update ? json(finish_reason_name(final_update->finish_reason)) : json(nullptr);
   const bool chat = params_.kind == CompletionKind::chat;
@@ -148,6 +150,13 @@ std::string CompletionExchange::chunk_json(const std::string& text,
   if (final_update) chunk["brisk_timings"] = timings_json(final_update->timings);
   first_chunk_sent_ = true;
   return dump_json(chunk);
+}
+
+// The logprobs of the tokens since the last chunk (null when the request asked for none). A
+// token whose text is held back by stop matching is reported with the next chunk that goes out.
+json CompletionExchange::choice_logprobs() {
+  if (params_.top_logprobs < 0) return nullptr;
+  return logprobs_.take();
 }
 
 std::string CompletionExchange::usage_chunk_json(const GenerationUpdate& update) const {

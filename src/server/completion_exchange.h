@@ -7,6 +7,7 @@
 #include "sched/step_scheduler.h"
 #include "server/completion_params.h"
 #include "server/http_session.h"
+#include "server/logprobs_json.h"
 
 namespace brisk {
 
@@ -16,7 +17,7 @@ namespace brisk {
 class CompletionExchange : public std::enable_shared_from_this<CompletionExchange> {
  public:
   CompletionExchange(std::shared_ptr<HttpSession> session, CompletionParams params,
-                     std::string model_name, StepScheduler& scheduler);
+                     std::string model_name, StepScheduler& scheduler, const Engine& engine);
 
   // Links the request to this exchange; call before submitting it.
   void attach(const std::shared_ptr<Request>& request);
@@ -28,6 +29,7 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   void stream_update(const GenerationUpdate& update);
   void respond_whole(const GenerationUpdate& update);
   std::string chunk_json(const std::string& text, const GenerationUpdate* final_update);
+  nlohmann::json choice_logprobs();
   std::string usage_chunk_json(const GenerationUpdate& update) const;
   void log_finished(const GenerationUpdate& update) const;
 
@@ -39,6 +41,7 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   std::string id_;
   int64_t created_ = 0;
   std::string text_;  // non-streaming: the whole completion
+  LogprobsJson logprobs_;
   bool first_chunk_sent_ = false;
 };
 

@@ -83,8 +83,12 @@ std::optional<std::string> message_content(const json& content, std::string* err
   if (content.is_array()) {
     std::string text;
     for (const json& part : content) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-          !part["text"].is_string()) {
+      // Each field's type is checked before it is read: a wrong type is a 400, never a throw.
+      const auto type = part.is_object() ? part.find("type") : part.end();
+      const bool is_text_part = part.is_object() && type != part.end() && type->is_string() &&
+                                *type == "text" && part.contains("text") &&
+                                part["text"].is_string();
+      if (!is_text_part) {
         *error = "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported";
         return std::nullopt;
       }
@@ -171,18 +175,42 @@ void read_stop(FieldReader& reader, CompletionParams& params) {
   reader.fail("'stop' must be a string or a list of at most 16 strings", "stop");
 }
 
-void read_sampling(FieldReader& reader, CompletionParams& params) {
-  if (auto t = reader.number("temperature", 0.0, 2.0)) params.sampling.temperature = float(*t);
+void read_sampling(FieldReader& reader, SamplingParams& sampling) {
+  if (auto t = reader.number("temperature", 0.0, 2.0)) sampling.temperature = float(*t);
   if (auto p = reader.number("top_p", 0.0, 1.0)) {
     if (*p <= 0.0) return reader.fail("'top_p' must be greater than 0", "top_p");
-    params.sampling.top_p = float(*p);
+    sampling.top_p = float(*p);
   }
   if (auto k = reader.integer("top_k")) {
     if (*k < -1) return reader.fail("'top_k' must be -1 or 0 (off) or a positive integer", "top_k");
-    params.sampling.top_k = *k > 0 ? static_cast<int>(std::min<int64_t>(*k, 1 << 20)) : 0;
+    sampling.top_k = *k > 0 ? static_cast<int>(std::min<int64_t>(*k, 1 << 20)) : 0;
   }
-  if (auto m = reader.number("min_p", 0.0, 1.0)) params.sampling.min_p = float(*m);
-  if (auto seed = reader.integer("seed")) params.sampling.seed = static_cast<uint32_t>(*seed);
+  if (auto m = reader.number("min_p", 0.0, 1.0)) sampling.min_p = float(*m);
+  if (auto seed = reader.integer("seed")) sampling.seed = static_cast<uint32_t>(*seed);
+}
+
+// Chat: "logprobs": true plus optional "top_logprobs": N. Completions: "logprobs": N.
+void read_logprobs(FieldReader& reader, CompletionParams& params) {
+  const std::string range = "between 0 and " + std::to_string(kMaxTopLogprobs);
+  if (params.kind == CompletionKind::text) {
+    if (reader.find("logprobs") == nullptr) return;
+    auto count = reader.integer("logprobs");
+    if (!count) return;  // reader.integer failed: not an integer
+    if (*count < 0 || *count > kMaxTopLogprobs) {
+      return reader.fail("'logprobs' must be an integer " + range, "logprobs");
+    }
+    params.top_logprobs = static_cast<int>(*count);
+    return;
+  }
+  const bool wanted = reader.boolean("logprobs").value_or(false);
+  auto top = reader.integer("top_logprobs");
+  if (top && (*top < 0 || *top > kMaxTopLogprobs)) {
+    return reader.fail("'top_logprobs' must be an integer " + range, "top_logprobs");
+  }
+  if (top && !wanted) {
+    return reader.fail("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+  }
+  if (wanted) params.top_logprobs = top ? static_cast<int>(*top) : 0;
 }
 
 void read_limits(FieldReader& reader, CompletionParams& params) {
@@ -219,8 +247,14 @@ void read_streaming(FieldReader& reader, CompletionParams& params) {
 
 }  // namespace
 
-std::variant<CompletionParams, ApiError> parse_completion_params(std::string_view body,
-                                                                 CompletionKind kind) {
+std::optional<ApiError> read_sampling_params(const json& object, SamplingParams& sampling) {
+  FieldReader reader{object, std::nullopt};
+  read_sampling(reader, sampling);
+  return reader.error;
+}
+
+std::variant<CompletionParams, ApiError> parse_completion_params(
+    std::string_view body, CompletionKind kind, const GenerationDefaults& defaults) {
   if (!is_valid_utf8(body)) return ApiError::invalid("the request body is not valid UTF-8");
   json parsed = json::parse(body, nullptr, false);
   if (parsed.is_discarded()) return ApiError::invalid("the request body is not valid JSON");
@@ -228,6 +262,7 @@ std::variant<CompletionParams, ApiError> parse_completion_params(std::string_vie
 
   CompletionParams params;
   params.kind = kind;
+  params.sampling = defaults.sampling;
   FieldReader reader{parsed, std::nullopt};
   if (const json* model = reader.find("model")) {
     if (!model->is_string())
@@ -240,7 +275,8 @@ std::variant<CompletionParams, ApiError> parse_completion_params(std::string_vie
   else
     read_prompt(reader, params);
   read_limits(reader, params);
-  read_sampling(reader, params);
+  read_sampling(reader, params.sampling);
+  read_logprobs(reader, params);
   read_stop(reader, params);
   read_streaming(reader, params);
   params.ignore_eos = reader.boolean("ignore_eos").value_or(false);

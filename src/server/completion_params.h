@@ -1,5 +1,6 @@
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -15,6 +16,16 @@ namespace brisk {
 
 enum class CompletionKind { chat, text };
 
+// What a request that names no sampling parameter (or no max_tokens) gets: the server's
+// --generation-config preset with --override-generation-config applied (docs/cli.md).
+struct GenerationDefaults {
+  SamplingParams sampling;        // OpenAI's unless configured: temperature 1, no truncation
+  std::optional<int> max_tokens;  // empty: whatever the context leaves after the prompt
+};
+
+// The most alternatives `top_logprobs` / completions' `logprobs` may ask for (OpenAI's limit).
+inline constexpr int kMaxTopLogprobs = 20;
+
 // A validated /v1/chat/completions or /v1/completions body.
 struct CompletionParams {
   CompletionKind kind = CompletionKind::text;
@@ -24,6 +35,7 @@ struct CompletionParams {
   std::optional<TokenList> prompt_tokens;  // text, given as token ids
   std::optional<int> max_tokens;
   SamplingParams sampling;
+  int top_logprobs = -1;  // < 0: no logprobs; 0: the chosen token's; N: and the N most likely
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;
@@ -32,7 +44,14 @@ struct CompletionParams {
 
 // Parses and validates a request body: every field a client can get wrong gets a 400 that
 // names the field and says what is accepted.
-std::variant<CompletionParams, ApiError> parse_completion_params(std::string_view body,
-                                                                 CompletionKind kind);
+// Sampling fields the request leaves out come from `defaults` (max_tokens is settled later,
+// against the prompt's length).
+std::variant<CompletionParams, ApiError> parse_completion_params(
+    std::string_view body, CompletionKind kind, const GenerationDefaults& defaults = {});
+
+// Reads temperature, top_p, top_k, min_p and seed from `object` onto `sampling` (absent fields
+// keep their values), with the same checks a request gets.
+std::optional<ApiError> read_sampling_params(const nlohmann::json& object,
+                                             SamplingParams& sampling);
 
 }  // namespace brisk

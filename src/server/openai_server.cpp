@@ -199,7 +199,7 @@ void OpenAiServer::handle(HttpRequest&& request, const std::shared_ptr<HttpSessi
 void OpenAiServer::handle_completion(const HttpRequest& http_request, CompletionKind kind,
                                      const std::shared_ptr<HttpSession>& session) {
   const TimePoint arrival = Clock::now();
-  auto parsed = parse_completion_params(http_request.body(), kind);
+  auto parsed = parse_completion_params(http_request.body(), kind, options_.generation);
   if (auto* error = std::get_if<ApiError>(&parsed)) {
     return session->respond(reject(*error, "invalid_request"));
   }
@@ -224,12 +224,13 @@ void OpenAiServer::handle_completion(const HttpRequest& http_request, Completion
   request->id = ++next_request_id_;
   request->prompt_tokens = std::move(tokens);
   request->sampling = params.sampling;
+  request->top_logprobs = params.top_logprobs;
   request->max_tokens = *params.max_tokens;
   request->stop = params.stop;
   request->ignore_eos = params.ignore_eos;
   request->arrival = arrival;
   auto exchange = std::make_shared<CompletionExchange>(session, std::move(params),
-                                                       options_.model_name, scheduler_);
+                                                       options_.model_name, scheduler_, engine_);
   exchange->attach(request);
   const SubmitStatus status = scheduler_.submit(request);
   if (status == SubmitStatus::accepted) return exchange->begin();
@@ -293,7 +294,8 @@ std::optional<ApiError> OpenAiServer::check_lengths(CompletionParams& params,
         params.kind == CompletionKind::chat ? "messages" : "prompt");
   }
   if (!params.max_tokens) {
-    params.max_tokens = limit - prompt_tokens;
+    params.max_tokens =
+        std::min(options_.generation.max_tokens.value_or(limit), limit - prompt_tokens);
   } else if (static_cast<int64_t>(prompt_tokens) + *params.max_tokens > limit) {
     return ApiError::invalid(
         fmt::format("the prompt has {} tokens and max_tokens is {}, together more than the {} "
@@ -311,7 +313,15 @@ HttpResponse OpenAiServer::handle_tokenize(const HttpRequest& request) {
         ApiError::invalid("expected {\"content\": string, \"add_special\": bool}", "content"),
         "invalid_request");
   }
-  const bool add_special = body.value("add_special", false);
+  // Type-checked before it is read: json::value() throws on a wrong type.
+  const auto add_special_field = body.find("add_special");
+  if (add_special_field != body.end() && !add_special_field->is_boolean() &&
+      !add_special_field->is_null()) {
+    return reject(ApiError::invalid("'add_special' must be true or false", "add_special"),
+                  "invalid_request");
+  }
+  const bool add_special = add_special_field != body.end() && add_special_field->is_boolean() &&
+                           add_special_field->get<bool>();
   const TokenList tokens = engine_.tokenize(body["content"].get<std::string>(), add_special);
   return json_response(http::status::ok, {{"tokens", tokens}});
 }

@@ -23,6 +23,7 @@ struct ServerOptions {
   HttpLimits limits;
   int io_threads = 2;
   std::chrono::seconds drain_timeout{10};
+  GenerationDefaults generation;  // what requests that name no sampling parameter get
 };
 
 // The OpenAI-compatible HTTP front: routes, authentication, validation and admission.

@@ -64,15 +64,33 @@ def test_invalid_utf8_body(client):
         (CHAT, {"messages": MSGS, "stop": 5}, "stop"),
         (COMPLETIONS, {"prompt": 42, "max_tokens": 2}, "prompt"),
         (COMPLETIONS, {"prompt": "hi", "top_p": [0.5]}, "top_p"),
+        # json::value() with a default throws on a wrong type; this one ended the process
+        (CHAT, {"messages": [{"role": "user", "content": [{"type": 1, "text": "x"}]}]},
+         "messages"),
+        (CHAT, {"messages": MSGS, "logprobs": 1}, "logprobs"),
+        (CHAT, {"messages": MSGS, "top_logprobs": 2}, "top_logprobs"),
+        (COMPLETIONS, {"prompt": "hi", "logprobs": "5"}, "logprobs"),
     ],
     ids=["max_tokens=str", "messages=str", "content=int", "no-role", "temperature=str",
-         "stream=str", "stop=int", "prompt=int", "top_p=list"],
+         "stream=str", "stop=int", "prompt=int", "top_p=list", "content-part-type=int",
+         "chat-logprobs=int", "top_logprobs-without-logprobs", "logprobs=str"],
 )
 def test_wrong_types(client, path, payload, param):
     err = assert_openai_error(client.post(path, json=payload), 400)
     # the message must point the user at the field to change
     names = param if isinstance(param, tuple) else (param,)
     assert any(n in err["message"] or n in (err["param"] or "") for n in names), err
+
+
+@pytest.mark.parametrize("add_special", [1, "yes", [True], {"a": 1}])
+def test_tokenize_with_a_wrong_type_is_a_400_and_the_server_lives(client, add_special):
+    # /tokenize needs no API key: a wrong type here once aborted the whole server
+    err = assert_openai_error(
+        client.post("/tokenize", json={"content": "hi", "add_special": add_special}), 400)
+    assert "add_special" in err["message"], err
+    assert client.get("/health").status_code == 200
+    r = client.post("/tokenize", json={"content": "hi", "add_special": True})
+    assert r.status_code == 200 and r.json()["tokens"], r.text
 
 
 def test_missing_messages(client):

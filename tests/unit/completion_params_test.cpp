@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "server/generation_config.h"
+
 namespace brisk {
 namespace {
 
@@ -81,6 +83,85 @@ TEST(CompletionParams, RejectsBadInputWithTheFieldNamed) {
                          CompletionKind::chat)
                 .param,
             "messages");
+}
+
+TEST(CompletionParams, AWrongTypeInsideAContentPartIsA400NotAThrow) {
+  // json::value("type", "") throws type_error.302 on a number: this once ended the process.
+  for (const char* part : {R"({"type":1,"text":"x"})", R"({"type":null,"text":"x"})",
+                           R"({"type":["text"],"text":"x"})", R"({"type":"text","text":5})",
+                           R"("just a string")", R"({"text":"x"})"}) {
+    const std::string body =
+        std::string(R"({"messages":[{"role":"user","content":[)") + part + "]}]}";
+    EXPECT_EQ(expect_error(body, CompletionKind::chat).param, "messages") << body;
+  }
+}
+
+TEST(CompletionParams, ReadsLogprobsInEachApisShape) {
+  EXPECT_EQ(expect_params(R"({"prompt":"a"})").top_logprobs, -1);
+  EXPECT_EQ(expect_params(R"({"prompt":"a","logprobs":0})").top_logprobs, 0);
+  EXPECT_EQ(expect_params(R"({"prompt":"a","logprobs":5})").top_logprobs, 5);
+  EXPECT_EQ(expect_params(R"({"prompt":"a","logprobs":null})").top_logprobs, -1);
+  const char* chat = R"({"messages":[{"role":"user","content":"hi"}])";
+  auto chat_body = [&](const char* fields) { return std::string(chat) + "," + fields + "}"; };
+  EXPECT_EQ(expect_params(chat_body(R"("logprobs":false)"), CompletionKind::chat).top_logprobs, -1);
+  EXPECT_EQ(expect_params(chat_body(R"("logprobs":true)"), CompletionKind::chat).top_logprobs, 0);
+  EXPECT_EQ(expect_params(chat_body(R"("logprobs":true,"top_logprobs":3)"), CompletionKind::chat)
+                .top_logprobs,
+            3);
+
+  EXPECT_EQ(expect_error(R"({"prompt":"a","logprobs":21})").param, "logprobs");
+  EXPECT_EQ(expect_error(R"({"prompt":"a","logprobs":-1})").param, "logprobs");
+  EXPECT_EQ(expect_error(R"({"prompt":"a","logprobs":true})").param, "logprobs");
+  EXPECT_EQ(expect_error(chat_body(R"("logprobs":1)"), CompletionKind::chat).param, "logprobs");
+  EXPECT_EQ(expect_error(chat_body(R"("top_logprobs":2)"), CompletionKind::chat).param,
+            "top_logprobs");
+  EXPECT_EQ(
+      expect_error(chat_body(R"("logprobs":true,"top_logprobs":99)"), CompletionKind::chat).param,
+      "top_logprobs");
+}
+
+TEST(CompletionParams, FieldsLeftOutComeFromTheServerDefaults) {
+  GenerationDefaults defaults;
+  defaults.sampling.temperature = 0.8f;
+  defaults.sampling.top_k = 40;
+  defaults.sampling.min_p = 0.05f;
+  auto parsed = parse_completion_params(R"({"prompt":"a","temperature":0.3})", CompletionKind::text,
+                                        defaults);
+  ASSERT_TRUE(std::holds_alternative<CompletionParams>(parsed));
+  const SamplingParams& sampling = std::get<CompletionParams>(parsed).sampling;
+  EXPECT_FLOAT_EQ(sampling.temperature, 0.3f);  // named by the request
+  EXPECT_EQ(sampling.top_k, 40);                // from the server
+  EXPECT_FLOAT_EQ(sampling.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(sampling.top_p, 1.0f);
+  // Without defaults a request that names nothing gets OpenAI's: the full distribution.
+  const SamplingParams plain = expect_params(R"({"prompt":"a"})").sampling;
+  EXPECT_FLOAT_EQ(plain.temperature, 1.0f);
+  EXPECT_EQ(plain.top_k, 0);
+  EXPECT_FLOAT_EQ(plain.top_p, 1.0f);
+  EXPECT_FLOAT_EQ(plain.min_p, 0.0f);
+}
+
+TEST(GenerationConfig, PresetsAndOverrides) {
+  auto openai = make_generation_defaults("openai", "");
+  ASSERT_TRUE(std::holds_alternative<GenerationDefaults>(openai));
+  EXPECT_FLOAT_EQ(std::get<GenerationDefaults>(openai).sampling.temperature, 1.0f);
+  EXPECT_EQ(std::get<GenerationDefaults>(openai).sampling.top_k, 0);
+
+  auto llama = make_generation_defaults("llama-server", R"({"top_k":20,"max_tokens":256})");
+  ASSERT_TRUE(std::holds_alternative<GenerationDefaults>(llama));
+  const GenerationDefaults& defaults = std::get<GenerationDefaults>(llama);
+  EXPECT_FLOAT_EQ(defaults.sampling.temperature, 0.8f);
+  EXPECT_EQ(defaults.sampling.top_k, 20);
+  EXPECT_FLOAT_EQ(defaults.sampling.top_p, 0.95f);
+  EXPECT_FLOAT_EQ(defaults.sampling.min_p, 0.05f);
+  EXPECT_EQ(defaults.max_tokens, 256);
+
+  for (const char* bad : {"not json", "[1]", R"({"temprature":1})", R"({"temperature":9})",
+                          R"({"top_k":"x"})", R"({"max_tokens":0})", R"({"max_tokens":1.5})"}) {
+    auto result = make_generation_defaults("openai", bad);
+    EXPECT_TRUE(std::holds_alternative<std::string>(result)) << bad;
+  }
+  EXPECT_TRUE(std::holds_alternative<std::string>(make_generation_defaults("vllm", "")));
 }
 
 TEST(CompletionParams, ErrorsRenderInOpenAiFormat) {

@@ -1,0 +1,189 @@
+"""Sampling as clients use it: OpenAI logprobs on both APIs (whole and streamed, checked against
+llama-server's), the server's defaults for requests that name no parameter
+(--generation-config / --override-generation-config), and where a step's time goes."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+
+import openai
+import pytest
+
+from conftest import (
+    BRISK_BIN,
+    MODEL_NAME,
+    _start_brisk,
+    _stop_and_check_clean_exit,
+    completion,
+    completion_text,
+    get_metrics,
+    stream_sse,
+)
+
+CHAT = [{"role": "user", "content": "Name three colors."}]
+PROMPT = "The capital of France is"
+
+
+@pytest.fixture(scope="module")
+def client(brisk):
+    with brisk.client() as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def sdk(brisk):
+    return openai.OpenAI(base_url=brisk.base_url + "/v1", api_key="unused")
+
+
+# --- logprobs ------------------------------------------------------------------------------------
+
+
+def test_chat_logprobs_with_the_openai_sdk(sdk):
+    response = sdk.chat.completions.create(
+        model=MODEL_NAME, messages=CHAT, max_tokens=8, temperature=0, logprobs=True,
+        top_logprobs=3, extra_body={"ignore_eos": True},
+    )
+    choice = response.choices[0]
+    content = choice.logprobs.content
+    assert len(content) == response.usage.completion_tokens == 8
+    assert b"".join(bytes(entry.bytes) for entry in content).decode() == choice.message.content
+    for entry in content:
+        assert entry.logprob <= 0
+        assert len(entry.top_logprobs) == 3
+        top = [alternative.logprob for alternative in entry.top_logprobs]
+        assert top == sorted(top, reverse=True)
+        # greedy: the chosen token is the most likely one
+        assert entry.token == entry.top_logprobs[0].token
+        assert entry.logprob == pytest.approx(entry.top_logprobs[0].logprob)
+        assert sum(math.exp(lp) for lp in top) <= 1.0 + 1e-4
+
+
+def test_chat_logprobs_false_or_absent_gives_null(sdk):
+    response = sdk.chat.completions.create(model=MODEL_NAME, messages=CHAT, max_tokens=4)
+    assert response.choices[0].logprobs is None
+
+
+def test_completion_logprobs_legacy_shape(client):
+    body = completion(client, PROMPT, max_tokens=6, ignore_eos=True, logprobs=2)
+    choice = body["choices"][0]
+    logprobs = choice["logprobs"]
+    assert "".join(logprobs["tokens"]) == choice["text"]
+    assert len(logprobs["token_logprobs"]) == len(logprobs["tokens"]) == 6
+    offsets = [0]
+    for token in logprobs["tokens"][:-1]:
+        offsets.append(offsets[-1] + len(token.encode()))
+    assert logprobs["text_offset"] == offsets
+    for chosen, top in zip(logprobs["token_logprobs"], logprobs["top_logprobs"]):
+        assert 1 <= len(top) <= 2
+        assert chosen == pytest.approx(max(top.values()))  # greedy
+
+
+def test_sampled_tokens_carry_their_own_logprob(client):
+    # At temperature 1 the chosen token is often not the most likely one; its logprob must be
+    # its own, never above the best alternative's.
+    body = completion(client, "Write a word:", max_tokens=16, ignore_eos=True, temperature=1.0,
+                      seed=3, logprobs=1)
+    logprobs = body["choices"][0]["logprobs"]
+    for chosen, top in zip(logprobs["token_logprobs"], logprobs["top_logprobs"]):
+        assert chosen <= max(top.values()) + 1e-5
+
+
+@pytest.mark.parametrize("path,payload", [
+    ("/v1/chat/completions", {"messages": CHAT, "logprobs": True, "top_logprobs": 2}),
+    ("/v1/completions", {"prompt": PROMPT, "logprobs": 2}),
+], ids=["chat", "completions"])
+def test_streamed_logprobs_equal_the_whole_response(client, path, payload):
+    payload = {"model": MODEL_NAME, "max_tokens": 10, "temperature": 0, "ignore_eos": True,
+               **payload}
+    whole = client.post(path, json=payload).json()["choices"][0]["logprobs"]
+    stream = stream_sse(client, path, {**payload, "stream": True})
+    assert stream.status == 200 and stream.done
+    if path.endswith("chat/completions"):
+        streamed = [entry for chunk in stream.chunks for choice in chunk["choices"]
+                    if choice.get("logprobs") for entry in choice["logprobs"]["content"]]
+        assert [e["token"] for e in streamed] == [e["token"] for e in whole["content"]]
+        assert [e["logprob"] for e in streamed] == pytest.approx(
+            [e["logprob"] for e in whole["content"]], abs=1e-5)
+    else:
+        streamed = [token for chunk in stream.chunks for choice in chunk["choices"]
+                    if choice.get("logprobs") for token in choice["logprobs"]["tokens"]]
+        assert streamed == whole["tokens"]
+        offsets = [o for chunk in stream.chunks for choice in chunk["choices"]
+                   if choice.get("logprobs") for o in choice["logprobs"]["text_offset"]]
+        assert offsets == whole["text_offset"]
+
+
+def test_logprobs_agree_with_llama_server(client, llama_server):
+    payload = {"model": MODEL_NAME, "prompt": PROMPT, "max_tokens": 8, "temperature": 0,
+               "logprobs": 3, "ignore_eos": True}
+    ours = client.post("/v1/completions", json=payload).json()["choices"][0]["logprobs"]
+    with llama_server.client() as reference_client:
+        # its prompt cache would reuse another test's KV, and batched numerics differ slightly
+        reference = reference_client.post(
+            "/v1/completions", json={**payload, "cache_prompt": False}).json()["choices"][0]
+    # llama-server answers completions in chat's shape: {"content": [{token, logprob, ...}]}
+    reference = reference["logprobs"]["content"]
+    # Greedy text can part at a near-tie; compare the tokens up to there.
+    compared = 0
+    for i, (mine, theirs) in enumerate(zip(ours["tokens"], reference)):
+        if mine != theirs["token"]:
+            break
+        assert ours["token_logprobs"][i] == pytest.approx(theirs["logprob"], abs=2e-3)
+        assert set(ours["top_logprobs"][i]) == {t["token"] for t in theirs["top_logprobs"]}
+        for alternative in theirs["top_logprobs"]:
+            assert ours["top_logprobs"][i][alternative["token"]] == pytest.approx(
+                alternative["logprob"], abs=2e-3)
+        compared += 1
+    assert compared >= 4, (ours["tokens"], [t["token"] for t in reference])
+
+
+# --- server defaults -----------------------------------------------------------------------------
+
+
+def test_defaults_fill_what_a_request_leaves_out(tmp_path_factory, client):
+    greedy = completion_text(client, PROMPT, max_tokens=12, ignore_eos=True)
+    server = _start_brisk(tmp_path_factory, "brisk-greedy-defaults",
+                          ["--override-generation-config", '{"temperature": 0, "max_tokens": 5}'],
+                          api_key=None)
+    try:
+        with server.client() as greedy_client:
+            # names no sampling parameter and no max_tokens: both come from the server
+            r = greedy_client.post("/v1/completions", json={"prompt": PROMPT, "ignore_eos": True})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert body["usage"]["completion_tokens"] == 5
+            assert greedy.startswith(body["choices"][0]["text"])
+            # a field the request names wins over the default
+            r = greedy_client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 12,
+                                                            "ignore_eos": True})
+            assert r.json()["choices"][0]["text"] == greedy
+    finally:
+        _stop_and_check_clean_exit(server)
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--override-generation-config", "{\"temprature\": 1}"], "temprature"),
+    (["--override-generation-config", "not json"], "JSON object"),
+    (["--override-generation-config", "{\"top_p\": 2}"], "top_p"),
+    (["--generation-config", "vllm"], "generation-config"),
+], ids=["unknown-field", "not-json", "out-of-range", "unknown-preset"])
+def test_bad_generation_config_is_a_startup_error(flags, needle):
+    result = subprocess.run([str(BRISK_BIN), "serve", "--port", "0", *flags],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode != 0
+    assert needle in result.stderr, result.stderr
+
+
+# --- where a step's time goes ----------------------------------------------------------------------
+
+
+def test_step_phases_are_on_metrics(brisk, client):
+    completion(client, PROMPT, max_tokens=4, ignore_eos=True)
+    metrics = get_metrics(brisk)
+    steps = metrics["brisk_step_duration_seconds_count"]
+    assert steps > 0
+    for phase in ("schedule", "decode", "sample", "commit"):
+        assert metrics[f'brisk_step_phase_seconds_count{{phase="{phase}"}}'] == steps
+        assert metrics[f'brisk_step_phase_seconds_sum{{phase="{phase}"}}'] >= 0
+    assert metrics['brisk_step_phase_seconds_sum{phase="decode"}'] > 0

@@ -1,0 +1,265 @@
+// The sampler must draw from exactly the distribution llama.cpp's sampler chain defines. The
+// reference distribution comes from llama.cpp itself (its chain applied to the same logits);
+// many seeded draws are checked against it with a chi-square test.
+#include "engine/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include "engine/logit_kernels.h"
+#include "llama.h"
+
+namespace brisk {
+namespace {
+
+// Not a multiple of the vector width nor of the exp block, so every tail path runs.
+constexpr int kVocabulary = 5007;
+
+std::vector<float> random_logits(int count, float spread, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, spread);
+  std::vector<float> logits(static_cast<size_t>(count));
+  for (float& logit : logits) logit = normal(rng);
+  return logits;
+}
+
+// Token -> probability under llama.cpp's chain top-k -> top-p -> min-p -> temperature -> dist.
+std::map<Token, double> llama_chain_distribution(const std::vector<float>& logits,
+                                                 const SamplingParams& params) {
+  llama_sampler* chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
+  if (params.top_k > 0) llama_sampler_chain_add(chain, llama_sampler_init_top_k(params.top_k));
+  if (params.top_p < 1.0f)
+    llama_sampler_chain_add(chain, llama_sampler_init_top_p(params.top_p, 1));
+  if (params.min_p > 0.0f)
+    llama_sampler_chain_add(chain, llama_sampler_init_min_p(params.min_p, 1));
+  llama_sampler_chain_add(chain, llama_sampler_init_temp(params.temperature));
+  std::vector<llama_token_data> data;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    data.push_back({static_cast<llama_token>(i), logits[i], 0.0f});
+  }
+  llama_token_data_array array{data.data(), data.size(), -1, false};
+  llama_sampler_apply(chain, &array);
+  llama_sampler_free(chain);
+
+  double best = -INFINITY;
+  for (size_t i = 0; i < array.size; ++i) best = std::max(best, double(array.data[i].logit));
+  std::map<Token, double> probability;
+  double total = 0;
+  for (size_t i = 0; i < array.size; ++i) {
+    const double weight = std::exp(double(array.data[i].logit) - best);
+    probability[array.data[i].id] = weight;
+    total += weight;
+  }
+  for (auto& [token, p] : probability) p /= total;
+  return probability;
+}
+
+// Upper 1e-6 tail of chi-square with `df` degrees of freedom (Wilson-Hilferty).
+double chi_square_critical(int df) {
+  const double z = 4.753;
+  const double a = 2.0 / (9.0 * df);
+  return df * std::pow(1.0 - a + z * std::sqrt(a), 3.0);
+}
+
+struct ChiSquare {
+  double statistic = 0;
+  int degrees_of_freedom = 0;
+  int draws_outside_support = 0;
+};
+
+ChiSquare chi_square(const std::map<Token, double>& expected, const std::vector<int>& observed,
+                     int draws) {
+  ChiSquare result;
+  // Tokens expected fewer than 5 times share one pooled bin, as the test requires.
+  double pooled_expected = 0;
+  int pooled_observed = 0;
+  int bins = 0;
+  for (const auto& [token, p] : expected) {
+    const double e = p * draws;
+    const int o = observed[static_cast<size_t>(token)];
+    if (e < 5) {
+      pooled_expected += e;
+      pooled_observed += o;
+      continue;
+    }
+    result.statistic += (o - e) * (o - e) / e;
+    ++bins;
+  }
+  if (pooled_expected > 0) {
+    result.statistic +=
+        (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) / pooled_expected;
+    ++bins;
+  }
+  for (size_t token = 0; token < observed.size(); ++token) {
+    if (!expected.count(static_cast<Token>(token))) result.draws_outside_support += observed[token];
+  }
+  result.degrees_of_freedom = std::max(1, bins - 1);
+  return result;
+}
+
+struct Case {
+  const char* name;
+  SamplingParams params;
+  float spread;  // standard deviation of the logits: how peaked the distribution is
+  // A small vocabulary gives every token at a cut enough mass that keeping one too many or one
+  // too few shows in the test.
+  int vocabulary = kVocabulary;
+};
+
+class SamplerDistributionTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SamplerDistributionTest, MatchesLlamaCppChain) {
+  const Case& c = GetParam();
+  const std::vector<float> logits = random_logits(c.vocabulary, c.spread, 7);
+  const std::map<Token, double> expected = llama_chain_distribution(logits, c.params);
+
+  SamplingParams params = c.params;
+  params.seed = 1234;
+  Sampler sampler(params);
+  constexpr int kDraws = 200000;
+  std::vector<int> observed(size_t(c.vocabulary), 0);
+  for (int i = 0; i < kDraws; ++i) {
+    ++observed[size_t(sampler.sample(logits.data(), c.vocabulary).token)];
+  }
+
+  const ChiSquare test = chi_square(expected, observed, kDraws);
+  EXPECT_EQ(test.draws_outside_support, 0) << "drew tokens llama.cpp's chain had removed";
+  EXPECT_LT(test.statistic, chi_square_critical(test.degrees_of_freedom))
+      << "chi-square " << test.statistic << " with " << test.degrees_of_freedom
+      << " degrees of freedom over " << expected.size() << " tokens";
+}
+
+SamplingParams make(float temperature, int top_k, float top_p, float min_p) {
+  SamplingParams params;
+  params.temperature = temperature;
+  params.top_k = top_k;
+  params.top_p = top_p;
+  params.min_p = min_p;
+  return params;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EachSamplerCombination, SamplerDistributionTest,
+    ::testing::Values(Case{"full_t1", make(1.0f, 0, 1.0f, 0.0f), 3.0f},
+                      Case{"full_t07", make(0.7f, 0, 1.0f, 0.0f), 3.0f},
+                      Case{"full_t15_flat", make(1.5f, 0, 1.0f, 0.0f), 1.0f},
+                      Case{"top_k40", make(1.0f, 40, 1.0f, 0.0f), 2.0f},
+                      Case{"top_p09", make(1.0f, 0, 0.9f, 0.0f), 3.0f},
+                      Case{"top_p095_flat", make(1.0f, 0, 0.95f, 0.0f), 1.0f},
+                      Case{"min_p005", make(1.0f, 0, 1.0f, 0.05f), 3.0f},
+                      Case{"top_k40_top_p05", make(1.0f, 40, 0.5f, 0.0f), 2.0f},
+                      Case{"top_p08_min_p02_t12", make(1.2f, 0, 0.8f, 0.2f), 3.0f},
+                      Case{"llama_server_defaults", make(0.8f, 40, 0.95f, 0.05f), 3.0f},
+                      Case{"small_top_p09", make(1.0f, 0, 0.9f, 0.0f), 0.5f, 300},
+                      Case{"small_min_p03", make(1.0f, 0, 1.0f, 0.3f), 0.5f, 300},
+                      Case{"small_top_k40_top_p07", make(1.0f, 40, 0.7f, 0.0f), 0.3f, 300}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Sampler, GreedyPicksTheFirstMaximum) {
+  std::vector<float> logits = random_logits(kVocabulary, 3.0f, 3);
+  const float top = *std::max_element(logits.begin(), logits.end()) + 1.0f;
+  logits[4000] = top;
+  logits[4999] = top;
+  logits[5006] = top;  // in the scalar tail
+  Sampler sampler(make(0.0f, 0, 1.0f, 0.0f));
+  EXPECT_EQ(sampler.sample(logits.data(), kVocabulary).token, 4000);
+  logits[17] = top;  // in a vector lane other than the first
+  EXPECT_EQ(sampler.sample(logits.data(), kVocabulary).token, 17);
+}
+
+TEST(Sampler, SameSeedSameDrawsOtherSeedOtherDraws) {
+  const std::vector<float> logits = random_logits(kVocabulary, 1.0f, 5);
+  auto draws = [&](uint32_t seed, SamplingParams params) {
+    params.seed = seed;
+    Sampler sampler(params);
+    std::vector<Token> tokens;
+    for (int i = 0; i < 64; ++i) tokens.push_back(sampler.sample(logits.data(), kVocabulary).token);
+    return tokens;
+  };
+  for (const SamplingParams& params : {make(1.0f, 0, 1.0f, 0.0f), make(0.8f, 40, 0.95f, 0.05f)}) {
+    EXPECT_EQ(draws(42, params), draws(42, params));
+    EXPECT_NE(draws(42, params), draws(43, params));
+  }
+}
+
+TEST(Sampler, LogprobsAreTheRawLogSoftmax) {
+  const std::vector<float> logits = random_logits(kVocabulary, 3.0f, 11);
+  const double best = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float logit : logits) sum += std::exp(double(logit) - best);
+  const double log_normal = best + std::log(sum);
+  std::vector<Token> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](Token a, Token b) { return logits[a] > logits[b]; });
+
+  // Temperature and truncation change what is drawn, never the logprobs reported.
+  for (const SamplingParams& params :
+       {make(1.0f, 0, 1.0f, 0.0f), make(0.5f, 0, 1.0f, 0.0f), make(0.0f, 0, 1.0f, 0.0f),
+        make(0.8f, 40, 0.95f, 0.05f), make(1.0f, 0, 0.9f, 0.0f)}) {
+    Sampler sampler(params);
+    const SampledToken sampled = sampler.sample(logits.data(), kVocabulary, 5);
+    EXPECT_NEAR(sampled.logprob, logits[sampled.token] - log_normal, 1e-4);
+    ASSERT_EQ(sampled.top_logprobs.size(), 5u);
+    for (size_t i = 0; i < 5; ++i) {
+      EXPECT_EQ(sampled.top_logprobs[i].token, order[i]);
+      EXPECT_NEAR(sampled.top_logprobs[i].logprob, logits[order[i]] - log_normal, 1e-4);
+    }
+  }
+  Sampler sampler(make(1.0f, 0, 1.0f, 0.0f));
+  EXPECT_TRUE(sampler.sample(logits.data(), kVocabulary, 0).top_logprobs.empty());
+}
+
+TEST(LogitKernels, ExpMatchesTheLibraryToFloatPrecision) {
+  std::vector<float> logits;
+  for (float x = -90.0f; x <= 0.0f; x += 0.0137f) logits.push_back(x);
+  std::vector<float> terms(logits.size());
+  exp_scaled(logits.data(), static_cast<int>(logits.size()), 0.0f, 1.0f, terms.data());
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const double exact = std::exp(double(logits[i]));
+    if (logits[i] < -87.0f) {
+      EXPECT_EQ(terms[i], 0.0f);
+    } else {
+      EXPECT_NEAR(terms[i] / exact, 1.0, 3e-7) << "at " << logits[i];
+    }
+  }
+}
+
+TEST(LogitKernels, BlockSumsAddUpToTheDoubleSum) {
+  const std::vector<float> logits = random_logits(kVocabulary, 2.0f, 13);
+  const float best = max_logit(logits.data(), kVocabulary);
+  EXPECT_EQ(best, *std::max_element(logits.begin(), logits.end()));
+  std::vector<double> blocks;
+  const double total = sum_exp_by_block(logits.data(), kVocabulary, best, 0.5f, blocks);
+  ASSERT_EQ(blocks.size(), size_t((kVocabulary + kExpBlockSize - 1) / kExpBlockSize));
+  double exact = 0;
+  for (float logit : logits) exact += std::exp((double(logit) - best) * 0.5);
+  EXPECT_NEAR(total / exact, 1.0, 1e-6);
+  EXPECT_NEAR(std::accumulate(blocks.begin(), blocks.end(), 0.0), total, 1e-9 * total);
+}
+
+TEST(LogitKernels, TopKIsTheSortedPrefixWithLowerIdsFirstOnTies) {
+  std::vector<float> logits = random_logits(kVocabulary, 2.0f, 17);
+  for (int i = 100; i < 5000; i += 250) logits[i] = 9.0f;  // ties at the top
+  std::vector<Token> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](Token a, Token b) { return logits[a] > logits[b]; });
+  for (int k : {1, 7, 16, 40, 300, kVocabulary, kVocabulary + 5}) {
+    std::vector<TokenLogit> top;
+    select_top_k(logits.data(), kVocabulary, k, top);
+    ASSERT_EQ(top.size(), size_t(std::min(k, kVocabulary)));
+    for (size_t i = 0; i < top.size(); ++i) {
+      ASSERT_EQ(top[i].token, order[i]) << "k=" << k << " rank " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace brisk
