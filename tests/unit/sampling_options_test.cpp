@@ -6,6 +6,7 @@
 
 #include "bench/dataset_workload.h"
 #include "bench/openai_client.h"
+#include "bench/result_comparison.h"
 #include "bench/sampling_options.h"
 #include "bench/workload.h"
 
@@ -152,6 +153,24 @@ TEST(SamplingFlags, OutOfRangeValuesSayTheRange) {
   completed(with(&SamplingOptions::top_k, -1), "");
   completed(with(&SamplingOptions::top_p, 1.0), "");
   completed(with(&SamplingOptions::min_p, 0.0), "");
+}
+
+TEST(CompareResults, HeaderStatesWhatEachSampledAndNotesADifference) {
+  const json runs = json::array({{{"load", {{"concurrency", 1}}}}});
+  const json greedy = {{"workload", {{"sampling", {{"temperature", 0}}}, {"extra_body", {}}}},
+                       {"runs", runs}};
+  const json defaults = {{"workload", {{"sampling", json::object()}}}, {"runs", runs}};
+  const json old = {{"workload", json::object()}, {"runs", runs}};
+  std::string error;
+  const std::string table = compare_results(greedy, defaults, "a.json", "b.json", error);
+  EXPECT_TRUE(error.empty()) << error;
+  EXPECT_NE(table.find("A = a.json (sampling={\"temperature\":0})"), std::string::npos) << table;
+  EXPECT_NE(table.find("B = b.json (sampling={})"), std::string::npos) << table;
+  EXPECT_NE(table.find("not send the same sampling"), std::string::npos) << table;
+  const std::string same = compare_results(greedy, greedy, "a.json", "a.json", error);
+  EXPECT_EQ(same.find("not send the same sampling"), std::string::npos) << same;
+  EXPECT_NE(compare_results(old, old, "o", "o", error).find("sampling not recorded"),
+            std::string::npos);
 }
 
 }  // namespace
