@@ -118,10 +118,23 @@ std::string conflicting_flags(const BenchFlags& flags) {
   return {};
 }
 
+// What the terminal header says was sampled, so every printed result states it.
+std::string sampling_summary(const bench::SamplingOptions& sampling) {
+  const nlohmann::json sent = sampling.sent_sampling();
+  std::string summary = sent.empty() ? "sampling={} (server defaults)" : "sampling=" + sent.dump();
+  if (!sampling.extra_body.empty()) summary += " extra_body=" + sampling.extra_body.dump();
+  return summary;
+}
+
 int run_bench(const BenchFlags& flags) {
   if (!flags.compare.empty()) return run_compare(flags);
   std::string error = conflicting_flags(flags);
   if (!error.empty()) {
+    std::cerr << "error: " << error << "\n";
+    return 2;
+  }
+  const auto sampling = bench::complete_sampling_options(flags.sampling, flags.extra_body, error);
+  if (!sampling) {
     std::cerr << "error: " << error << "\n";
     return 2;
   }
@@ -164,6 +177,7 @@ int run_bench(const BenchFlags& flags) {
   spec.sharegpt_wanted = flags.duration_s ? 1000 : flags.warmup_requests + flags.num_requests;
   spec.seed = flags.seed;
   spec.stream = !flags.no_stream;
+  spec.sampling = *sampling;
 
   // One shared workload, or one per preset case (each then its own load point).
   std::vector<bench::BuiltWorkload> workloads;
@@ -181,13 +195,16 @@ int run_bench(const BenchFlags& flags) {
     workload_description = built->description;
     workloads.push_back(std::move(*built));
   }
-  std::cerr << fmt::format("brisk bench: {} model={} endpoint={}{}\n", target->url(), model,
-                           flags.endpoint, preset_cases ? " preset=" + flags.preset : "");
+  std::cerr << fmt::format("brisk bench: {} model={} endpoint={}{} {}\n", target->url(), model,
+                           flags.endpoint, preset_cases ? " preset=" + flags.preset : "",
+                           sampling_summary(*sampling));
   for (const bench::BuiltWorkload& built : workloads) std::cerr << built.summary << "\n";
   workload_description["num_requests"] =
       flags.duration_s ? nlohmann::json(nullptr) : nlohmann::json(flags.num_requests);
   workload_description["duration_s"] =
       flags.duration_s ? nlohmann::json(*flags.duration_s) : nlohmann::json(nullptr);
+  workload_description["sampling"] = sampling->sent_sampling();
+  workload_description["extra_body"] = sampling->extra_body;
 
   bench::BenchReport report{{flags.url, flags.endpoint, model},
                             workload_description,

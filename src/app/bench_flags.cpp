@@ -100,6 +100,20 @@ CLI::Option* add_bench_flags(CLI::App& app, BenchFlags& flags) {
       ->capture_default_str();
   app.add_flag("--no-stream", flags.no_stream,
                "Ask for whole responses: only E2E and throughput are measured (no TTFT/ITL/TPOT)");
+  app.add_option("--temperature", flags.sampling.temperature,
+                 "Sent as \"temperature\" with every request (default: not sent, the server's "
+                 "own default applies)");
+  app.add_option("--top-p", flags.sampling.top_p,
+                 "Sent as \"top_p\", in (0, 1] (default: not sent)");
+  app.add_option("--top-k", flags.sampling.top_k,
+                 "Sent as \"top_k\"; -1 or 0 mean no limit on vLLM and llama.cpp (default: not "
+                 "sent)");
+  app.add_option("--min-p", flags.sampling.min_p,
+                 "Sent as \"min_p\", in [0, 1] (default: not sent)");
+  app.add_option("--extra-body", flags.extra_body,
+                 "A JSON object whose keys are added to every request body, e.g. "
+                 "'{\"seed\": 1, \"repetition_penalty\": 1.1}'; it may replace ignore_eos, but not "
+                 "the prompt, model, max_tokens, stream or a key that has its own flag");
   app.add_option("--out", flags.out_dir, "Directory for result.json and requests.csv");
   app.add_option("--usd-per-hour", flags.usd_per_hour,
                  "Price of the serving hardware: adds $/1M output tokens and $/1k requests")

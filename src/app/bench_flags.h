@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/sampling_options.h"
+
 namespace brisk {
 
 // Every `brisk bench` flag, as parsed; docs/cli.md lists them.
@@ -34,6 +36,8 @@ struct BenchFlags {
   uint64_t seed = 0;
   double timeout_s = 300;
   bool no_stream = false;
+  bench::SamplingOptions sampling;  // its extra_body is filled from `extra_body` after parsing
+  std::string extra_body;           // --extra-body's JSON text
   std::string out_dir;
   std::optional<double> usd_per_hour;
   std::vector<std::string> compare;  // two result.json files: print them side by side, run nothing

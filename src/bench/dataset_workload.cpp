@@ -164,7 +164,7 @@ std::optional<std::vector<DatasetEntry>> load_sharegpt_dataset(
 DatasetWorkload::DatasetWorkload(std::vector<DatasetEntry> entries, ApiKind kind, std::string model,
                                  TargetEndpoint target, LengthDistribution default_output,
                                  std::optional<LengthDistribution> output_override, uint64_t seed,
-                                 bool stream)
+                                 bool stream, SamplingOptions sampling)
     : entries_(std::move(entries)),
       kind_(kind),
       model_(std::move(model)),
@@ -172,7 +172,8 @@ DatasetWorkload::DatasetWorkload(std::vector<DatasetEntry> entries, ApiKind kind
       default_output_(default_output),
       output_override_(output_override),
       seed_(seed),
-      stream_(stream) {}
+      stream_(stream),
+      sampling_(std::move(sampling)) {}
 
 CompletionRequest DatasetWorkload::request(int run_index, int request_index) const {
   const DatasetEntry& entry = entries_[static_cast<size_t>(request_index) % entries_.size()];
@@ -183,8 +184,8 @@ CompletionRequest DatasetWorkload::request(int run_index, int request_index) con
                                                   : default_output_.sample(key);
   std::string body =
       entry.has_messages()
-          ? build_messages_body(model_, entry.messages, output_tokens, stream_)
-          : build_completion_body(kind_, model_, entry.prompt, output_tokens, stream_);
+          ? build_messages_body(model_, entry.messages, output_tokens, stream_, sampling_)
+          : build_completion_body(kind_, model_, entry.prompt, output_tokens, stream_, sampling_);
   return CompletionRequest{
       target_.route(completion_route(entry.has_messages() ? ApiKind::chat : kind_)),
       std::move(body), stream_};

@@ -48,7 +48,8 @@ class DatasetWorkload : public Workload {
  public:
   DatasetWorkload(std::vector<DatasetEntry> entries, ApiKind kind, std::string model,
                   TargetEndpoint target, LengthDistribution default_output,
-                  std::optional<LengthDistribution> output_override, uint64_t seed, bool stream);
+                  std::optional<LengthDistribution> output_override, uint64_t seed, bool stream,
+                  SamplingOptions sampling);
 
   CompletionRequest request(int run_index, int request_index) const override;
   ApiKind kind() const override { return kind_; }
@@ -63,6 +64,7 @@ class DatasetWorkload : public Workload {
   std::optional<LengthDistribution> output_override_;
   uint64_t seed_;
   bool stream_;
+  SamplingOptions sampling_;
 };
 
 }  // namespace brisk::bench

@@ -76,7 +76,8 @@ std::string load_label(const LoadPoint& load) {
   return out.str();
 }
 
-// A line such as "uniform:64:256 tokens in, 128 tokens out, 64 requests per load point".
+// A line such as "uniform:64:256 tokens in, 128 tokens out, 64 requests per load point, sampling
+// {} (server defaults)".
 std::string workload_summary(const json& workload) {
   auto text = [&](const char* key) {
     const auto it = workload.find(key);
@@ -105,8 +106,15 @@ std::string workload_summary(const json& workload) {
     summary =
         text("input_tokens_dist") + " tokens in, " + text("output_tokens_dist") + " tokens out";
   }
-  if (!text("duration_s").empty()) return summary + ", " + text("duration_s") + " s per load point";
-  return summary + ", " + text("num_requests") + " requests per load point";
+  summary += text("duration_s").empty() ? ", " + text("num_requests") + " requests per load point"
+                                        : ", " + text("duration_s") + " s per load point";
+  const std::string sampling = text("sampling");  // absent in results from before it was recorded
+  if (!sampling.empty()) {
+    summary += ", sampling " + (sampling == "{}" ? "{} (server defaults)" : sampling);
+  }
+  const std::string extra_body = text("extra_body");
+  if (!extra_body.empty() && extra_body != "{}") summary += ", extra body " + extra_body;
+  return summary;
 }
 
 // The page's script reads DATA and draws four charts; Chart.js is inlined before it.

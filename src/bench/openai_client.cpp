@@ -95,29 +95,31 @@ std::string error_message_of(const json& object) {
 
 namespace {
 
-json request_body(const std::string& model, int max_tokens, bool stream) {
+json request_body(const std::string& model, int max_tokens, bool stream,
+                  const SamplingOptions& sampling) {
   json body = {
       {"model", model}, {"max_tokens", max_tokens}, {"stream", stream}, {"ignore_eos", true}};
   if (stream) body["stream_options"] = {{"include_usage", true}};
+  sampling.add_to(body);
   return body;
 }
 
 }  // namespace
 
 std::string build_completion_body(ApiKind kind, const std::string& model, const std::string& prompt,
-                                  int max_tokens, bool stream) {
+                                  int max_tokens, bool stream, const SamplingOptions& sampling) {
   if (kind == ApiKind::chat) {
     return build_messages_body(model, json::array({{{"role", "user"}, {"content", prompt}}}),
-                               max_tokens, stream);
+                               max_tokens, stream, sampling);
   }
-  json body = request_body(model, max_tokens, stream);
+  json body = request_body(model, max_tokens, stream, sampling);
   body["prompt"] = prompt;
   return body.dump();
 }
 
 std::string build_messages_body(const std::string& model, const json& messages, int max_tokens,
-                                bool stream) {
-  json body = request_body(model, max_tokens, stream);
+                                bool stream, const SamplingOptions& sampling) {
+  json body = request_body(model, max_tokens, stream, sampling);
   body["messages"] = messages;
   return body.dump();
 }

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/request_record.h"
+#include "bench/sampling_options.h"
 #include "bench/target_endpoint.h"
 
 namespace brisk::bench {
@@ -29,11 +30,12 @@ struct CompletionRequest {
 // The JSON body of a completion request. Streaming asks for a final `usage` event
 // (stream_options.include_usage) so token counts come from the server, not from chunk counting;
 // ignore_eos makes every request generate exactly `max_tokens` (vLLM, SGLang, llama.cpp, brisk).
+// `sampling` adds only the parameters it has, then its extra body (which may replace ignore_eos).
 std::string build_completion_body(ApiKind kind, const std::string& model, const std::string& prompt,
-                                  int max_tokens, bool stream);
+                                  int max_tokens, bool stream, const SamplingOptions& sampling);
 // The same for /v1/chat/completions with a whole `messages` array (e.g. a multi-turn test case).
 std::string build_messages_body(const std::string& model, const nlohmann::json& messages,
-                                int max_tokens, bool stream);
+                                int max_tokens, bool stream, const SamplingOptions& sampling);
 
 // One virtual user's HTTP/1.1 connection to the target. It sends one request at a time and keeps
 // the connection alive between requests, as a real client pool would, so connection setup is not

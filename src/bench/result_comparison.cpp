@@ -44,6 +44,17 @@ std::string cell(std::optional<double> value) {
   return value ? fmt::format("{:.1f}", *value) : std::string("-");
 }
 
+// What a result says it sent beyond the workload; files written before brisk recorded it say
+// nothing, which is not the same as "nothing was sent".
+std::string sampling_of(const json& document) {
+  const json workload = document.value("workload", json::object());
+  if (!workload.is_object() || !workload.contains("sampling")) return "sampling not recorded";
+  std::string text = "sampling=" + workload["sampling"].dump();
+  const json extra_body = workload.value("extra_body", json::object());
+  if (!extra_body.empty()) text += " extra_body=" + extra_body.dump();
+  return text;
+}
+
 bool has_runs(const json& document) {
   return document.is_object() && document.contains("runs") && document["runs"].is_array();
 }
@@ -57,7 +68,13 @@ std::string compare_results(const json& first, const json& second, const std::st
     return {};
   }
   const size_t points = std::min(first["runs"].size(), second["runs"].size());
-  std::string table = fmt::format("A = {}\nB = {}\n", first_label, second_label);
+  const std::string first_sampling = sampling_of(first);
+  const std::string second_sampling = sampling_of(second);
+  std::string table = fmt::format("A = {} ({})\nB = {} ({})\n", first_label, first_sampling,
+                                  second_label, second_sampling);
+  if (first_sampling != second_sampling) {
+    table += "note: A and B did not send the same sampling parameters\n";
+  }
   for (size_t i = 0; i < points; ++i) {
     const json& a = first["runs"][i];
     const json& b = second["runs"][i];

@@ -122,7 +122,8 @@ CompletionRequest SyntheticWorkload::request(int run_index, int request_index) c
   return CompletionRequest{
       target_.route(completion_route(options_.kind)),
       build_completion_body(options_.kind, options_.model, prompt(run_index, request_index),
-                            output_tokens(run_index, request_index), options_.stream),
+                            output_tokens(run_index, request_index), options_.stream,
+                            options_.sampling),
       options_.stream};
 }
 

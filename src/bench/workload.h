@@ -35,6 +35,7 @@ struct WorkloadOptions {
   LengthDistribution output_tokens = LengthDistribution::fixed_at(128);
   uint64_t seed = 0;
   bool stream = true;
+  SamplingOptions sampling;
 };
 
 // Synthetic prompts whose lengths in tokens follow `input_tokens`, each asking for a length drawn

@@ -20,7 +20,7 @@ BuiltWorkload synthetic(const WorkloadSpec& spec, const TargetEndpoint& target,
                         const TokenCalibration& calibration, std::chrono::milliseconds timeout) {
   auto workload = std::make_unique<SyntheticWorkload>(
       WorkloadOptions{spec.kind, spec.model, spec.input_tokens, spec.output_tokens, spec.seed,
-                      spec.stream},
+                      spec.stream, spec.sampling},
       target, calibration);
   if (calibration.measured && spec.kind == ApiKind::completions) {
     // (Chat prompts are wrapped in the server's template, which /tokenize does not apply.)
@@ -92,7 +92,7 @@ std::optional<BuiltWorkload> build_workload(const WorkloadSpec& spec, const Targ
   auto workload = std::make_unique<DatasetWorkload>(
       std::move(*entries), spec.kind, spec.model, target, spec.output_tokens,
       spec.output_tokens_given ? std::optional(spec.output_tokens) : std::nullopt, spec.seed,
-      spec.stream);
+      spec.stream, spec.sampling);
   return BuiltWorkload{std::move(workload), std::move(description), std::move(summary)};
 }
 

@@ -27,6 +27,7 @@ struct WorkloadSpec {
   int sharegpt_wanted = 1000;        // conversations to sample from it
   uint64_t seed = 0;
   bool stream = true;
+  SamplingOptions sampling;  // sent with every request, whatever the source
 };
 
 // A workload ready to send, and its description for result.json's "workload".

@@ -7,8 +7,9 @@ import json
 import subprocess
 
 import httpx
+import pytest
 
-from conftest import BRISK_BIN, free_port
+from conftest import BIN_DIR, BRISK_BIN, free_port
 
 STAT_KEYS = {"mean", "std", "p50", "p90", "p95", "p99", "max"}
 
@@ -288,3 +289,101 @@ def test_concurrency_column_is_requests_in_flight_at_send(brisk, tmp_path):
                               "--max-concurrency", "2", "--warmup-requests", "0",
                               "--input-tokens", "16", "--output-tokens", "8")
     assert max(int(r["concurrency"]) for r in capped) == 2
+
+
+# --- sampling: --temperature, --top-p, --top-k, --min-p, --extra-body ------------------------
+
+SAMPLING_KEYS = {"temperature", "top_p", "top_k", "min_p"}
+
+
+@pytest.fixture
+def scripted_server():
+    """tests/fixtures/scripted_stream_server on a fast script; its /script-log shows each body."""
+    fixture = BIN_DIR / "scripted_stream_server"
+    if not fixture.exists():
+        pytest.fail(f"{fixture} does not exist: build the tests (make)", pytrace=False)
+    proc = subprocess.Popen([str(fixture), "--port", "0", "--ttft-ms", "1", "--itl-ms", "1"],
+                            stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert line.startswith("listening on "), line
+    yield f"http://127.0.0.1:{int(line.split()[-1])}"
+    proc.kill()
+    proc.wait(timeout=10)
+
+
+def bench_scripted(url: str, out_dir, *extra: str) -> tuple[dict, list[dict], str]:
+    """Runs brisk bench against the fixture; returns result.json's workload, the bodies the
+    fixture received (less their prompts) and stderr."""
+    argv = [str(BRISK_BIN), "bench", "--url", url, "--concurrency", "2", "--num-requests", "4",
+            "--warmup-requests", "1", "--input-tokens", "16", "--output-tokens", "3",
+            "--progress", "off", "--out", str(out_dir), *extra]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    bodies = [s["request"] for s in httpx.get(url + "/script-log", timeout=10).json()["streams"]]
+    assert len(bodies) == 5  # 4 measured + 1 warmup
+    workload = json.loads((out_dir / "result.json").read_text())["workload"]
+    return workload, bodies, proc.stderr
+
+
+def test_no_sampling_flag_sends_no_sampling_key(scripted_server, tmp_path):
+    workload, bodies, stderr = bench_scripted(scripted_server, tmp_path)
+    for body in bodies:
+        assert not SAMPLING_KEYS & set(body), body
+        assert set(body) == {"model", "max_tokens", "stream", "stream_options", "ignore_eos"}
+    assert workload["sampling"] == {} and workload["extra_body"] == {}
+    assert "sampling={} (server defaults)" in stderr
+
+
+def test_sampling_flags_and_extra_body_are_sent_and_recorded(scripted_server, tmp_path):
+    extra = {"seed": 7, "ignore_eos": False, "chat_template_kwargs": {"enable_thinking": False}}
+    workload, bodies, stderr = bench_scripted(
+        scripted_server, tmp_path, "--endpoint", "chat", "--temperature", "0.8", "--top-k", "40",
+        "--extra-body", json.dumps(extra))
+    for body in bodies:
+        assert body["temperature"] == 0.8 and body["top_k"] == 40, body
+        assert "top_p" not in body and "min_p" not in body, body
+        assert {key: body[key] for key in extra} == extra
+        assert body["max_tokens"] == 3 and body["stream"] is True
+    assert workload["sampling"] == {"temperature": 0.8, "top_k": 40}
+    assert workload["extra_body"] == extra
+    header = next(line for line in stderr.splitlines() if line.startswith("brisk bench:"))
+    assert 'sampling={"temperature":0.8,"top_k":40}' in header
+    assert '"seed":7' in header
+    html = (tmp_path / "report.html").read_text()
+    assert 'sampling {"temperature":0.8,"top_k":40}, extra body {' in html
+
+
+def test_dataset_runs_send_and_record_the_sampling_too(scripted_server, tmp_path):
+    dataset = tmp_path / "set.jsonl"
+    dataset.write_text('{"prompt": "a"}\n{"prompt": "b", "max_tokens": 2}\n')
+    workload, bodies, _ = bench_scripted(scripted_server, tmp_path / "out", "--dataset",
+                                         str(dataset), "--top-p", "0.5", "--min-p", "0.1")
+    assert workload["source"] == "jsonl"
+    assert workload["sampling"] == {"top_p": 0.5, "min_p": 0.1}
+    assert all(b["top_p"] == 0.5 and b["min_p"] == 0.1 for b in bodies), bodies
+
+
+def test_brisk_serve_takes_every_sampling_flag(brisk, tmp_path):
+    run_bench(brisk.base_url, tmp_path, "--temperature", "0.7", "--top-p", "0.9", "--top-k", "20",
+              "--min-p", "0.05", "--extra-body", '{"seed": 3}')
+    result = check_result(tmp_path, "gemma3-270m")  # every request succeeded
+    assert result["workload"]["sampling"] == {"temperature": 0.7, "top_p": 0.9, "top_k": 20,
+                                              "min_p": 0.05}
+    assert result["workload"]["extra_body"] == {"seed": 3}
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--extra-body", "{seed: 1}"], "--extra-body is not valid JSON"),
+    (["--extra-body", "[1]"], "--extra-body must be a JSON object"),
+    (["--extra-body", '{"stream": false}'], "use --no-stream"),
+    (["--extra-body", '{"messages": []}'], "--dataset"),
+    (["--extra-body", '{"temperature": 0}'], "use --temperature"),
+    (["--top-p", "1.5"], "(0, 1]"),
+    (["--temperature", "-1"], "--temperature"),
+])
+def test_bad_sampling_flags_are_cli_errors(flags, says):
+    # Checked before anything is sent: no server is needed to hear about it.
+    proc = subprocess.run([str(BRISK_BIN), "bench", "--url", f"http://127.0.0.1:{free_port()}",
+                           *flags], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert says in proc.stderr, proc.stderr

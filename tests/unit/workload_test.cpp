@@ -152,7 +152,7 @@ TEST(JsonlDataset, ReadsPromptsMessagesAndLengths) {
   EXPECT_EQ((*entries)[1].output_tokens, 7);
 
   DatasetWorkload workload(*entries, ApiKind::chat, "m", TargetEndpoint{"h"},
-                           LengthDistribution::fixed_at(3), std::nullopt, 0, true);
+                           LengthDistribution::fixed_at(3), std::nullopt, 0, true, {});
   // Request i sends entry i mod n: the test set repeats in order.
   const auto first = nlohmann::json::parse(workload.request(0, 0).body);
   const auto third = nlohmann::json::parse(workload.request(5, 2).body);
