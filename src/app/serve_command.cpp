@@ -136,6 +136,12 @@ CommandRunner register_serve_command(CLI::App& app) {
   app.add_option("-t,--threads", flags->engine.threads, "CPU threads for llama.cpp (0: all cores)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
+  app.add_option("--poll", flags->engine.poll,
+                 "How long llama.cpp's CPU threads spin waiting for the next step, 0-100 (as "
+                 "llama-server's --poll): lower frees the cores for other work, higher answers "
+                 "sooner")
+      ->check(CLI::Range(0, 100))
+      ->capture_default_str();
   app.add_option("--sampling-threads", flags->scheduler.sampling_threads,
                  "Threads that sample a step's sequences in parallel (0: as many as --threads)")
       ->check(CLI::Range(0, 256))

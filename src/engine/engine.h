@@ -12,6 +12,7 @@ struct llama_model;
 struct llama_context;
 struct llama_vocab;
 struct llama_batch;
+struct ggml_threadpool;
 
 namespace brisk {
 
@@ -23,6 +24,7 @@ struct EngineOptions {
   int threads = 0;               // 0 = all cores
   int gpu_layers = 0;            // layers offloaded to the GPU (needs a CUDA build)
   bool swa_full = false;         // full-size sliding-window caches (more memory)
+  int poll = 50;                 // how long CPU worker threads spin for work between steps (0-100)
   std::string chat_template;     // a llama.cpp built-in name; empty: the GGUF's own
 };
 
@@ -76,12 +78,15 @@ class Engine {
  private:
   Engine() = default;
   bool choose_chat_template(const std::string& requested, std::string* error);
+  void attach_cpu_threadpool(int threads, int poll);
   std::string metadata(const char* key) const;
 
   llama_model* model_ = nullptr;
   llama_context* context_ = nullptr;
   const llama_vocab* vocab_ = nullptr;
   std::unique_ptr<llama_batch> batch_;
+  ggml_threadpool* threadpool_ = nullptr;
+  void (*free_threadpool_)(ggml_threadpool*) = nullptr;
   int batch_capacity_ = 0;
   int context_size_ = 0;
   std::string chat_template_;
