@@ -5,7 +5,8 @@
 #   2. `brisk plan calibrate` on the GPU with both models,
 #   3. `brisk plan` predictions (calibrated and with default efficiencies) for the loads of 4.,
 #   4. `brisk serve` on the 8B model measured by `brisk bench`: one stream, 8 users, and a burst
-#      of 10 ShareGPT-sized requests (the LambdaLabs vLLM comparison's shape).
+#      of 10 ShareGPT-sized requests (the LambdaLabs vLLM comparison's shape),
+#   5. output throughput at four sampling settings, against llama-server when it is in BIN_DIR.
 # Usage: bench/gpu_check.sh BIN_DIR VOCAB_GGUF OUT_DIR
 set -uo pipefail
 BIN=$1
@@ -61,4 +62,31 @@ step bench c8; bench bench_c8 8 16 512 128
 step bench c10; bench bench_c10 10 10 137 187
 curl -s localhost:8090/metrics | grep -E '^brisk_(step|time_per)' | head -20 > "$OUT/metrics.txt"
 kill -INT $SERVER; wait $SERVER
+
+# 5. Sampling (issue 8): 16 streams, 128 in / 128 out, at the four settings clients send, on the
+#    8B shape (128k vocabulary); each server started fresh per setting. llama-server runs too when
+#    its CUDA build is in BIN_DIR. Where a step's time goes comes from brisk_step_phase_seconds.
+declare -A SAMPLING=(
+  [nothing]=""
+  [greedy]="--temperature 0"
+  [full]="--temperature 1 --top-k 0 --top-p 1 --min-p 0"
+  [llama]="--temperature 0.8 --top-k 40 --top-p 0.95 --min-p 0.05"
+)
+for setting in nothing greedy full llama; do
+  for server in brisk llama-server; do
+    if [[ $server == brisk ]]; then
+      "$BRISK" serve --model "$M8" --port 8091 --max-seqs 16 --ctx-size 8192 > "$OUT/sampling_$setting.log" 2>&1 &
+    else
+      [[ -x "$BIN/llama-server" ]] || continue
+      "$BIN/llama-server" -m "$M8" --port 8091 -np 16 -c 8192 --kv-unified -ngl 999 > "$OUT/sampling_${setting}_llama.log" 2>&1 &
+    fi
+    PID=$!
+    for _ in $(seq 1 120); do curl -sf localhost:8091/health >/dev/null && break; sleep 1; done
+    step "sampling $setting $server"
+    "$BRISK" bench --url http://127.0.0.1:8091 --concurrency 16 --num-requests 64 --warmup-requests 16 \
+      --input-tokens 128 --output-tokens 128 ${SAMPLING[$setting]} --out "$OUT/sampling_${setting}_$server" 2>&1 | tail -2
+    [[ $server == brisk ]] && curl -s localhost:8091/metrics | grep -E '^brisk_step_phase_seconds_sum' > "$OUT/sampling_${setting}_phases.txt"
+    kill -INT $PID; wait $PID
+  done
+done
 step done

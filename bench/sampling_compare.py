@@ -2,7 +2,8 @@
 """Output throughput of `brisk serve` against `llama-server` at the sampling settings clients send.
 
 For each setting and repeat, each server is started alone on the same model file, threads,
-context and sequence count, then `brisk bench` drives it (closed loop, --concurrency streams,
+context and sequence count (llama-server otherwise with its defaults: one KV stream per slot),
+then `brisk bench` drives it (closed loop, --concurrency streams,
 128 prompt tokens and 128 output tokens by default, ignore_eos). Servers take turns: brisk,
 llama-server, brisk, ... so both see the same machine state. Settings:
 
@@ -43,21 +44,23 @@ SETTINGS = {
 
 
 def server_argv(name: str, args: argparse.Namespace, port: int) -> tuple[list[str], str]:
-    if name == "brisk":
-        return ([str(args.brisk_bin), "serve", "--model", args.model, "--port", str(port),
+    if name in ("brisk", "brisk-before"):
+        binary = args.brisk_bin if name == "brisk" else args.before_bin
+        return ([str(binary), "serve", "--model", args.model, "--port", str(port),
                  "--threads", str(args.threads), "--ctx-size", str(args.ctx_size),
                  "--max-seqs", str(args.seqs), "--max-queued-requests", "4096",
                  *args.brisk_args.split()], "/ready")
     return ([str(args.llama_server_bin), "-m", str(args.model_path), "--port", str(port),
              "-t", str(args.threads), "-c", str(args.ctx_size), "-np", str(args.seqs),
-             "--kv-unified", *args.llama_server_args.split()], "/health")
+             *args.llama_server_args.split()], "/health")
 
 
 def run_bench(args: argparse.Namespace, port: int, setting: list[str], out_dir: Path) -> dict:
     argv = [str(args.brisk_bin), "bench", "--url", f"http://127.0.0.1:{port}",
             "--concurrency", str(args.concurrency), "--num-requests", str(args.num_requests),
             "--input-tokens", str(args.input_tokens), "--output-tokens", str(args.output_tokens),
-            "--warmup-requests", str(args.concurrency), "--progress", "off",
+            "--warmup-requests", str(args.warmup_requests if args.warmup_requests >= 0
+                                     else args.concurrency), "--progress", "off",
             "--out", str(out_dir), *setting]
     log("  " + " ".join(argv))
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, timeout=3600)
@@ -81,6 +84,7 @@ def row_numbers(run: dict) -> dict:
         "ttft_p50_ms": pick(s, "ttft_ms", "p50"),
         "itl_p50_ms": pick(s, "itl_ms", "p50"),
         "itl_p99_ms": pick(s, "itl_ms", "p99"),
+        "tpot_p50_ms": pick(s, "tpot_ms", "p50"),
         "errors": pick(s, "requests", "failed"),
     }
 
@@ -102,12 +106,18 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--seqs", type=int, default=16, help="brisk --max-seqs, llama-server -np")
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--num-requests", type=int, default=64)
+    ap.add_argument("--warmup-requests", type=int, default=-1,
+                    help="brisk bench --warmup-requests (default: one per stream)")
     ap.add_argument("--input-tokens", type=int, default=128)
     ap.add_argument("--output-tokens", type=int, default=128)
     ap.add_argument("--settings", default=",".join(SETTINGS), help="comma list of " + ",".join(SETTINGS))
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--brisk-args", default="")
     ap.add_argument("--llama-server-args", default="")
+    ap.add_argument("--before-bin", type=Path,
+                    help="an older brisk binary, run as a third server 'brisk-before'")
+    ap.add_argument("--before-settings", default="",
+                    help="settings at which brisk-before runs (default: every one)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--keep-results", type=Path, help="directory for every run's result.json")
     return ap.parse_args()
@@ -120,7 +130,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         for repeat in range(args.repeats):
             for setting in settings:
-                for server in ("brisk", "llama-server"):
+                servers = ["brisk", "llama-server"]
+                if args.before_bin and (not args.before_settings
+                                        or setting in args.before_settings.split(",")):
+                    servers.append("brisk-before")
+                for server in servers:
                     port = free_port()
                     argv, ready = server_argv(server, args, port)
                     handle = start_server(server, argv, port, ready, scratch)
@@ -138,8 +152,8 @@ def main() -> int:
     print(f"\n{args.concurrency} streams, {args.input_tokens} in / {args.output_tokens} out, "
           f"{args.num_requests} requests, medians of {args.repeats}\n")
     print("| setting | brisk tok/s | llama-server tok/s | ratio | TTFT p50 ms (b / l) "
-          "| ITL p50 ms (b / l) | ITL p99 ms (b / l) |")
-    print("|---|---|---|---|---|---|---|")
+          "| ITL p50 ms (b / l) | ITL p99 ms (b / l) | decode tok/s per stream (b / l) |")
+    print("|---|---|---|---|---|---|---|---|")
     table = []
     for setting in settings:
         def med(server: str, key: str) -> float:
@@ -149,11 +163,16 @@ def main() -> int:
                   if rb["setting"] == rl["setting"] == setting and rb["repeat"] == rl["repeat"]
                   and rb["server"] == "brisk" and rl["server"] == "llama-server"]
         ratio = median(ratios)
-        table.append({"setting": setting, "brisk_tps": b, "llama_server_tps": l, "ratio": ratio})
+        before = med("brisk-before", "output_tps")
+        table.append({"setting": setting, "brisk_tps": b, "llama_server_tps": l, "ratio": ratio,
+                      "brisk_before_tps": before})
         print(f"| {setting} | {b:.1f} | {l:.1f} | {ratio:.2f}x "
               f"| {med('brisk', 'ttft_p50_ms'):.0f} / {med('llama-server', 'ttft_p50_ms'):.0f} "
               f"| {med('brisk', 'itl_p50_ms'):.1f} / {med('llama-server', 'itl_p50_ms'):.1f} "
-              f"| {med('brisk', 'itl_p99_ms'):.0f} / {med('llama-server', 'itl_p99_ms'):.0f} |")
+              f"| {med('brisk', 'itl_p99_ms'):.0f} / {med('llama-server', 'itl_p99_ms'):.0f} "
+              f"| {1000 / med('brisk', 'tpot_p50_ms'):.1f} / "
+              f"{1000 / med('llama-server', 'tpot_p50_ms'):.1f} |"
+              + (f" before: {before:.1f} tok/s" if before == before else ""))
     if args.out:
         args.out.write_text(json.dumps({"machine": machine_info(), "args": {
             k: str(v) for k, v in vars(args).items()}, "table": table, "runs": runs}, indent=1))

@@ -163,6 +163,11 @@ CommandRunner register_serve_command(CLI::App& app) {
   app.add_option("--chat-template", flags->engine.chat_template,
                  "llama.cpp built-in template name (gemma, chatml, llama3, ...); default: the "
                  "GGUF's own, else chosen by architecture");
+  app.add_flag("--kv-unified,!--no-kv-unified", flags->engine.kv_unified,
+               "One KV buffer for all requests (default: a request may use all of --ctx-size); "
+               "--no-kv-unified gives each of --max-seqs its own ctx-size/max-seqs cells, as "
+               "llama-server does, so attention reads only its own cells: faster with many "
+               "concurrent requests, but a request is limited to its share");
   app.add_flag("--swa-full", flags->engine.swa_full,
                "Keep full-size sliding-window KV caches (more memory)");
   app.add_option("--max-body-bytes", flags->server.limits.max_body_bytes,

@@ -64,8 +64,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options, std::string* 
   context_params.n_seq_max = static_cast<uint32_t>(options.max_seqs);
   context_params.n_threads = threads;
   context_params.n_threads_batch = threads;
-  // One KV pool for all sequences: a request may use any share of --ctx-size.
-  context_params.kv_unified = true;
+  context_params.kv_unified = options.kv_unified;
   context_params.swa_full = options.swa_full;
   context_params.no_perf = true;
   engine->context_ = llama_init_from_model(engine->model_, context_params);
@@ -77,6 +76,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options, std::string* 
   }
   engine->attach_cpu_threadpool(threads, options.poll);
   engine->context_size_ = static_cast<int>(llama_n_ctx(engine->context_));
+  engine->sequence_context_size_ = static_cast<int>(llama_n_ctx_seq(engine->context_));
   engine->batch_capacity_ = options.max_batched_tokens;
   engine->batch_ =
       std::make_unique<llama_batch>(llama_batch_init(options.max_batched_tokens, 0, 1));
@@ -108,8 +108,9 @@ void Engine::attach_cpu_threadpool(int threads, int poll) {
   params.poll = static_cast<uint32_t>(poll);
   threadpool_ = new_threadpool(&params);
   if (threadpool_ == nullptr) {
-    spdlog::warn("could not create a CPU threadpool of {} threads; ggml will start threads per step",
-                 threads);
+    spdlog::warn(
+        "could not create a CPU threadpool of {} threads; ggml will start threads per step",
+        threads);
     return;
   }
   llama_attach_threadpool(context_, threadpool_, nullptr);
@@ -206,7 +207,7 @@ int Engine::vocabulary_size() const { return llama_vocab_n_tokens(vocab_); }
 
 int Engine::max_request_tokens() const {
   const int trained = train_context_size();
-  return trained > 0 ? std::min(context_size_, trained) : context_size_;
+  return trained > 0 ? std::min(sequence_context_size_, trained) : sequence_context_size_;
 }
 
 std::string Engine::description() const {

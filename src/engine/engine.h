@@ -24,8 +24,12 @@ struct EngineOptions {
   int threads = 0;               // 0 = all cores
   int gpu_layers = 0;            // layers offloaded to the GPU (needs a CUDA build)
   bool swa_full = false;         // full-size sliding-window caches (more memory)
-  int poll = 50;                 // how long CPU worker threads spin for work between steps (0-100)
-  std::string chat_template;     // a llama.cpp built-in name; empty: the GGUF's own
+  // One KV buffer for all sequences (any request may use any share of ctx_size), or one per
+  // sequence (each gets ctx_size / max_seqs; attention then reads only a sequence's own cells,
+  // which is faster with many sequences). docs/cli.md, --kv-unified.
+  bool kv_unified = true;
+  int poll = 50;              // how long CPU worker threads spin for work between steps (0-100)
+  std::string chat_template;  // a llama.cpp built-in name; empty: the GGUF's own
 };
 
 struct ChatMessage {
@@ -52,6 +56,8 @@ class Engine {
                            std::string* error) const;
 
   int context_size() const { return context_size_; }
+  // KV cells one sequence may use: the whole context when unified, else its share.
+  int sequence_context_size() const { return sequence_context_size_; }
   int train_context_size() const;
   int vocabulary_size() const;
   // The longest prompt + completion one request may have.
@@ -89,6 +95,7 @@ class Engine {
   void (*free_threadpool_)(ggml_threadpool*) = nullptr;
   int batch_capacity_ = 0;
   int context_size_ = 0;
+  int sequence_context_size_ = 0;
   std::string chat_template_;
   std::string chat_template_origin_;
 };

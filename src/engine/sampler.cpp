@@ -5,7 +5,6 @@
 #include <limits>
 
 namespace brisk {
-namespace {}  // namespace
 
 Sampler::Sampler(const SamplingParams& params)
     : params_(params), rng_(params.seed.value_or(std::random_device{}())) {}
@@ -55,6 +54,9 @@ Token Sampler::draw_from_full_distribution(const float* logits, int count, float
   while (block + 1 < block_sums_.size() && before + block_sums_[block] < target) {
     before += block_sums_[block++];
   }
+  // Rounding can carry the walk past the last block that holds any mass (a cut may empty the
+  // blocks after it); step back to it.
+  while (block > 0 && block_sums_[block] <= 0.0) before -= block_sums_[--block];
   const int start = static_cast<int>(block) * kExpBlockSize;
   const int size = std::min(kExpBlockSize, count - start);
   block_terms_.resize(static_cast<size_t>(kExpBlockSize));

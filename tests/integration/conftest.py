@@ -8,6 +8,7 @@ The model `gemma3-270m` must already be in the model cache ($BRISK_HOME, default
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -135,6 +136,27 @@ class Server:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
+
+
+SCRIPTED_STREAM_SERVER_BIN = BIN_DIR / "scripted_stream_server"
+
+
+@contextlib.contextmanager
+def scripted_stream_server(args: list[str], wrap=lambda argv: argv):
+    """tests/fixtures/scripted_stream_server with `args` (its timing script); yields its URL.
+    `wrap` may change the command line (e.g. pin it to a core)."""
+    if not SCRIPTED_STREAM_SERVER_BIN.exists():
+        pytest.fail(f"{SCRIPTED_STREAM_SERVER_BIN} does not exist: build the tests (make)",
+                    pytrace=False)
+    proc = subprocess.Popen(wrap([str(SCRIPTED_STREAM_SERVER_BIN), "--port", "0", *args]),
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("listening on "), line
+        yield f"http://127.0.0.1:{int(line.split()[-1])}"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 def _start_brisk(tmp_path_factory, name: str, extra: list[str], api_key: str | None) -> Server:

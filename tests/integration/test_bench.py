@@ -9,7 +9,7 @@ import subprocess
 import httpx
 import pytest
 
-from conftest import BIN_DIR, BRISK_BIN, free_port
+from conftest import BRISK_BIN, free_port, scripted_stream_server
 
 STAT_KEYS = {"mean", "std", "p50", "p90", "p95", "p99", "max"}
 
@@ -299,16 +299,8 @@ SAMPLING_KEYS = {"temperature", "top_p", "top_k", "min_p"}
 @pytest.fixture
 def scripted_server():
     """tests/fixtures/scripted_stream_server on a fast script; its /script-log shows each body."""
-    fixture = BIN_DIR / "scripted_stream_server"
-    if not fixture.exists():
-        pytest.fail(f"{fixture} does not exist: build the tests (make)", pytrace=False)
-    proc = subprocess.Popen([str(fixture), "--port", "0", "--ttft-ms", "1", "--itl-ms", "1"],
-                            stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    assert line.startswith("listening on "), line
-    yield f"http://127.0.0.1:{int(line.split()[-1])}"
-    proc.kill()
-    proc.wait(timeout=10)
+    with scripted_stream_server(["--ttft-ms", "1", "--itl-ms", "1"]) as url:
+        yield url
 
 
 def bench_scripted(url: str, out_dir, *extra: str) -> tuple[dict, list[dict], str]:

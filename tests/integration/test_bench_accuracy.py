@@ -20,9 +20,8 @@ import subprocess
 import httpx
 import pytest
 
-from conftest import BIN_DIR, BRISK_BIN
+from conftest import BRISK_BIN, scripted_stream_server
 
-FIXTURE_BIN = BIN_DIR / "scripted_stream_server"
 STREAMS = 256
 TOKENS = 24
 
@@ -61,17 +60,9 @@ def percentile(values: list[float], q: float) -> float:
 
 @pytest.fixture
 def scripted_server():
-    if not FIXTURE_BIN.exists():
-        pytest.fail(f"{FIXTURE_BIN} does not exist: build the tests (make)", pytrace=False)
-    proc = subprocess.Popen(
-        pinned([str(FIXTURE_BIN), "--port", "0", "--ttft-ms", "40", "--itl-ms", "25",
-                "--stagger-ms", "25"], cpu=1),
-        stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    assert line.startswith("listening on "), line
-    yield f"http://127.0.0.1:{int(line.split()[-1])}"
-    proc.kill()
-    proc.wait(timeout=10)
+    with scripted_stream_server(["--ttft-ms", "40", "--itl-ms", "25", "--stagger-ms", "25"],
+                                wrap=lambda argv: pinned(argv, cpu=1)) as url:
+        yield url
 
 
 def measure_client_error_ms(url: str, out_dir, mode: list[str]) -> tuple[float, float]:

@@ -4,6 +4,7 @@ llama-server's), the server's defaults for requests that name no parameter
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
 import subprocess
 
@@ -187,3 +188,28 @@ def test_step_phases_are_on_metrics(brisk, client):
         assert metrics[f'brisk_step_phase_seconds_count{{phase="{phase}"}}'] == steps
         assert metrics[f'brisk_step_phase_seconds_sum{{phase="{phase}"}}'] >= 0
     assert metrics['brisk_step_phase_seconds_sum{phase="decode"}'] > 0
+
+
+# --- KV layout -------------------------------------------------------------------------------------
+
+
+def test_per_sequence_kv_limits_each_request_to_its_share(tmp_path_factory):
+    server = _start_brisk(tmp_path_factory, "brisk-per-sequence-kv",
+                          ["--no-kv-unified", "--max-seqs", "4"],  # --ctx-size 4096
+                          api_key=None)
+    try:
+        with server.client() as per_sequence:
+            models = per_sequence.get("/v1/models").json()
+            assert models["data"][0]["max_model_len"] == 1024  # 4096 cells / 4 sequences
+            long_prompt = "one two three four five six seven eight " * 150
+            r = per_sequence.post("/v1/completions", json={"prompt": long_prompt, "max_tokens": 4})
+            assert r.status_code == 400 and "1024" in r.json()["error"]["message"], r.text
+            # four at once, each in its own KV stream
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                bodies = list(pool.map(
+                    lambda i: per_sequence.post("/v1/completions", json={
+                        "prompt": f"Request {i}: {PROMPT}", "max_tokens": 16,
+                        "ignore_eos": True}).json(), range(4)))
+            assert [b["usage"]["completion_tokens"] for b in bodies] == [16] * 4
+    finally:
+        _stop_and_check_clean_exit(server)
