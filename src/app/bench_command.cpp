@@ -54,8 +54,10 @@ std::optional<std::string> discover_model(const bench::TargetEndpoint& target,
     return std::nullopt;
   }
   const auto reply = nlohmann::json::parse(result.body, nullptr, /*allow_exceptions=*/false);
+  // Every type is checked before it is read: a server's odd answer is an error, not an abort.
   if (reply.is_object() && reply.contains("data") && reply["data"].is_array() &&
-      !reply["data"].empty() && reply["data"][0].contains("id")) {
+      !reply["data"].empty() && reply["data"][0].is_object() && reply["data"][0].contains("id") &&
+      reply["data"][0]["id"].is_string()) {
     return reply["data"][0]["id"].get<std::string>();
   }
   error = "GET /v1/models listed no model";

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import csv
+import http.server
 import json
 import subprocess
+import threading
 
 import httpx
 import pytest
@@ -379,3 +381,35 @@ def test_bad_sampling_flags_are_cli_errors(flags, says):
                            *flags], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert says in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("models", [
+    {"data": [{"id": 5}]},
+    {"data": ["gemma"]},
+    {"data": {"id": "x"}},
+], ids=["id-is-a-number", "entry-is-a-string", "data-is-an-object"])
+def test_odd_models_listing_is_an_error_not_an_abort(tmp_path, models):
+    # A numeric model id once made brisk bench abort with nlohmann's type_error.
+    class Models(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps(models).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Models)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        result = subprocess.run(
+            [str(BRISK_BIN), "bench", "--url", f"http://127.0.0.1:{server.server_port}",
+             "--num-requests", "1", "--out", str(tmp_path)],
+            capture_output=True, text=True, timeout=60)
+    finally:
+        server.shutdown()
+    assert result.returncode > 0, (result.returncode, result.stderr)  # < 0: killed by a signal
+    assert "/v1/models" in result.stderr and "--model" in result.stderr, result.stderr
