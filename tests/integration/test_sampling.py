@@ -213,3 +213,8 @@ def test_per_sequence_kv_limits_each_request_to_its_share(tmp_path_factory):
             assert [b["usage"]["completion_tokens"] for b in bodies] == [16] * 4
     finally:
         _stop_and_check_clean_exit(server)
+
+
+def test_sampling_threads_default_to_one_when_the_model_runs_on_the_cpu(brisk):
+    # llama.cpp's CPU workers spin on the other cores; a second sampling thread slowed decode
+    assert "sampling threads: 1" in brisk.log_tail(200000), brisk.log_tail()
