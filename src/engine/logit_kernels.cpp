@@ -114,6 +114,11 @@ BRISK_VECTOR_CLONES float block_max(const float* logits, int count) {
   return best;
 }
 
+// The order every result here is given in: larger logit first, then lower token id.
+bool ranks_before(const TokenLogit& a, const TokenLogit& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.token < b.token);
+}
+
 // Keeps the k best entries seen in a min-heap whose top is the worst kept one. Tokens arrive in
 // increasing id, so a newcomer equal to the worst kept is worse (higher id) and stays out.
 class TopKHeap {
@@ -140,13 +145,11 @@ class TopKHeap {
     }
   }
 
-  void sort_best_first() { std::sort(heap_.begin(), heap_.end(), better); }
+  void sort_best_first() { std::sort(heap_.begin(), heap_.end(), ranks_before); }
 
  private:
-  static bool better(const TokenLogit& a, const TokenLogit& b) {
-    return a.logit > b.logit || (a.logit == b.logit && a.token < b.token);
-  }
-  static bool worse_on_top(const TokenLogit& a, const TokenLogit& b) { return better(a, b); }
+  // std's heaps keep the largest on top; "largest" under ranks_before is the worst kept entry.
+  static bool worse_on_top(const TokenLogit& a, const TokenLogit& b) { return ranks_before(a, b); }
 
   int k_;
   std::vector<TokenLogit>& heap_;
@@ -301,9 +304,7 @@ BRISK_VECTOR_CLONES void collect_mass_bucket(const float* logits, int count, flo
   for (; i < count; ++i) {
     if (mass_bucket_of(logits[i], max) == bucket) out.push_back({i, logits[i]});
   }
-  std::sort(out.begin(), out.end(), [](const TokenLogit& a, const TokenLogit& b) {
-    return a.logit > b.logit || (a.logit == b.logit && a.token < b.token);
-  });
+  std::sort(out.begin(), out.end(), ranks_before);
 }
 
 }  // namespace brisk
