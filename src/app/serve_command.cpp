@@ -1,6 +1,10 @@
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
+#include <algorithm>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "app/commands.h"
@@ -15,6 +19,28 @@
 namespace brisk {
 namespace {
 
+// Descriptors beyond the connections: the model file, logs, llama.cpp's own, the listener.
+constexpr rlim_t kReservedFileDescriptors = 64;
+
+// Raises the soft open-file limit as far as the hard limit allows (the default 1,024 would end
+// accepts well below --max-connections) and says so when the limit is still too low.
+std::optional<std::string> check_file_descriptor_room(int max_connections) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return std::nullopt;
+  const rlim_t wanted = static_cast<rlim_t>(max_connections) + kReservedFileDescriptors;
+  if (limit.rlim_cur < wanted && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = std::min(limit.rlim_max, std::max<rlim_t>(wanted, limit.rlim_cur));
+    setrlimit(RLIMIT_NOFILE, &limit);
+    getrlimit(RLIMIT_NOFILE, &limit);
+  }
+  if (limit.rlim_cur >= wanted) return std::nullopt;
+  return fmt::format(
+      "--max-connections {} needs {} open files, but this process may open only {} (ulimit -n); "
+      "lower --max-connections to at most {} or raise the limit",
+      max_connections, wanted, limit.rlim_cur,
+      limit.rlim_cur > kReservedFileDescriptors ? limit.rlim_cur - kReservedFileDescriptors : 0);
+}
+
 struct ServeFlags {
   std::string model = "gemma3-270m";
   std::string served_model_name;
@@ -22,6 +48,7 @@ struct ServeFlags {
   SchedulerOptions scheduler;
   ServerOptions server;
   int read_timeout_s = 30;
+  int keep_alive_timeout_s = 30;
   int write_timeout_s = 60;
   int drain_timeout_s = 10;
   std::string log_format = "text";
@@ -79,7 +106,19 @@ int run_serve(ServeFlags& flags) {
   flags.server.model_name =
       flags.served_model_name.empty() ? model.served_name : flags.served_model_name;
   flags.server.limits.read_timeout = std::chrono::seconds(flags.read_timeout_s);
+  flags.server.limits.keep_alive_timeout = std::chrono::seconds(flags.keep_alive_timeout_s);
   flags.server.limits.write_timeout = std::chrono::seconds(flags.write_timeout_s);
+  if (auto error = check_file_descriptor_room(flags.server.max_connections)) {
+    std::cerr << "error: " << *error << "\n";
+    return 2;
+  }
+  std::erase(flags.server.public_routes, std::string());  // --public-routes "" protects all
+  for (const std::string& route : flags.server.public_routes) {
+    if (!route.starts_with("/")) {
+      std::cerr << "error: --public-routes takes paths such as /health, not '" << route << "'\n";
+      return 2;
+    }
+  }
   flags.server.drain_timeout = std::chrono::seconds(flags.drain_timeout_s);
   OpenAiServer server(*engine, scheduler, metrics, flags.server);
   if (!server.listen(&error)) {
@@ -117,7 +156,13 @@ CommandRunner register_serve_command(CLI::App& app) {
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   app.add_option("--api-key", flags->server.api_key,
-                 "Require 'Authorization: Bearer KEY' on /v1/* routes");
+                 "Require 'Authorization: Bearer KEY' on every route but --public-routes");
+  app.add_option("--public-routes", flags->server.public_routes,
+                 "Routes served without the --api-key (probes, Prometheus); pass an empty "
+                 "string to protect every route")
+      ->delimiter(',')
+      ->expected(0, -1)
+      ->capture_default_str();
   app.add_option("-c,--ctx-size", flags->engine.ctx_size,
                  "KV cache capacity in tokens, shared by all running requests")
       ->check(CLI::Range(64, 1 << 22))
@@ -178,9 +223,23 @@ CommandRunner register_serve_command(CLI::App& app) {
                "Keep full-size sliding-window KV caches (more memory)");
   app.add_option("--max-body-bytes", flags->server.limits.max_body_bytes,
                  "Largest request body accepted (413 beyond)")
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 32))
+      ->capture_default_str();
+  app.add_option("--max-header-bytes", flags->server.limits.max_header_bytes,
+                 "Largest request line + headers accepted (431 beyond)")
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--max-connections", flags->server.max_connections,
+                 "Open client connections beyond which new ones get 503 and are closed")
+      ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   app.add_option("--read-timeout", flags->read_timeout_s,
-                 "Seconds a connection has to send a whole request; also the keep-alive idle limit")
+                 "Seconds a connection has to send a whole request (header and body) from its "
+                 "first byte; 100-continue does not extend it")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  app.add_option("--keep-alive-timeout", flags->keep_alive_timeout_s,
+                 "Seconds an idle keep-alive connection waits for its next request")
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
   app.add_option("--write-timeout", flags->write_timeout_s,

@@ -42,21 +42,16 @@ void StepScheduler::wake() {
   work_available_.notify_one();
 }
 
+// The engine thread decides when the drain is over (it alone knows whether a request is between
+// the queue and the running set), so nothing admitted before `accepting_` fell is lost.
 void StepScheduler::shutdown(std::chrono::milliseconds drain_timeout) {
-  const TimePoint deadline = Clock::now() + drain_timeout;
   {
     std::lock_guard lock(mutex_);
     accepting_ = false;
-  }
-  // Let in-flight work finish until the deadline, then cancel whatever is left.
-  while (Clock::now() < deadline) {
-    const SchedulerStats now = stats();
-    if (now.running == 0 && now.waiting == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  {
-    std::lock_guard lock(mutex_);
-    stop_ = true;
+    if (!draining_ || Clock::now() + drain_timeout < drain_deadline_) {
+      drain_deadline_ = Clock::now() + drain_timeout;
+    }
+    draining_ = true;
   }
   work_available_.notify_one();
   if (engine_thread_.joinable()) engine_thread_.join();
@@ -76,8 +71,14 @@ SchedulerStats StepScheduler::stats() const {
 }
 
 void StepScheduler::run_loop() {
-  while (wait_for_work()) step();
-  // Stopping: cancel everything still here.
+  while (wait_for_work()) {
+    try {
+      step();
+    } catch (const std::exception& e) {
+      fail_running(e.what());
+    }
+  }
+  // The drain is over: cancel everything still here.
   for (auto& sequence : running_) sequence->finish(FinishReason::cancelled, metrics_);
   release_finished();
   std::deque<std::shared_ptr<Request>> abandoned;
@@ -88,13 +89,22 @@ void StepScheduler::run_loop() {
   for (auto& request : abandoned) finish_unscheduled(*request, FinishReason::cancelled);
 }
 
-// Blocks while there is nothing to do; false once the scheduler is stopping.
+// Blocks while there is nothing to do; false once the scheduler should stop: draining, and
+// either out of work or past the drain's deadline.
 bool StepScheduler::wait_for_work() {
   std::unique_lock lock(mutex_);
-  work_available_.wait(
-      lock, [this] { return stop_ || !running_.empty() || !waiting_.empty() || wake_pending_; });
+  for (;;) {
+    const bool idle = running_.empty() && waiting_.empty();
+    if (draining_ && (idle || Clock::now() >= drain_deadline_)) return false;
+    if (!idle || wake_pending_) break;
+    if (draining_) {
+      work_available_.wait_until(lock, drain_deadline_);
+    } else {
+      work_available_.wait(lock);
+    }
+  }
   wake_pending_ = false;
-  return !stop_;
+  return true;
 }
 
 void StepScheduler::step() {
@@ -244,6 +254,16 @@ void StepScheduler::commit_samples() {
   for (size_t i = 0; i < to_sample_.size(); ++i) {
     to_sample_[i]->accept_token(std::move(samples_[i]), engine_, metrics_);
   }
+}
+
+// A step that throws (out of memory, a bug) ends the requests it was running, never the server.
+void StepScheduler::fail_running(const std::string& what) {
+  spdlog::error("engine step failed: {}; ending the {} running requests", what, running_.size());
+  const std::string error = "the server failed while generating this response; it has been logged";
+  for (auto& sequence : running_) {
+    if (!sequence->finished()) sequence->finish(FinishReason::error, metrics_, error);
+  }
+  release_finished();
 }
 
 void StepScheduler::fail_batch(const std::string& error) {

@@ -46,7 +46,8 @@ class StepScheduler {
   SubmitStatus submit(std::shared_ptr<Request> request);
   // Any thread: makes the engine thread look at cancelled flags now.
   void wake();
-  // Stops admitting, waits up to `drain_timeout` for in-flight work, cancels the rest, joins.
+  // Stops admitting, lets in-flight work finish for up to `drain_timeout`, cancels the rest and
+  // joins the engine thread. A later call may only shorten the drain.
   void shutdown(std::chrono::milliseconds drain_timeout);
 
   SchedulerStats stats() const;
@@ -62,6 +63,7 @@ class StepScheduler {
   void commit_samples();
   void release_finished();
   void fail_batch(const std::string& error);
+  void fail_running(const std::string& what);
   void finish_unscheduled(Request& request, FinishReason reason);
   int reserved_kv_tokens() const;
   int prefill_budget(int decode_tokens) const;
@@ -76,7 +78,8 @@ class StepScheduler {
   std::condition_variable work_available_;
   std::deque<std::shared_ptr<Request>> waiting_;  // guarded by mutex_
   bool accepting_ = true;                         // guarded by mutex_
-  bool stop_ = false;                             // guarded by mutex_
+  bool draining_ = false;                         // guarded by mutex_
+  TimePoint drain_deadline_;                      // guarded by mutex_
   bool wake_pending_ = false;                     // guarded by mutex_
 
   // Engine thread only.

@@ -61,17 +61,32 @@ void CompletionExchange::begin() {
   });
 }
 
+// Runs on the session's strand: a failure here ends this response, never the I/O thread.
 void CompletionExchange::on_update(const GenerationUpdate& update) {
+  if (!request_) return;  // the response already failed
+  try {
+    present_update(update);
+  } catch (const std::exception& e) {
+    spdlog::error("request {}: writing its response failed: {}", id_, e.what());
+    request_->cancelled = true;
+    scheduler_.wake();
+    session_->abort();
+    request_.reset();
+    return;
+  }
+  if (update.finished()) {
+    log_finished(update);
+    request_.reset();
+  }
+}
+
+void CompletionExchange::present_update(const GenerationUpdate& update) {
   if (params_.top_logprobs >= 0) logprobs_.append(update.logprobs);
   if (params_.stream) {
     stream_update(update);
   } else {
     text_ += update.text;
     if (update.finished()) respond_whole(update);
-  }
-  if (update.finished()) {
-    log_finished(update);
-    request_.reset();
   }
 }
 
@@ -81,15 +96,11 @@ void CompletionExchange::stream_update(const GenerationUpdate& update) {
       session_->send_event("data: " + chunk_json(update.text, nullptr) + "\n\n");
     return;
   }
-  if (update.finish_reason == FinishReason::error) {
-    ApiError error;
-    error.status = 500;
-    error.type = "server_error";
-    error.message = update.error;
-    session_->send_event("data: " + error.to_json() + "\n\n");
-  } else if (is_reportable(update.finish_reason)) {
+  if (is_reportable(update.finish_reason)) {
     session_->send_event("data: " + chunk_json(update.text, &update) + "\n\n");
     if (params_.include_usage) session_->send_event("data: " + usage_chunk_json(update) + "\n\n");
+  } else {
+    session_->send_event("data: " + error_chunk_json(update) + "\n\n");
   }
   session_->send_event("data: [DONE]\n\n");
   session_->end_event_stream();
@@ -97,13 +108,7 @@ void CompletionExchange::stream_update(const GenerationUpdate& update) {
 
 void CompletionExchange::respond_whole(const GenerationUpdate& update) {
   if (!is_reportable(update.finish_reason)) {
-    ApiError error;
-    error.status = update.finish_reason == FinishReason::cancelled ? 503 : 500;
-    error.type = "server_error";
-    error.message = update.finish_reason == FinishReason::cancelled
-                        ? "the request was cancelled because the server is shutting down"
-                        : update.error;
-    return session_->respond(error_response(error));
+    return session_->respond(error_response(unfinished_error(update)));
   }
   json choice = {{"index", 0},
                  {"finish_reason", finish_reason_name(update.finish_reason)},
@@ -157,6 +162,30 @@ std::string CompletionExchange::chunk_json(const std::string& text,
 json CompletionExchange::choice_logprobs() {
   if (params_.top_logprobs < 0) return nullptr;
   return logprobs_.take();
+}
+
+// Why a request ended without a result: the server is shutting down, or generation failed.
+ApiError CompletionExchange::unfinished_error(const GenerationUpdate& update) {
+  ApiError error;
+  error.type = "server_error";
+  if (update.finish_reason == FinishReason::cancelled) {
+    error.status = 503;
+    error.code = "shutting_down";
+    error.message = "the request was cancelled because the server is shutting down; retry it";
+  } else {
+    error.status = 500;
+    error.code = "generation_failed";
+    error.message = update.error;
+  }
+  return error;
+}
+
+// The last event of a stream that ends without a result: a chunk whose choice carries the
+// finish_reason ("cancelled" or "error"), with an OpenAI error object that SDKs raise.
+std::string CompletionExchange::error_chunk_json(const GenerationUpdate& update) {
+  json chunk = json::parse(chunk_json("", &update));
+  chunk["error"] = json::parse(unfinished_error(update).to_json())["error"];
+  return dump_json(chunk);
 }
 
 std::string CompletionExchange::usage_chunk_json(const GenerationUpdate& update) const {

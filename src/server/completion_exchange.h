@@ -26,11 +26,14 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
 
  private:
   void on_update(const GenerationUpdate& update);
+  void present_update(const GenerationUpdate& update);
   void stream_update(const GenerationUpdate& update);
   void respond_whole(const GenerationUpdate& update);
   std::string chunk_json(const std::string& text, const GenerationUpdate* final_update);
   nlohmann::json choice_logprobs();
   std::string usage_chunk_json(const GenerationUpdate& update) const;
+  std::string error_chunk_json(const GenerationUpdate& update);
+  static ApiError unfinished_error(const GenerationUpdate& update);
   void log_finished(const GenerationUpdate& update) const;
 
   std::shared_ptr<HttpSession> session_;

@@ -1,6 +1,7 @@
 #include "server/http_session.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
 #include <sstream>
@@ -34,24 +35,47 @@ std::string serialize(Message& message) {
 }  // namespace
 
 HttpSession::HttpSession(tcp::socket&& socket, const HttpLimits& limits, HeaderCheck header_check,
-                         RequestHandler handler)
+                         RequestHandler handler, std::unique_ptr<ConnectionLimiter::Slot> slot)
     : stream_(std::move(socket)),
       limits_(limits),
       header_check_(std::move(header_check)),
-      handler_(std::move(handler)) {}
+      handler_(std::move(handler)),
+      slot_(std::move(slot)) {}
 
 void HttpSession::start() {
   net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_header(); });
 }
 
+void HttpSession::refuse(HttpResponse&& response) {
+  net::dispatch(stream_.get_executor(),
+                [self = shared_from_this(), response = std::move(response)]() mutable {
+                  self->refuse_and_close(std::move(response));
+                });
+}
+
+// Between keep-alive requests the connection may idle for keep_alive_timeout; the request's own
+// deadline starts with its first byte.
+void HttpSession::await_next_request() {
+  if (buffer_.size() > 0) return read_header();  // a pipelined request is already here
+  stream_.expires_after(limits_.keep_alive_timeout);
+  stream_.async_read_some(buffer_.prepare(4096),
+                          [self = shared_from_this()](beast::error_code ec, size_t bytes) {
+                            self->buffer_.commit(bytes);
+                            if (ec || bytes == 0) return self->close();
+                            self->read_header();
+                          });
+}
+
 void HttpSession::read_header() {
   parser_.emplace();
-  parser_->header_limit(16 * 1024);
+  parser_->header_limit(static_cast<std::uint32_t>(limits_.max_header_bytes));
   parser_->body_limit(limits_.max_body_bytes);
   keep_alive_ = false;
   close_after_write_ = false;
+  response_begun_ = false;
   response_done_ = false;
-  stream_.expires_after(limits_.read_timeout);
+  request_deadline_ = std::chrono::steady_clock::now() + limits_.read_timeout;
+  stream_.expires_at(request_deadline_);
   http::async_read_header(
       stream_, buffer_, *parser_,
       [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
@@ -66,6 +90,14 @@ void HttpSession::on_header(beast::error_code ec) {
   if (ec == http::error::body_limit) {
     return refuse_too_large();
   }
+  if (ec == http::error::header_limit) {
+    return refuse_and_close(protocol_error(
+        431,
+        fmt::format("the request line and headers are larger than the limit of {} bytes "
+                    "(--max-header-bytes)",
+                    limits_.max_header_bytes),
+        "request_header_fields_too_large"));
+  }
   if (ec) {
     return refuse_and_close(
         protocol_error(400, "malformed HTTP request: " + ec.message(), "bad_http_request"));
@@ -76,10 +108,10 @@ void HttpSession::on_header(beast::error_code ec) {
     if (!parser_->is_done()) return refuse_and_close(std::move(*refusal));
     return respond(std::move(*refusal));
   }
+  reading_body_ = true;
   if (parser_->get()[http::field::expect] == "100-continue") {
     queue_write("HTTP/1.1 100 Continue\r\n\r\n");
   }
-  reading_body_ = true;
   read_body();
 }
 
@@ -99,7 +131,26 @@ void HttpSession::on_body(beast::error_code ec) {
   stream_.expires_never();
   HttpRequest request = parser_->release();
   keep_alive_ = request.keep_alive();
-  handler_(std::move(request), shared_from_this());
+  if (slot_) slot_->set_busy(true);
+  serve(std::move(request));
+}
+
+// The last line of defence: whatever a handler throws ends this request, never the process.
+void HttpSession::serve(HttpRequest&& request) {
+  const std::string target(request.target());
+  try {
+    handler_(std::move(request), shared_from_this());
+  } catch (const std::exception& e) {
+    spdlog::error("request {} failed: {}", target, e.what());
+    if (response_begun_) return close();
+    ApiError error;
+    error.status = 500;
+    error.type = "server_error";
+    error.code = "internal_error";
+    error.message = "the server failed while handling this request; it has been logged";
+    close_after_write_ = true;
+    respond(error_response(error));
+  }
 }
 
 void HttpSession::respond(HttpResponse&& response) {
@@ -108,6 +159,7 @@ void HttpSession::respond(HttpResponse&& response) {
   response.keep_alive(keep_alive_ && !close_after_write_);
   response.set(http::field::server, "brisk");
   response.prepare_payload();
+  response_begun_ = true;
   response_done_ = true;
   queue_write(serialize(response));
 }
@@ -120,6 +172,7 @@ void HttpSession::begin_event_stream(int status, const std::string& content_type
   header.set(http::field::cache_control, "no-cache");
   header.keep_alive(keep_alive_);
   header.chunked(true);
+  response_begun_ = true;
   queue_write(serialize(header.base()));
 }
 
@@ -136,15 +189,22 @@ void HttpSession::end_event_stream() {
 
 void HttpSession::watch_for_disconnect(std::function<void()> on_gone) {
   on_gone_ = std::move(on_gone);
+  arm_disconnect_watch();
+}
+
+void HttpSession::arm_disconnect_watch() {
   stream_.socket().async_wait(
       tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
-        if (ec == net::error::operation_aborted || !self->on_gone_) return;
+        if (ec == net::error::operation_aborted || !self->on_gone_ || self->closed_) return;
         char byte;
         const ssize_t peeked =
             ec ? 0
                : ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
         if (peeked > 0) return;  // a pipelined request, not a goodbye
-        if (peeked < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        // A wake-up with nothing to read: keep watching, or a later goodbye goes unnoticed.
+        if (peeked < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+          return self->arm_disconnect_watch();
+        }
         auto on_gone = std::move(self->on_gone_);
         self->on_gone_ = nullptr;
         on_gone();
@@ -160,7 +220,12 @@ void HttpSession::queue_write(std::string bytes) {
 void HttpSession::write_next() {
   if (closed_) return;
   writing_ = true;
-  stream_.expires_after(limits_.write_timeout);
+  // A "100 Continue" sent while the body is read must not extend the request's deadline.
+  if (reading_body_) {
+    stream_.expires_at(request_deadline_);
+  } else {
+    stream_.expires_after(limits_.write_timeout);
+  }
   net::async_write(
       stream_, net::buffer(outbox_.front()),
       [self = shared_from_this()](beast::error_code ec, size_t) { self->on_write(ec); });
@@ -178,21 +243,19 @@ void HttpSession::on_write(beast::error_code ec) {
   }
   outbox_.pop_front();
   if (!outbox_.empty()) return write_next();
-  if (reading_body_) {
-    stream_.expires_after(limits_.read_timeout);  // only a "100 Continue" went out
-    return;
-  }
+  if (reading_body_) return;  // only a "100 Continue" went out; the body read goes on
   stream_.expires_never();
   if (response_done_) finish_response();
 }
 
 void HttpSession::finish_response() {
   on_gone_ = nullptr;
+  if (slot_) slot_->set_busy(false);
   if (close_after_write_) return drain_then_close();
   if (!keep_alive_) return close();
   beast::error_code ignored;
   stream_.socket().cancel(ignored);  // stop the disconnect watch before reading again
-  read_header();
+  await_next_request();
 }
 
 void HttpSession::refuse_too_large() {
@@ -230,6 +293,7 @@ void HttpSession::close() {
   if (closed_) return;
   closed_ = true;
   on_gone_ = nullptr;
+  if (slot_) slot_->set_busy(false);
   beast::error_code ignored;
   stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
   stream_.close();

@@ -17,6 +17,7 @@
 #include <boost/beast/http.hpp>
 
 #include "server/api_error.h"
+#include "server/connection_limiter.h"
 
 namespace brisk {
 
@@ -33,9 +34,12 @@ HttpResponse error_response(const ApiError& error);
 
 struct HttpLimits {
   size_t max_body_bytes = 8 << 20;
-  // A connection must deliver a whole request within this time, and an idle keep-alive
-  // connection is closed after it: a slow or silent client cannot hold a connection forever.
+  size_t max_header_bytes = 16 << 10;  // request line + headers; 431 beyond
+  // A request (header and body) must arrive whole within this time of its first byte, whatever
+  // "100 Continue" or a trickle of bytes does: a slow client cannot hold a connection forever.
   std::chrono::seconds read_timeout{30};
+  // A keep-alive connection with no new request for this long is closed.
+  std::chrono::seconds keep_alive_timeout{30};
   // A streaming client that stops reading for this long is dropped (its request cancelled).
   std::chrono::seconds write_timeout{60};
 };
@@ -52,22 +56,29 @@ using HeaderCheck =
 // Every member function runs on the connection's strand.
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
  public:
+  // `slot`: this connection's place under --max-connections (null for a refused connection).
   HttpSession(tcp::socket&& socket, const HttpLimits& limits, HeaderCheck header_check,
-              RequestHandler handler);
+              RequestHandler handler, std::unique_ptr<ConnectionLimiter::Slot> slot);
 
   void start();
+  // Answers at once without reading a request (the connection limit is reached), then closes.
+  void refuse(HttpResponse&& response);
   net::any_io_executor executor() { return stream_.get_executor(); }
 
   void respond(HttpResponse&& response);
   void begin_event_stream(int status, const std::string& content_type);
   void send_event(const std::string& data);
   void end_event_stream();
+  // Drops the connection at once: a response that cannot be completed must not look complete.
+  void abort() { close(); }
   // Calls `on_gone` once if the peer closes the connection before the response is complete.
   void watch_for_disconnect(std::function<void()> on_gone);
 
  private:
+  void await_next_request();
   void read_header();
   void on_header(beast::error_code ec);
+  void serve(HttpRequest&& request);
   void read_body();
   void on_body(beast::error_code ec);
   void queue_write(std::string bytes);
@@ -75,6 +86,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void on_write(beast::error_code ec);
   void finish_response();
   void refuse_and_close(HttpResponse&& response);
+  void arm_disconnect_watch();
   void refuse_too_large();
   void drain_then_close();
   void discard_incoming(std::shared_ptr<std::array<char, 64 * 1024>> scratch);
@@ -86,14 +98,17 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   HeaderCheck header_check_;
   RequestHandler handler_;
   std::optional<http::request_parser<http::string_body>> parser_;
+  std::chrono::steady_clock::time_point request_deadline_;
   bool keep_alive_ = false;
   bool close_after_write_ = false;
+  bool response_begun_ = false;  // a status line is queued: an error can no longer be sent
   bool response_done_ = false;  // the whole response is queued
   bool writing_ = false;
   bool reading_body_ = false;
   bool closed_ = false;
   std::deque<std::string> outbox_;
   std::function<void()> on_gone_;
+  std::unique_ptr<ConnectionLimiter::Slot> slot_;
 };
 
 }  // namespace brisk

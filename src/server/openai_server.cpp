@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
@@ -61,7 +62,9 @@ OpenAiServer::OpenAiServer(Engine& engine, StepScheduler& scheduler, ServingMetr
       scheduler_(scheduler),
       metrics_(metrics),
       options_(std::move(options)),
-      acceptor_(io_) {}
+      acceptor_(io_),
+      accept_pause_(io_),
+      connections_(options_.max_connections) {}
 
 bool OpenAiServer::listen(std::string* error) {
   beast::error_code ec;
@@ -86,51 +89,116 @@ bool OpenAiServer::listen(std::string* error) {
 
 void OpenAiServer::run_until_signal() {
   net::signal_set signals(io_, SIGINT, SIGTERM);
-  std::thread shutdown_thread;
-  signals.async_wait([this, &shutdown_thread](beast::error_code ec, int signal_number) {
+  std::thread drain_thread;
+  std::function<void(beast::error_code, int)> on_signal = [&](beast::error_code ec,
+                                                              int signal_number) {
     if (ec) return;
-    spdlog::info("received signal {}: draining for up to {}s", signal_number,
-                 options_.drain_timeout.count());
-    draining_ = true;
+    if (draining_.exchange(true)) {
+      spdlog::warn("received signal {} again: exiting now without finishing the drain",
+                   signal_number);
+      std::_Exit(128 + signal_number);
+    }
+    spdlog::info("received signal {}: draining for up to {}s (send it again to exit now)",
+                 signal_number, options_.drain_timeout.count());
     beast::error_code ignored;
     acceptor_.close(ignored);
+    signals.async_wait(on_signal);
     // The drain blocks, so it runs beside the I/O threads that must keep writing responses.
-    shutdown_thread = std::thread([this] {
-      scheduler_.shutdown(options_.drain_timeout);
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let final writes go out
-      io_.stop();
-    });
-  });
+    drain_thread = std::thread([this] { drain(); });
+  };
+  signals.async_wait(on_signal);
   accept_next();
   std::vector<std::thread> threads;
-  for (int i = 1; i < options_.io_threads; ++i) threads.emplace_back([this] { io_.run(); });
-  io_.run();
+  for (int i = 1; i < options_.io_threads; ++i) threads.emplace_back([this] { run_io(); });
+  run_io();
   for (auto& thread : threads) thread.join();
-  if (shutdown_thread.joinable()) shutdown_thread.join();
+  if (drain_thread.joinable()) drain_thread.join();
   spdlog::info("server stopped");
+}
+
+// An exception that escapes a handler ends that handler, never the I/O thread or the process.
+void OpenAiServer::run_io() {
+  for (;;) {
+    try {
+      io_.run();
+      return;
+    } catch (const std::exception& e) {
+      spdlog::error("an I/O handler failed: {}", e.what());
+    }
+  }
+}
+
+void OpenAiServer::drain() {
+  scheduler_.shutdown(options_.drain_timeout);
+  // Every request has its final update; let the responses reach their clients.
+  const TimePoint deadline = Clock::now() + std::chrono::seconds(2);
+  while (connections_.busy() > 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (connections_.busy() > 0) {
+    spdlog::warn("{} responses were still being written when the drain ended",
+                 connections_.busy());
+  }
+  io_.stop();
 }
 
 void OpenAiServer::accept_next() {
   acceptor_.async_accept(net::make_strand(io_), [this](beast::error_code ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
-    if (!ec) {
-      auto session = std::make_shared<HttpSession>(
-          std::move(socket), options_.limits,
-          [this](const auto& parser) { return check_header(parser); },
-          [this](HttpRequest&& request, const std::shared_ptr<HttpSession>& session) {
-            handle(std::move(request), session);
-          });
-      session->start();
+    if (ec) {
+      // Out of file descriptors (or a transient error): retrying at once would spin a core.
+      spdlog::warn("accepting a connection failed: {}; pausing accepts for 50 ms", ec.message());
+      return accept_after_pause();
     }
+    on_accepted(std::move(socket));
     accept_next();
   });
+}
+
+void OpenAiServer::accept_after_pause() {
+  accept_pause_.expires_after(std::chrono::milliseconds(50));
+  accept_pause_.async_wait([this](beast::error_code ec) {
+    if (!ec && acceptor_.is_open()) accept_next();
+  });
+}
+
+void OpenAiServer::on_accepted(tcp::socket&& socket) {
+  auto slot = connections_.try_acquire();
+  const bool refused = slot == nullptr;
+  auto session = std::make_shared<HttpSession>(
+      std::move(socket), options_.limits,
+      [this](const auto& parser) { return check_header(parser); },
+      [this](HttpRequest&& request, const std::shared_ptr<HttpSession>& session) {
+        handle(std::move(request), session);
+      },
+      std::move(slot));
+  if (!refused) return session->start();
+  ApiError error;
+  error.status = 503;
+  error.type = "server_error";
+  error.code = "too_many_connections";
+  error.message = fmt::format(
+      "the server has {} open connections, its limit (--max-connections); retry shortly or "
+      "reuse a keep-alive connection",
+      options_.max_connections);
+  metrics_.count_rejection("too_many_connections");
+  HttpResponse response = error_response(error);
+  response.set(http::field::retry_after, "1");
+  session->refuse(std::move(response));
+}
+
+bool OpenAiServer::is_public(std::string_view path) const {
+  for (const std::string& route : options_.public_routes) {
+    if (route == path) return true;
+  }
+  return false;
 }
 
 std::optional<HttpResponse> OpenAiServer::check_header(
     const http::request_parser<http::string_body>& parser) {
   const auto& request = parser.get();
   const std::string_view path = path_of(request.target());
-  if (options_.api_key.empty() || !path.starts_with("/v1/")) return std::nullopt;
+  if (options_.api_key.empty() || is_public(path)) return std::nullopt;
   const std::string_view authorization = as_std(request[http::field::authorization]);
   const std::string_view prefix = "Bearer ";
   if (authorization.starts_with(prefix) &&
@@ -186,7 +254,7 @@ void OpenAiServer::handle(HttpRequest&& request, const std::shared_ptr<HttpSessi
   if (path == "/metrics") {
     HttpResponse response{http::status::ok, 11};
     response.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-    response.body() = metrics_.render_prometheus(scheduler_.stats());
+    response.body() = metrics_.render_prometheus(scheduler_.stats()) + connections_.render_prometheus();
     return session->respond(std::move(response));
   }
   if (path == "/v1/models") return session->respond(models_response());

@@ -5,12 +5,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "sched/serving_metrics.h"
 #include "sched/step_scheduler.h"
 #include "server/api_error.h"
 #include "server/completion_params.h"
+#include "server/connection_limiter.h"
 #include "server/http_session.h"
 
 namespace brisk {
@@ -19,6 +21,9 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string api_key;  // empty: no authentication
+  // Routes served without the key when one is set (probes and Prometheus need none).
+  std::vector<std::string> public_routes = {"/health", "/ready", "/metrics"};
+  int max_connections = 1024;
   std::string model_name;
   HttpLimits limits;
   int io_threads = 2;
@@ -36,10 +41,16 @@ class OpenAiServer {
   bool listen(std::string* error);
   int port() const { return bound_port_; }
   // Serves until SIGINT/SIGTERM, then drains in-flight work (up to --drain-timeout) and returns.
+  // A second signal during the drain exits at once.
   void run_until_signal();
 
  private:
   void accept_next();
+  void accept_after_pause();
+  void on_accepted(tcp::socket&& socket);
+  void run_io();
+  void drain();
+  bool is_public(std::string_view path) const;
   std::optional<HttpResponse> check_header(const http::request_parser<http::string_body>& parser);
   void handle(HttpRequest&& request, const std::shared_ptr<HttpSession>& session);
   void handle_completion(const HttpRequest& request, CompletionKind kind,
@@ -56,6 +67,8 @@ class OpenAiServer {
   ServerOptions options_;
   net::io_context io_;
   tcp::acceptor acceptor_;
+  net::steady_timer accept_pause_;
+  ConnectionLimiter connections_;
   int bound_port_ = 0;
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_request_id_{0};

@@ -201,7 +201,8 @@ def brisk_guarded(tmp_path_factory):
         tmp_path_factory,
         "brisk-guarded",
         ["--api-key", API_KEY, "--max-queued-requests", "2", "--max-seqs", "1",
-         "--read-timeout", str(GUARDED_READ_TIMEOUT_S), "--log-format", "json"],
+         "--read-timeout", str(GUARDED_READ_TIMEOUT_S),
+         "--keep-alive-timeout", str(GUARDED_READ_TIMEOUT_S), "--log-format", "json"],
         api_key=API_KEY,
     )
     yield server

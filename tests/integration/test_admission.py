@@ -15,6 +15,7 @@ import pytest
 from conftest import (
     API_KEY,
     MODEL_NAME,
+    _start_brisk,
     assert_openai_error,
     completion_text,
     get_metrics,
@@ -51,6 +52,27 @@ def test_key_protects_models_and_completions(brisk_guarded):
     assert_openai_error(
         httpx.post(brisk_guarded.base_url + "/v1/completions", timeout=10,
                    json={"prompt": "hi", "max_tokens": 2}), 401)
+
+
+def test_probes_and_metrics_are_open_but_tokenize_needs_the_key(brisk_guarded):
+    for path in ("/health", "/ready", "/metrics"):
+        assert httpx.get(brisk_guarded.base_url + path, timeout=10).status_code == 200, path
+    tokenize = brisk_guarded.base_url + "/tokenize"
+    assert_openai_error(httpx.post(tokenize, json={"content": "hi"}, timeout=10), 401)
+    r = httpx.post(tokenize, json={"content": "hi"}, headers=brisk_guarded.headers, timeout=10)
+    assert r.status_code == 200 and r.json()["tokens"]
+
+
+def test_public_routes_empty_protects_every_route(tmp_path_factory):
+    server = _start_brisk(tmp_path_factory, "brisk-closed",
+                          ["--api-key", API_KEY, "--public-routes", ""], api_key=API_KEY)
+    try:
+        for path in ("/health", "/ready", "/metrics"):
+            assert_openai_error(httpx.get(server.base_url + path, timeout=10), 401)
+            assert httpx.get(server.base_url + path, headers=server.headers,
+                             timeout=10).status_code == 200
+    finally:
+        server.kill()
 
 
 def test_sdk_auth(brisk_guarded):

@@ -105,3 +105,128 @@ def test_sigterm_finishes_in_flight_work_then_exits_zero(tmp_path_factory):
         assert server.proc.wait(timeout=30) == 0
     finally:
         server.kill()
+
+
+def _stream_lines(server, max_tokens: int):
+    """Opens a streaming completion and returns (response context, line iterator)."""
+    ctx = httpx.stream("POST", server.base_url + "/v1/completions", timeout=120,
+                       json={"model": MODEL_NAME, "prompt": "Once", "max_tokens": max_tokens,
+                             "ignore_eos": True, "stream": True})
+    response = ctx.__enter__()
+    assert response.status_code == 200
+    return ctx, response.iter_lines()
+
+
+def _wait_for_content_event(lines) -> None:
+    for line in lines:
+        if line.startswith("data: {"):
+            return
+    raise AssertionError("the stream ended before its first token")
+
+
+def test_second_signal_exits_at_once(tmp_path_factory):
+    server = _start_brisk(tmp_path_factory, "brisk-second-signal", ["--drain-timeout", "600"],
+                          api_key=None)
+    try:
+        ctx, lines = _stream_lines(server, 4000)
+        _wait_for_content_event(lines)
+        server.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert server.proc.poll() is None, "the first signal drains; it must not exit yet"
+        started = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        code = server.proc.wait(timeout=10)
+        assert time.monotonic() - started < 3
+        assert code == 128 + signal.SIGTERM
+        ctx.__exit__(None, None, None)
+    finally:
+        server.kill()
+
+
+def test_a_stream_cancelled_by_the_drain_ends_with_an_error_and_finish_reason(tmp_path_factory):
+    server = _start_brisk(tmp_path_factory, "brisk-drain-cancel", ["--drain-timeout", "1"],
+                          api_key=None)
+    try:
+        ctx, lines = _stream_lines(server, 4000)
+        _wait_for_content_event(lines)
+        server.proc.send_signal(signal.SIGTERM)
+        events = [line[len("data: "):] for line in lines if line.startswith("data: ")]
+        ctx.__exit__(None, None, None)
+        assert events[-1] == "[DONE]"
+        last = json.loads(events[-2])
+        assert last["choices"][0]["finish_reason"] == "cancelled", last
+        assert last["error"]["code"] == "shutting_down", last
+        assert last["error"]["type"] == "server_error"
+        assert server.proc.wait(timeout=30) == 0
+    finally:
+        server.kill()
+
+
+def test_no_request_admitted_before_the_drain_is_lost(tmp_path_factory):
+    """Requests arriving while SIGTERM lands are either finished whole or refused with 503."""
+    server = _start_brisk(tmp_path_factory, "brisk-drain-race",
+                          ["--drain-timeout", "60", "--max-seqs", "4"], api_key=None)
+    outcomes: list = []
+    lock = threading.Lock()
+    stop_sending = threading.Event()
+
+    def sender():
+        while not stop_sending.is_set():
+            try:
+                r = httpx.post(server.base_url + "/v1/completions", timeout=120,
+                               json={"model": MODEL_NAME, "prompt": "Hi", "max_tokens": 4,
+                                     "ignore_eos": True})
+                outcome = (r.status_code, r.json().get("choices", [{}])[0].get("finish_reason")
+                           if r.status_code == 200 else r.json()["error"]["code"])
+            except httpx.TransportError:
+                outcome = ("closed", None)  # the listener is gone: never admitted
+            with lock:
+                outcomes.append(outcome)
+            if outcome[0] != 200:
+                return
+
+    try:
+        threads = [threading.Thread(target=sender) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        time.sleep(1.5)
+        server.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        stop_sending.set()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert server.proc.wait(timeout=60) == 0
+    finally:
+        server.kill()
+    finished = [o for o in outcomes if o[0] == 200]
+    assert finished and all(o[1] == "length" for o in finished), outcomes
+    assert all(o in ((503, "shutting_down"), ("closed", None)) for o in outcomes if o[0] != 200), \
+        outcomes
+
+
+def test_connections_beyond_max_connections_get_503(tmp_path_factory):
+    server = _start_brisk(tmp_path_factory, "brisk-max-connections",
+                          ["--max-connections", "3"], api_key=None)
+    held = []
+    try:
+        held = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(2)]
+        time.sleep(0.3)  # the server has accepted them
+        r = httpx.get(server.base_url + "/health", timeout=10)  # the third place is free
+        assert r.status_code == 200
+        held.append(socket.create_connection(("127.0.0.1", server.port)))
+        time.sleep(0.3)
+        refused = httpx.get(server.base_url + "/health", timeout=10)
+        assert refused.status_code == 503
+        assert refused.headers.get("retry-after") == "1"
+        assert refused.json()["error"]["code"] == "too_many_connections"
+        for sock in held:
+            sock.close()
+        held = []
+        time.sleep(0.3)
+        metrics = httpx.get(server.base_url + "/metrics", timeout=10).text
+        assert "brisk_http_connections_refused_total 1" in metrics
+        assert 'brisk_requests_rejected_total{reason="too_many_connections"} 1' in metrics
+    finally:
+        for sock in held:
+            sock.close()
+        server.kill()
