@@ -22,7 +22,14 @@ int main(int argc, char** argv) {
       brisk::register_plan_command);
   CLI11_PARSE(app, argc, argv);
   for (auto& [command, run] : runners) {
-    if (command->parsed()) return run();
+    if (!command->parsed()) continue;
+    // A failure no check foresaw still ends with a message and an exit status, not an abort.
+    try {
+      return run();
+    } catch (const std::exception& e) {
+      std::cerr << "error: brisk " << command->get_name() << " failed: " << e.what() << "\n";
+      return 1;
+    }
   }
   return 1;
 }

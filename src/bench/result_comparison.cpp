@@ -28,10 +28,12 @@ constexpr Row kRows[] = {
 };
 
 std::optional<double> number_at(const json& run, const Row& row) {
+  if (!run.is_object()) return std::nullopt;
   auto it = run.find(row.metric);
   if (it == run.end()) return std::nullopt;
   const json* value = &*it;
   if (row.stat != nullptr) {
+    if (!it->is_object()) return std::nullopt;
     auto stat = it->find(row.stat);
     if (stat == it->end()) return std::nullopt;
     value = &*stat;
@@ -47,12 +49,22 @@ std::string cell(std::optional<double> value) {
 // What a result says it sent beyond the workload; files written before brisk recorded it say
 // nothing, which is not the same as "nothing was sent".
 std::string sampling_of(const json& document) {
-  const json workload = document.value("workload", json::object());
-  if (!workload.is_object() || !workload.contains("sampling")) return "sampling not recorded";
-  std::string text = "sampling=" + workload["sampling"].dump();
-  const json extra_body = workload.value("extra_body", json::object());
-  if (!extra_body.empty()) text += " extra_body=" + extra_body.dump();
+  const auto workload = document.find("workload");
+  if (workload == document.end() || !workload->is_object() || !workload->contains("sampling")) {
+    return "sampling not recorded";
+  }
+  std::string text = "sampling=" + workload->at("sampling").dump();
+  const auto extra_body = workload->find("extra_body");
+  if (extra_body != workload->end() && !extra_body->empty()) {
+    text += " extra_body=" + extra_body->dump();
+  }
   return text;
+}
+
+// A run's "load" object as text ("{}" when a hand-edited file has none or a run is no object).
+std::string load_of(const json& run) {
+  const auto load = run.is_object() ? run.find("load") : run.end();
+  return load != run.end() ? load->dump() : std::string("{}");
 }
 
 bool has_runs(const json& document) {
@@ -78,8 +90,7 @@ std::string compare_results(const json& first, const json& second, const std::st
   for (size_t i = 0; i < points; ++i) {
     const json& a = first["runs"][i];
     const json& b = second["runs"][i];
-    table += fmt::format("load {}  vs  {}\n", a.value("load", json::object()).dump(),
-                         b.value("load", json::object()).dump());
+    table += fmt::format("load {}  vs  {}\n", load_of(a), load_of(b));
     table += fmt::format("  {:<14} {:>12} {:>12} {:>9}\n", "metric", "A", "B", "B/A");
     for (const Row& row : kRows) {
       const auto x = number_at(a, row);

@@ -173,5 +173,19 @@ TEST(CompareResults, HeaderStatesWhatEachSampledAndNotesADifference) {
             std::string::npos);
 }
 
+// Result files are user input: a hand-edited one with odd types is read, never a throw.
+TEST(CompareResults, OddlyTypedResultFilesAreReadWithoutThrowing) {
+  const json odd = {{"workload", "text"},
+                    {"runs", json::array({1, "x", {{"load", 5}, {"ttft_ms", "fast"}},
+                                          {{"ttft_ms", {{"p50", "x"}}}}})}};
+  const json odd_workload = {{"workload", {{"sampling", 1}, {"extra_body", 7}}},
+                             {"runs", json::array({json::array()})}};
+  std::string error;
+  std::string table;
+  EXPECT_NO_THROW(table = compare_results(odd, odd_workload, "a", "b", error));
+  EXPECT_TRUE(error.empty()) << error;
+  EXPECT_NE(table.find("sampling not recorded"), std::string::npos) << table;
+}
+
 }  // namespace
 }  // namespace brisk::bench
