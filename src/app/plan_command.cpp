@@ -283,13 +283,18 @@ CommandRunner register_plan_command(CLI::App& app) {
       ->required();
   calibrate->add_option("--catalog", calibrate_flags->catalog, "An edited data/hardware.toml");
   calibrate->add_option("--gpu-layers", calibrate_flags->gpu_layers,
-                        "Layers to offload (999: all; needs a CUDA build)");
-  calibrate->add_option("--threads", calibrate_flags->threads, "CPU threads (0: all cores)");
+                        "Layers to offload (999: all; needs a CUDA build)")
+      ->check(CLI::Range(0, 100000));
+  calibrate->add_option("--threads", calibrate_flags->threads, "CPU threads (0: all cores)")
+      ->check(CLI::Range(0, 1024));
   calibrate->add_option("--batches", calibrate_flags->batches, "Decode batch sizes to time")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(CLI::Range(1, 4096));
   calibrate->add_option("--context", calibrate_flags->context_tokens,
-                        "Tokens already in each sequence's cache when decode steps are timed");
-  calibrate->add_option("--repeats", calibrate_flags->repeats, "Timed steps per point (median)");
+                        "Tokens already in each sequence's cache when decode steps are timed")
+      ->check(CLI::Range(0, 1 << 20));
+  calibrate->add_option("--repeats", calibrate_flags->repeats, "Timed steps per point (median)")
+      ->check(CLI::Range(1, 1000));
 
   return [flags, calibrate_flags, calibrate, isl, osl, concurrency, rate] {
     if (calibrate->parsed()) return run_calibrate(*calibrate_flags);

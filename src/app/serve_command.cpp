@@ -76,6 +76,17 @@ int run_serve(ServeFlags& flags) {
     return 2;
   }
   flags.server.generation = std::get<GenerationDefaults>(defaults);
+  if (auto error = check_file_descriptor_room(flags.server.max_connections)) {
+    std::cerr << "error: " << *error << "\n";
+    return 2;
+  }
+  std::erase(flags.server.public_routes, std::string());  // --public-routes "" protects all
+  for (const std::string& route : flags.server.public_routes) {
+    if (!route.starts_with("/")) {
+      std::cerr << "error: --public-routes takes paths such as /health, not '" << route << "'\n";
+      return 2;
+    }
+  }
   const ResolveResult model = ModelStore::from_environment().resolve(flags.model);
   if (!model.ok()) {
     std::cerr << "error: " << model.error << "\n";
@@ -108,17 +119,6 @@ int run_serve(ServeFlags& flags) {
   flags.server.limits.read_timeout = std::chrono::seconds(flags.read_timeout_s);
   flags.server.limits.keep_alive_timeout = std::chrono::seconds(flags.keep_alive_timeout_s);
   flags.server.limits.write_timeout = std::chrono::seconds(flags.write_timeout_s);
-  if (auto error = check_file_descriptor_room(flags.server.max_connections)) {
-    std::cerr << "error: " << *error << "\n";
-    return 2;
-  }
-  std::erase(flags.server.public_routes, std::string());  // --public-routes "" protects all
-  for (const std::string& route : flags.server.public_routes) {
-    if (!route.starts_with("/")) {
-      std::cerr << "error: --public-routes takes paths such as /health, not '" << route << "'\n";
-      return 2;
-    }
-  }
   flags.server.drain_timeout = std::chrono::seconds(flags.drain_timeout_s);
   OpenAiServer server(*engine, scheduler, metrics, flags.server);
   if (!server.listen(&error)) {

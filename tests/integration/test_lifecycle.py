@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import signal
 import socket
+import subprocess
 import threading
 import time
 
 import httpx
+import pytest
 
 from conftest import (
+    BRISK_BIN,
     GUARDED_READ_TIMEOUT_S,
     MODEL_NAME,
     _start_brisk,
@@ -230,3 +233,19 @@ def test_connections_beyond_max_connections_get_503(tmp_path_factory):
         for sock in held:
             sock.close()
         server.kill()
+
+
+@pytest.mark.parametrize("flag, value, says", [
+    ("--max-body-bytes", "0", "--max-body-bytes"),
+    ("--max-header-bytes", "10", "--max-header-bytes"),
+    ("--max-connections", "0", "--max-connections"),
+    ("--max-connections", "1000000", "open files"),
+    ("--keep-alive-timeout", "0", "--keep-alive-timeout"),
+    ("--public-routes", "health", "--public-routes"),
+])
+def test_serve_refuses_out_of_range_flags_before_loading_the_model(flag, value, says):
+    r = subprocess.run([str(BRISK_BIN), "serve", "--model", MODEL_NAME, flag, value],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0
+    assert says in r.stderr + r.stdout
+    assert "loading" not in r.stderr + r.stdout
