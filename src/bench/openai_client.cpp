@@ -8,6 +8,7 @@
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/completion_response.h"
 #include "bench/sse_parser.h"
 
 // GCC 12 flags Boost 1.74's coroutine-frame allocator (operator new paired with a sized class
@@ -46,54 +47,6 @@ RequestError classify_status(unsigned status) {
   if (status >= 500) return RequestError::http_5xx;
   return RequestError::http_4xx;  // includes unexpected 1xx/3xx: the request was not served
 }
-
-void fail(RequestRecord& record, RequestError error, std::string detail) {
-  if (!record.ok()) return;  // keep the first cause
-  record.error = error;
-  record.error_detail = std::move(detail);
-}
-
-// The text a completion chunk or response carries: `text` for completions, the message or delta
-// content for chat. Reasoning text counts too: those are generated tokens the user waits for.
-std::string_view choice_text(const json& choice, ApiKind kind) {
-  auto string_at = [](const json& object, const char* key) -> std::string_view {
-    const auto it = object.find(key);
-    return it != object.end() && it->is_string()
-               ? std::string_view(it->get_ref<const std::string&>())
-               : std::string_view();
-  };
-  if (kind == ApiKind::completions) return string_at(choice, "text");
-  for (const char* holder : {"delta", "message"}) {
-    const auto it = choice.find(holder);
-    if (it == choice.end() || !it->is_object()) continue;
-    std::string_view text = string_at(*it, "content");
-    if (text.empty()) text = string_at(*it, "reasoning_content");
-    return text;
-  }
-  return {};
-}
-
-// Reads `usage` and reports whether the object carried any non-empty text.
-bool read_completion_object(const json& object, ApiKind kind, RequestRecord& record) {
-  if (const auto usage = object.find("usage"); usage != object.end() && usage->is_object()) {
-    record.prompt_tokens = usage->value("prompt_tokens", record.prompt_tokens);
-    record.completion_tokens = usage->value("completion_tokens", record.completion_tokens);
-  }
-  const auto choices = object.find("choices");
-  if (choices == object.end() || !choices->is_array() || choices->empty()) return false;
-  return !choice_text((*choices)[0], kind).empty();
-}
-
-std::string error_message_of(const json& object) {
-  const json& error = object["error"];
-  if (error.is_object() && error.contains("message") && error["message"].is_string())
-    return error["message"].get<std::string>();
-  return error.dump();
-}
-
-}  // namespace
-
-namespace {
 
 json request_body(const std::string& model, int max_tokens, bool stream,
                   const SamplingOptions& sampling) {
@@ -161,7 +114,7 @@ net::awaitable<bool> OpenAiConnection::connect(TimePoint deadline, RequestRecord
     co_await stream_.async_connect(endpoints, net::redirect_error(kAwait, ec));
   }
   if (ec) {
-    fail(record, classify_network_error(ec), "connect to " + target_.url() + ": " + ec.message());
+    record.fail(classify_network_error(ec), "connect to " + target_.url() + ": " + ec.message());
     close();
     co_return false;
   }
@@ -213,7 +166,7 @@ net::awaitable<OpenAiConnection::Attempt> OpenAiConnection::exchange(
     if (ec && reused && is_stale_connection_error(ec)) co_return Attempt::stale_connection;
   }
   if (ec) {
-    fail(record, classify_network_error(ec), "sending request: " + ec.message());
+    record.fail(classify_network_error(ec), "sending request: " + ec.message());
     close();
     co_return Attempt::finished;
   }
@@ -234,7 +187,7 @@ net::awaitable<OpenAiConnection::Attempt> OpenAiConnection::exchange(
     co_await http::async_read_some(stream_, buffer_, parser, net::redirect_error(kAwait, ec));
     if (ec == http::error::need_buffer) ec = {};
     if (ec) {
-      fail(record, classify_network_error(ec), "reading response: " + ec.message());
+      record.fail(classify_network_error(ec), "reading response: " + ec.message());
       close();
       co_return Attempt::finished;
     }
@@ -247,31 +200,17 @@ net::awaitable<OpenAiConnection::Attempt> OpenAiConnection::exchange(
     }
     for (const SseEvent& event : sse.feed(bytes)) {
       if (event.is_done() || !record.ok()) continue;
-      const json object = json::parse(event.data, nullptr, /*allow_exceptions=*/false);
-      if (object.is_discarded() || !object.is_object()) {
-        fail(record, RequestError::malformed_sse, "not JSON: " + event.data.substr(0, 200));
-      } else if (object.contains("error")) {
-        fail(record, RequestError::stream_error, error_message_of(object));
-      } else if (read_completion_object(object, kind_, record)) {
-        record.content_chunks.push_back(arrived);
-      }
+      read_stream_event(event.data, kind_, arrived, record);
     }
   }
 
   if (!success_status) {
-    fail(record, classify_status(record.http_status),
-         "HTTP " + std::to_string(record.http_status) + ": " + kept_body.substr(0, 300));
+    record.fail(classify_status(record.http_status),
+                "HTTP " + std::to_string(record.http_status) + ": " + kept_body.substr(0, 300));
   } else if (request.stream) {
-    if (!sse.saw_done()) fail(record, RequestError::malformed_sse, "stream ended without [DONE]");
+    if (!sse.saw_done()) record.fail(RequestError::malformed_sse, "stream ended without [DONE]");
   } else {
-    const json object = json::parse(kept_body, nullptr, /*allow_exceptions=*/false);
-    if (object.is_discarded() || !object.is_object()) {
-      fail(record, RequestError::malformed_sse, "response is not JSON");
-    } else if (object.contains("error")) {
-      fail(record, RequestError::stream_error, error_message_of(object));
-    } else {
-      read_completion_object(object, kind_, record);
-    }
+    read_response_body(kept_body, kind_, record);
   }
   if (!parser.get().keep_alive()) close();
   co_return Attempt::finished;

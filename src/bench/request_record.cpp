@@ -26,4 +26,10 @@ std::string_view error_name(RequestError error) {
   return "unknown";
 }
 
+void RequestRecord::fail(RequestError cause, std::string detail) {
+  if (!ok()) return;
+  error = cause;
+  error_detail = std::move(detail);
+}
+
 }  // namespace brisk::bench

@@ -48,6 +48,8 @@ struct RequestRecord {
   std::string error_detail;  // first line of what went wrong, for the log and requests.csv
 
   bool ok() const { return error == RequestError::none; }
+  // Marks the request failed. The first cause is kept: later errors are its consequences.
+  void fail(RequestError cause, std::string detail);
   bool has_first_content() const { return !content_chunks.empty(); }
   TimePoint first_content() const {
     return content_chunks.empty() ? TimePoint{} : content_chunks[0];
