@@ -1,0 +1,156 @@
+"""One load phase: N client tasks, each with a fixed role, repeating its behaviour until the
+deadline, while a sampler records RSS, descriptors, /metrics and the clients' outcomes."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import traceback
+from dataclasses import dataclass
+
+import httpx
+
+from soak_lib import prometheus
+from soak_lib.malformed import MalformedLimits, malformed_client
+from soak_lib.outcomes import OutcomeLog
+from soak_lib.server_process import ServerProcess
+from soak_lib.vanishing import VanishLimits, vanishing_client
+from soak_lib.well_behaved import well_behaved_request
+
+WELL_BEHAVED, VANISHING, MALFORMED = "well_behaved", "vanishing", "malformed"
+ROLES = (WELL_BEHAVED, VANISHING, MALFORMED)
+
+
+@dataclass
+class ClientSettings:
+    seed: int
+    think_s: float  # mean pause between one client's actions (exponential, capped at 4x)
+    ramp_s: float  # clients start spread over this long, not all in the same millisecond
+    hang_after_s: float  # a well-behaved request not finished by then is a hang
+    answer_timeout_s: float  # an error answer (or a stream's next event) later than this: a hang
+    read_timeout_s: float  # the server's --read-timeout
+    stall_margin_s: float  # a stalled client still connected this long after it: not dropped
+
+
+def assign_roles(streams: int, shares: dict[str, float], seed: int) -> list[str]:
+    """Exactly round(share x streams) clients per role (largest remainder), in seeded order."""
+    total = sum(shares.values())
+    exact = {role: streams * shares.get(role, 0.0) / total for role in ROLES}
+    counts = {role: int(exact[role]) for role in ROLES}
+    by_remainder = sorted(ROLES, key=lambda r: exact[r] - counts[r], reverse=True)
+    for role in by_remainder[:streams - sum(counts.values())]:
+        counts[role] += 1
+    roles = [role for role in ROLES for _ in range(counts[role])]
+    random.Random(seed).shuffle(roles)
+    return roles
+
+
+def think_time(rng: random.Random, mean_s: float) -> float:
+    return min(rng.expovariate(1.0 / mean_s), 4 * mean_s) if mean_s > 0 else 0.0
+
+
+async def client_loop(index: int, role: str, deadline: float, settings: ClientSettings,
+                      port: int, http: httpx.AsyncClient, log: OutcomeLog,
+                      stop: asyncio.Event) -> None:
+    # Seeded by index alone: in the baseline the same client sends the same requests again.
+    rng = random.Random(f"{settings.seed}:{index}")
+    vanish = VanishLimits(port, settings.read_timeout_s, settings.stall_margin_s,
+                          settings.answer_timeout_s)
+    malformed = MalformedLimits(port, settings.answer_timeout_s, settings.read_timeout_s,
+                                settings.stall_margin_s)
+    await asyncio.sleep(rng.uniform(0, settings.ramp_s))
+    while time.monotonic() < deadline and not stop.is_set():
+        wait_s = 0.0
+        try:
+            if role == WELL_BEHAVED:
+                wait_s = await well_behaved_request(http, rng, log, settings.hang_after_s)
+            elif role == VANISHING:
+                await vanishing_client(vanish, rng, log)
+            else:
+                await malformed_client(malformed, rng, log)
+        except Exception as e:  # a bug in this client must show, not end the soak
+            log.record("client", role, f"exception:{type(e).__name__}",
+                       traceback.format_exc(limit=6))
+        pause = wait_s + think_time(rng, settings.think_s)
+        await asyncio.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+
+
+def _gauges(metrics: dict | None) -> dict:
+    if metrics is None:
+        return {"running": None, "waiting": None, "kv_usage_ratio": None}
+    return {"running": metrics.get("brisk_requests_running"),
+            "waiting": metrics.get("brisk_requests_waiting"),
+            "kv_usage_ratio": metrics.get("brisk_kv_cache_usage_ratio")}
+
+
+async def sample_server(server: ServerProcess, log: OutcomeLog, started: float) -> dict:
+    fds = server.open_fds()  # counted before the scrape opens a connection of its own
+    sample = {"t_s": round(time.monotonic() - started, 2), "alive": server.alive(),
+              "rss_kib": server.rss_kib(), "open_fds": fds}
+    sample.update(_gauges(await prometheus.scrape(server.port)) if server.alive()
+                  else _gauges(None))
+    sample.update(log.interval())
+    return sample
+
+
+async def sampler(server: ServerProcess, log: OutcomeLog, every_s: float, started: float,
+                  samples: list, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        samples.append(await sample_server(server, log, started))
+        if not server.alive():
+            stop.set()  # a crash: nothing left to measure
+            return
+        try:
+            await asyncio.wait_for(stop.wait(), every_s)
+        except asyncio.TimeoutError:
+            pass
+
+
+async def run_load_phase(server: ServerProcess, roles: list[str], indexes: list[int],
+                         duration_s: float, settings: ClientSettings, sample_every_s: float
+                         ) -> tuple[OutcomeLog, list[dict], dict]:
+    """Runs the clients `indexes` (with their `roles`) for duration_s; returns their outcomes,
+    the samples, and timing facts (when the load stopped, how long in-flight work took)."""
+    log = OutcomeLog()
+    samples: list[dict] = []
+    stop = asyncio.Event()
+    started = time.monotonic()
+    deadline = started + duration_s
+    n_http = sum(1 for i in indexes if roles[i] == WELL_BEHAVED) + 8
+    limits = httpx.Limits(max_connections=n_http, max_keepalive_connections=n_http)
+    async with httpx.AsyncClient(base_url=server.base_url, limits=limits,
+                                 timeout=httpx.Timeout(settings.hang_after_s)) as http:
+        sampling = asyncio.create_task(
+            sampler(server, log, sample_every_s, started, samples, stop))
+        clients = [asyncio.create_task(
+            client_loop(i, roles[i], deadline, settings, server.port, http, log, stop))
+            for i in indexes]
+        await asyncio.gather(*clients)
+        load_ended = time.monotonic()
+    stop.set()
+    await sampling
+    samples.append(await sample_server(server, log, started))
+    timing = {"planned_s": duration_s, "ran_s": round(load_ended - started, 1),
+              "stopped_early_by_crash": not server.alive(),
+              "drain_after_deadline_s": round(max(0.0, load_ended - deadline), 1)}
+    return log, samples, timing
+
+
+async def wait_until_idle(server: ServerProcess, fds_before: int, timeout_s: float) -> dict:
+    """Polls until no request runs or waits, no KV cell is used and the descriptor count is
+    back to fds_before on two polls in a row (a socket the server is closing can lag a moment);
+    returns what it saw last."""
+    started = time.monotonic()
+    streak = 0
+    while True:
+        fds = server.open_fds()
+        gauges = _gauges(await prometheus.scrape(server.port)) if server.alive() else _gauges(None)
+        idle = (gauges["running"] == 0 and gauges["waiting"] == 0 and gauges["kv_usage_ratio"] == 0
+                and fds == fds_before)
+        streak = streak + 1 if idle else 0
+        waited_s = time.monotonic() - started
+        if streak >= 2 or waited_s > timeout_s or not server.alive():
+            return {"reached": streak >= 2, "waited_s": round(waited_s, 1), "open_fds": fds,
+                    "fd_kinds": server.fd_kinds(), **gauges}
+        await asyncio.sleep(0.5)

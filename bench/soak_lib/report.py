@@ -1,0 +1,138 @@
+"""Turns a soak's raw facts into the figures of issue 13 and says which goals were met."""
+
+from __future__ import annotations
+
+from soak_lib.outcomes import OutcomeLog
+
+RSS_TOLERANCE = 0.05
+HANG_OUTCOMES = ("hang", "no_answer", "not_dropped", "no_event")
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo, hi = int(pos), min(int(pos) + 1, len(xs) - 1)
+    return round(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo), 1)
+
+
+def latency_summary(log: OutcomeLog) -> dict:
+    return {"served_with_content": len(log.ttft_ms),
+            "ttft_ms": {f"p{q}": percentile(log.ttft_ms, q) for q in (50, 90, 99)},
+            "e2e_ms": {f"p{q}": percentile(log.e2e_ms, q) for q in (50, 90, 99)}}
+
+
+def count_matching(log: OutcomeLog, predicate) -> int:
+    return sum(n for (_r, _v, outcome), n in log.counts.items() if predicate(outcome))
+
+
+def phase_summary(log: OutcomeLog) -> dict:
+    return {
+        "actions": sum(log.counts.values()),
+        "by_role": {role: log.by_outcome(role) for role in sorted({r for r, _, _ in log.counts})},
+        "by_variant": log.nested_counts(),
+        "http_5xx": count_matching(log, lambda o: o.startswith("http_5") or o == "error_event"),
+        "hangs": count_matching(log, lambda o: o in HANG_OUTCOMES),
+        "connection_resets_seen": count_matching(log, lambda o: "reset" in o),
+        "violations": log.violation_total(),
+        "violation_examples": log.examples,
+        **latency_summary(log),
+    }
+
+
+def rss_summary(samples: list[dict], duration_s: float, warmup_fraction: float) -> dict:
+    during = [s for s in samples if s["rss_kib"] and s["t_s"] <= duration_s]
+    warm = next((s for s in during if s["t_s"] >= warmup_fraction * duration_s), None)
+    end = during[-1] if during else None
+    if warm is None or end is None:
+        return {"after_warmup_kib": None, "end_kib": None, "change": None, "met": False}
+    change = end["rss_kib"] / warm["rss_kib"] - 1
+    return {"after_warmup_kib": warm["rss_kib"], "after_warmup_t_s": warm["t_s"],
+            "end_kib": end["rss_kib"], "end_t_s": end["t_s"],
+            "max_kib": max(s["rss_kib"] for s in during), "change": round(change, 4),
+            "met": abs(change) <= RSS_TOLERANCE}
+
+
+def goals(result: dict) -> dict:
+    soak = result["soak"]
+    server = result["server"]
+    idle = result["idle_after_soak"]
+    fds = server["open_fds"]
+    return {
+        "no_crash": {"alive_after_soak": server["alive_after_soak"],
+                     "exit_status_on_sigterm": server["exit_status_on_sigterm"],
+                     "met": server["alive_after_soak"] and server["exit_status_on_sigterm"] == 0},
+        "no_5xx": {"count": soak["http_5xx"], "met": soak["http_5xx"] == 0},
+        "no_hang": {"count": soak["hangs"], "met": soak["hangs"] == 0},
+        "every_answer_as_expected": {"violations": soak["violations"],
+                                     "met": soak["violations"] == 0},
+        "fds_back_to_start": {"before": fds["before"], "after_idle": fds["after_idle"],
+                              "met": fds["before"] == fds["after_idle"]},
+        "idle_again": {"reached": idle["reached"], "running": idle["running"],
+                       "waiting": idle["waiting"], "kv_cells_in_use": idle["kv_cells_in_use"],
+                       "met": idle["running"] == 0 and idle["waiting"] == 0
+                       and idle["kv_usage_ratio"] == 0},
+        "rss_flat_within_5_percent": {"change": server["rss"]["change"],
+                                      "met": server["rss"]["met"]},
+    }
+
+
+def _fmt(value, unit: str = "") -> str:
+    return "–" if value is None else f"{value}{unit}"
+
+
+def figures_table(result: dict) -> str:
+    """The figures as a markdown table (what BENCHMARKS.md records)."""
+    soak, base, server = result["soak"], result.get("baseline"), result["server"]
+    idle, g = result["idle_after_soak"], result["goals"]
+    wb = soak["by_role"].get("well_behaved", {})
+    rss = server["rss"]
+
+    def mark(name):
+        return "met" if g[name]["met"] else "**missed**"
+
+    rows = [
+        ("client actions (all roles)", soak["actions"], ""),
+        ("well-behaved served OK / 429", f"{wb.get('ok', 0) + wb.get('ok_without_content', 0)}"
+                                         f" / {wb.get('http_429', 0)}", ""),
+        ("server: finished by reason", _kv(server["finished_by_reason"]), ""),
+        ("server: rejected by reason", _kv(server["rejected_by_reason"]), ""),
+        ("5xx", soak["http_5xx"], mark("no_5xx")),
+        ("hangs", soak["hangs"], mark("no_hang")),
+        ("answers not as expected", soak["violations"], mark("every_answer_as_expected")),
+        ("crashes (alive after soak; exit status on SIGTERM)",
+         f"{0 if g['no_crash']['met'] else 1} ({server['alive_after_soak']}; "
+         f"{server['exit_status_on_sigterm']})", mark("no_crash")),
+        ("RSS after warm-up → end (MiB)",
+         f"{_mib(rss['after_warmup_kib'])} → {_mib(rss['end_kib'])} "
+         f"({_pct(rss['change'])})", mark("rss_flat_within_5_percent")),
+        ("open fds before → after, idle", f"{server['open_fds']['before']} → "
+                                          f"{server['open_fds']['after_idle']}",
+         mark("fds_back_to_start")),
+        ("idle again: running / waiting / KV cells",
+         f"{idle['running']} / {idle['waiting']} / {idle['kv_cells_in_use']} "
+         f"(after {idle['waited_s']} s)", mark("idle_again")),
+        ("TTFT p50 / p99 ms, soak", f"{_fmt(soak['ttft_ms']['p50'])} / "
+                                    f"{_fmt(soak['ttft_ms']['p99'])} (n={soak['served_with_content']})",
+         ""),
+    ]
+    if base:
+        rows.append(("TTFT p50 / p99 ms, well-behaved alone",
+                     f"{_fmt(base['ttft_ms']['p50'])} / {_fmt(base['ttft_ms']['p99'])} "
+                     f"(n={base['served_with_content']})", ""))
+    lines = ["| figure | value | goal |", "|---|---|---|"]
+    lines += [f"| {name} | {value} | {goal} |" for name, value, goal in rows]
+    return "\n".join(lines)
+
+
+def _kv(counts: dict) -> str:
+    return ", ".join(f"{k} {int(v)}" for k, v in counts.items()) or "none"
+
+
+def _mib(kib) -> str:
+    return "–" if kib is None else f"{kib / 1024:.0f}"
+
+
+def _pct(change) -> str:
+    return "–" if change is None else f"{change * 100:+.1f}%"
