@@ -56,7 +56,7 @@ async def client_loop(index: int, role: str, deadline: float, settings: ClientSe
     # Seeded by index alone: in the baseline the same client sends the same requests again.
     rng = random.Random(f"{settings.seed}:{index}")
     vanish = VanishLimits(port, settings.read_timeout_s, settings.stall_margin_s,
-                          settings.answer_timeout_s)
+                          settings.answer_timeout_s, settings.hang_after_s)
     malformed = MalformedLimits(port, settings.answer_timeout_s, settings.read_timeout_s,
                                 settings.stall_margin_s)
     await asyncio.sleep(rng.uniform(0, settings.ramp_s))
@@ -77,11 +77,12 @@ async def client_loop(index: int, role: str, deadline: float, settings: ClientSe
 
 
 def _gauges(metrics: dict | None) -> dict:
-    if metrics is None:
-        return {"running": None, "waiting": None, "kv_usage_ratio": None}
-    return {"running": metrics.get("brisk_requests_running"),
-            "waiting": metrics.get("brisk_requests_waiting"),
-            "kv_usage_ratio": metrics.get("brisk_kv_cache_usage_ratio")}
+    """The gauges that must return to 0 when idle, and the server's own connection count (1 when
+    idle: the scrape that reads it)."""
+    names = {"running": "brisk_requests_running", "waiting": "brisk_requests_waiting",
+             "kv_usage_ratio": "brisk_kv_cache_usage_ratio",
+             "http_connections": "brisk_http_connections"}
+    return {key: None if metrics is None else metrics.get(name) for key, name in names.items()}
 
 
 async def sample_server(server: ServerProcess, log: OutcomeLog, started: float) -> dict:

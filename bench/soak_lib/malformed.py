@@ -210,8 +210,9 @@ class MalformedLimits:
 
 def judge(case: MalformedCase, response: raw_http.RawResponse) -> tuple[str, str | None]:
     """(outcome, violation or None) for an answer to a malformed request."""
-    code = raw_http.error_code(response)
-    outcome = f"http_{response.status}" + (f":{code}" if code else "")
+    outcome = raw_http.answer_outcome(response)
+    if raw_http.overload_refusal(response.status, raw_http.error_code(response)):
+        return outcome, raw_http.judge_overload(response)  # refused before it was read
     if response.status >= 500:
         return outcome, f"5xx for malformed input: {response.body[:200]!r}"
     if response.status not in case.statuses:
@@ -273,7 +274,7 @@ async def expect_continue_without_body(limits: MalformedLimits, rng: random.Rand
         if ended == "timeout":
             return log.record(ROLE, EXPECT_CONTINUE, "not_dropped",
                               f"still connected after {waited_s:.0f}s")
-        if final and not final.startswith(b"HTTP/1.1 4"):
+        if final and not final.startswith(b"HTTP/1.1 4") and b"too_many_connections" not in final:
             return log.record(ROLE, EXPECT_CONTINUE, "bad_answer", f"answered {final[:200]!r}")
         log.record(ROLE, EXPECT_CONTINUE, f"dropped_by_server_{ended}")
     finally:

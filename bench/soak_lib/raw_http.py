@@ -133,15 +133,17 @@ async def read_chunked(reader: asyncio.StreamReader, timeout_s: float) -> bytes:
         body += (await _guarded(reader.readexactly(size + 2), timeout_s, body))[:-2]
 
 
+async def read_body(reader: asyncio.StreamReader, headers: dict, timeout_s: float) -> bytes:
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        return await read_chunked(reader, timeout_s)
+    if "content-length" in headers:
+        return await _guarded(reader.readexactly(int(headers["content-length"])), timeout_s)
+    return await _guarded(reader.read(), timeout_s)
+
+
 async def read_response(reader: asyncio.StreamReader, timeout_s: float) -> RawResponse:
     status, headers, interim = await read_head(reader, timeout_s)
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        body = await read_chunked(reader, timeout_s)
-    elif "content-length" in headers:
-        body = await _guarded(reader.readexactly(int(headers["content-length"])), timeout_s)
-    else:
-        body = await _guarded(reader.read(), timeout_s)
-    return RawResponse(status, headers, body, interim)
+    return RawResponse(status, headers, await read_body(reader, headers, timeout_s), interim)
 
 
 async def wait_for_server_close(reader: asyncio.StreamReader, bound_s: float) -> tuple[str, float,
@@ -188,3 +190,37 @@ def error_code(response: RawResponse) -> str | None:
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
     return None if code is None else str(code)
+
+
+OVERLOAD_CODES = {429: "queue_full", 503: "too_many_connections"}
+
+
+def overload_refusal(status: int, code: str | None) -> bool:
+    """The server refusing work it has no room for (429 queue_full, 503 too_many_connections at
+    --max-connections): protection, not failure, as long as it says when to retry."""
+    return status in OVERLOAD_CODES and OVERLOAD_CODES[status] == code
+
+
+def judge_overload(response: RawResponse) -> str | None:
+    """What is wrong with an overload refusal (None: nothing)."""
+    problem = openai_error_problem(response)
+    if problem:
+        return f"{response.status} without an OpenAI error body: {problem}"
+    if not response.headers.get("retry-after", "").strip().isdigit():
+        return f"{response.status} without Retry-After in seconds"
+    return None
+
+
+def answer_outcome(response: RawResponse) -> str:
+    code = error_code(response)
+    return f"http_{response.status}" + (f":{code}" if code else "")
+
+
+def judge_refusal_of_valid_request(response: RawResponse) -> tuple[str, str | None]:
+    """(outcome, violation or None) for a non-200 answer to a valid request: only an overload
+    refusal is right."""
+    outcome = answer_outcome(response)
+    if overload_refusal(response.status, error_code(response)):
+        return outcome, judge_overload(response)
+    kind = "5xx" if response.status >= 500 else "unexpected status"
+    return outcome, f"{kind} for a valid request: {response.body[:200]!r}"

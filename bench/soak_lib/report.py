@@ -6,6 +6,15 @@ from soak_lib.outcomes import OutcomeLog
 
 RSS_TOLERANCE = 0.05
 HANG_OUTCOMES = ("hang", "no_answer", "not_dropped", "no_event")
+CONNECTION_LIMIT = ":too_many_connections"
+
+
+def is_server_error(outcome: str) -> bool:
+    """A 5xx, or an error event inside a stream; a 503 at --max-connections is the server
+    refusing load it has no room for (like a 429), counted apart."""
+    if outcome.endswith(CONNECTION_LIMIT):
+        return False
+    return outcome.startswith("http_5") or outcome == "error_event"
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -32,7 +41,8 @@ def phase_summary(log: OutcomeLog) -> dict:
         "actions": sum(log.counts.values()),
         "by_role": {role: log.by_outcome(role) for role in sorted({r for r, _, _ in log.counts})},
         "by_variant": log.nested_counts(),
-        "http_5xx": count_matching(log, lambda o: o.startswith("http_5") or o == "error_event"),
+        "http_5xx": count_matching(log, is_server_error),
+        "connection_limit_refusals": count_matching(log, lambda o: o.endswith(CONNECTION_LIMIT)),
         "hangs": count_matching(log, lambda o: o in HANG_OUTCOMES),
         "connection_resets_seen": count_matching(log, lambda o: "reset" in o),
         "violations": log.violation_total(),
@@ -94,12 +104,14 @@ def figures_table(result: dict) -> str:
 
     rows = [
         ("client actions (all roles)", soak["actions"], ""),
-        ("well-behaved served OK / 429", f"{wb.get('ok', 0) + wb.get('ok_without_content', 0)}"
-                                         f" / {wb.get('http_429', 0)}", ""),
+        ("well-behaved: served OK / 429 / hangs",
+         f"{wb.get('ok', 0) + wb.get('ok_without_content', 0)} / "
+         f"{wb.get('http_429:queue_full', 0)} / {wb.get('hang', 0)}", ""),
+        ("503 at --max-connections (all roles)", soak["connection_limit_refusals"], ""),
         ("server: finished by reason", _kv(server["finished_by_reason"]), ""),
         ("server: rejected by reason", _kv(server["rejected_by_reason"]), ""),
-        ("5xx", soak["http_5xx"], mark("no_5xx")),
-        ("hangs", soak["hangs"], mark("no_hang")),
+        ("5xx (other than at --max-connections)", soak["http_5xx"], mark("no_5xx")),
+        ("hangs (all roles)", soak["hangs"], mark("no_hang")),
         ("answers not as expected", soak["violations"], mark("every_answer_as_expected")),
         ("crashes (alive after soak; exit status on SIGTERM)",
          f"{0 if g['no_crash']['met'] else 1} ({server['alive_after_soak']}; "

@@ -4,8 +4,10 @@ measure, run the well-behaved clients alone as a baseline, stop the server with 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import platform
+import resource
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -61,6 +63,13 @@ def machine_info() -> dict:
             "python": platform.python_version(), "load_average_at_start": os.getloadavg()}
 
 
+def binary_info(path: Path) -> dict:
+    """Which brisk ran: the binary in a shared build folder can be rebuilt between two runs."""
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    built = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(path.stat().st_mtime))
+    return {"path": str(path), "sha256": digest, "modified": built}
+
+
 def warm_up(server: ServerProcess) -> None:
     """One streamed and one whole request first: anything the server allocates on its first
     request (threads, buffers, descriptors) is not a leak, so 'before' is counted after this."""
@@ -100,7 +109,7 @@ async def _measured_phases(config: SoakConfig, server: ServerProcess, fds_before
     idle = (await wait_until_idle(server, fds_before, config.idle_timeout_s)
             if alive_after_soak else {"reached": False, "waited_s": 0, "open_fds": None,
                                       "fd_kinds": {}, "running": None, "waiting": None,
-                                      "kv_usage_ratio": None})
+                                      "kv_usage_ratio": None, "http_connections": None})
     after = (await prometheus.scrape(server.port) if alive_after_soak else None) or {}
     out = {"roles": {r: roles.count(r) for r in sorted(set(roles))},
            "soak_log": soak_log, "soak_samples": soak_samples, "soak_timing": soak_timing,
@@ -141,8 +150,12 @@ def run_soak(config: SoakConfig) -> dict:
         "config": {**asdict(config), "brisk_bin": str(config.brisk_bin),
                    "log_path": str(config.log_path)},
         "server_argv": server.argv,
+        "brisk_binary": binary_info(config.brisk_bin),
         "machine": machine_info(),
         "client_fd_limit": client_fd_limit,
+        # the clients share the cores with the server: what they took is part of the picture
+        "client_cpu_s": round(sum(resource.getrusage(resource.RUSAGE_SELF)[:2]), 1),
+        "load_average_at_end": os.getloadavg(),
         "roles": phases["roles"],
         "soak": {**report.phase_summary(phases["soak_log"]), "timing": phases["soak_timing"]},
         "idle_after_soak": phases["idle_after_soak"],

@@ -11,6 +11,8 @@ import time
 
 import httpx
 
+from soak_lib import raw_http
+
 ROLE = "well_behaved"
 PROMPTS = (
     "Name three colors.",
@@ -111,15 +113,9 @@ class StreamCheck:
 async def _stream_once(client: httpx.AsyncClient, path: str, body: dict, max_tokens, log,
                        started: float) -> float:
     async with client.stream("POST", path, json=body) as response:
-        if response.status_code == 429:
-            await response.aread()
-            return _record_rejection(response, log)
         if response.status_code != 200:
             await response.aread()
-            kind = "5xx" if response.status_code >= 500 else "unexpected status"
-            log.record(ROLE, path, f"http_{response.status_code}",
-                       f"{kind} for a valid request: {response.text[:200]}")
-            return 0.0
+            return _record_refusal(response, log)
         content_type = response.headers.get("content-type", "")
         check = StreamCheck(max_tokens)
         if not content_type.startswith("text/event-stream"):
@@ -137,22 +133,17 @@ async def _stream_once(client: httpx.AsyncClient, path: str, body: dict, max_tok
     return 0.0
 
 
-def _record_rejection(response: httpx.Response, log) -> float:
-    """A 429 is the server protecting its latency, not a failure; it must say when to retry."""
+def _record_refusal(response: httpx.Response, log) -> float:
+    """Only an overload refusal (429 queue_full, 503 too_many_connections) is right for a valid
+    request; it is the server protecting its latency, and it must say when to retry."""
     path = response.request.url.path
+    raw = raw_http.RawResponse(response.status_code, {k.lower(): v for k, v in
+                                                      response.headers.items()},
+                               response.content, [])
+    outcome, violation = raw_http.judge_refusal_of_valid_request(raw)
+    log.record(ROLE, path, outcome, violation)
     retry_after = response.headers.get("retry-after", "")
-    try:
-        error = response.json().get("error")
-    except ValueError:
-        error = None
-    if not isinstance(error, dict) or not isinstance(error.get("message"), str):
-        log.record(ROLE, path, "http_429", f"429 without an OpenAI error body: {response.text[:200]}")
-        return 1.0
-    if not retry_after.strip().isdigit():
-        log.record(ROLE, path, "http_429", f"429 without a Retry-After in seconds: {retry_after!r}")
-        return 1.0
-    log.record(ROLE, path, "http_429")
-    return float(retry_after)
+    return float(retry_after) if retry_after.strip().isdigit() else 1.0
 
 
 async def well_behaved_request(client: httpx.AsyncClient, rng: random.Random, log,
