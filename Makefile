@@ -17,7 +17,7 @@ export CCACHE_DIR ?= $(HOME)/.cache/ccache
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := true
 
-.PHONY: serve test deps llama-source build model python unit-test integration-test cuda clean
+.PHONY: serve test deps llama-source build model python unit-test integration-test soak cuda clean
 
 serve: build model
 	$(BRISK) serve --model $(MODEL) --host $(HOST) --port $(PORT) $(SERVE_ARGS)
@@ -48,6 +48,13 @@ unit-test:
 
 integration-test:
 	$(VENV)/bin/python -m pytest -v tests/integration
+
+# The soak of issue 13 (BENCHMARKS.md, "Soak"): 1,000 concurrent streams for 10 minutes, then a
+# 2-minute baseline; about 15 minutes in all. SOAK_ARGS passes options, e.g.
+# SOAK_ARGS="--streams 200 --duration 60".
+SOAK_ARGS   ?=
+soak: build model python
+	$(VENV)/bin/python bench/soak.py --brisk-bin $(BRISK) $(SOAK_ARGS)
 
 # The CUDA build compiles anywhere nvcc and cuBLAS are installed; it runs where a GPU is. Its CPU
 # code is portable (AVX2), since a GPU binary is usually built on one machine and run on another.
