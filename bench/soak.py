@@ -32,14 +32,27 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 BIN_DIR = Path(os.environ.get("BRISK_BIN_DIR", REPO_ROOT / "build" / "bin"))
 
 
-def parse_shares(text: str) -> dict[str, float]:
-    shares = dict(DEFAULT_SHARES)
+def parse_per_role(text: str, defaults: dict[str, float]) -> dict[str, float]:
+    """'role=value,...' over the defaults; a bare number sets every role."""
+    try:
+        return {role: float(text) for role in defaults}
+    except ValueError:
+        pass
+    values = dict(defaults)
     for item in filter(None, text.split(",")):
         role, _, value = item.partition("=")
-        if role not in shares:
-            raise argparse.ArgumentTypeError(f"unknown role {role!r}; roles: {sorted(shares)}")
-        shares[role] = float(value)
-    return shares
+        if role not in values:
+            raise argparse.ArgumentTypeError(f"unknown role {role!r}; roles: {sorted(values)}")
+        values[role] = float(value)
+    return values
+
+
+def parse_shares(text: str) -> dict[str, float]:
+    return parse_per_role(text, DEFAULT_SHARES)
+
+
+def parse_think(text: str) -> dict[str, float]:
+    return parse_per_role(text, {role: 1.0 for role in DEFAULT_SHARES})
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -60,11 +73,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--shares", type=parse_shares, default=dict(DEFAULT_SHARES),
                    help="clients per role, e.g. well_behaved=0.5,vanishing=0.3,malformed=0.2")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--think", type=float, default=1.0,
-                   help="mean seconds between one client's actions")
+    p.add_argument("--think", type=parse_think, default=parse_think("1"),
+                   help="mean seconds between one client's actions: a number, or per role "
+                        "(well_behaved=60,vanishing=1,malformed=1)")
     p.add_argument("--ramp", type=float, default=None,
                    help="seconds over which the clients start (default min(10, duration/10))")
-    p.add_argument("--hang-after", type=float, default=120.0,
+    p.add_argument("--hang-after", type=float, default=300.0,
                    help="a well-behaved request not finished by then is a hang")
     p.add_argument("--sample-every", type=float, default=2.0)
     p.add_argument("--idle-timeout", type=float, default=60.0,

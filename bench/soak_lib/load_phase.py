@@ -25,7 +25,7 @@ ROLES = (WELL_BEHAVED, VANISHING, MALFORMED)
 @dataclass
 class ClientSettings:
     seed: int
-    think_s: float  # mean pause between one client's actions (exponential, capped at 4x)
+    think_s: dict  # role -> mean pause between one client's actions (exponential, capped at 4x)
     ramp_s: float  # clients start spread over this long, not all in the same millisecond
     hang_after_s: float  # a well-behaved request not finished by then is a hang
     answer_timeout_s: float  # an error answer (or a stream's next event) later than this: a hang
@@ -72,7 +72,7 @@ async def client_loop(index: int, role: str, deadline: float, settings: ClientSe
         except Exception as e:  # a bug in this client must show, not end the soak
             log.record("client", role, f"exception:{type(e).__name__}",
                        traceback.format_exc(limit=6))
-        pause = wait_s + think_time(rng, settings.think_s)
+        pause = wait_s + think_time(rng, settings.think_s[role])
         await asyncio.sleep(max(0.0, min(pause, deadline - time.monotonic())))
 
 
@@ -85,12 +85,24 @@ def _gauges(metrics: dict | None) -> dict:
     return {key: None if metrics is None else metrics.get(name) for key, name in names.items()}
 
 
+async def event_loop_lag_ms() -> float:
+    """How late a 10 ms sleep wakes: when the clients' own loop is late, their timings are too."""
+    loop = asyncio.get_running_loop()
+    before = loop.time()
+    await asyncio.sleep(0.01)
+    return round((loop.time() - before - 0.01) * 1e3, 1)
+
+
 async def sample_server(server: ServerProcess, log: OutcomeLog, started: float) -> dict:
     fds = server.open_fds()  # counted before the scrape opens a connection of its own
     sample = {"t_s": round(time.monotonic() - started, 2), "alive": server.alive(),
-              "rss_kib": server.rss_kib(), "open_fds": fds}
+              "rss_kib": server.rss_kib(), "open_fds": fds, "server_cpu_s": server.cpu_s(),
+              "client_loop_lag_ms": await event_loop_lag_ms()}
+    scrape_started = time.monotonic()
     sample.update(_gauges(await prometheus.scrape(server.port)) if server.alive()
                   else _gauges(None))
+    # /metrics waits behind every connection the server has yet to accept and read
+    sample["metrics_answer_ms"] = round((time.monotonic() - scrape_started) * 1e3, 1)
     sample.update(log.interval())
     return sample
 

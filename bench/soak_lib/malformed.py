@@ -253,8 +253,10 @@ async def _follow_up_on_same_connection(limits, reader, writer, log) -> None:
     except ConnectionEnded as e:
         return log.record(ROLE, "follow_up_after_error", f"ended_{e.kind}",
                           "a kept-alive connection failed its next request after an error")
-    violation = None if response.status == 200 else f"/health answered {response.status}"
-    log.record(ROLE, "follow_up_after_error", f"http_{response.status}", violation)
+    if response.status == 200:
+        return log.record(ROLE, "follow_up_after_error", "follow_up_ok")
+    log.record(ROLE, "follow_up_after_error", f"follow_up_http_{response.status}",
+               f"/health answered {response.status} on a connection kept alive after an error")
 
 
 async def expect_continue_without_body(limits: MalformedLimits, rng: random.Random, log) -> None:

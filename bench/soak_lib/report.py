@@ -28,8 +28,19 @@ def percentile(values: list[float], q: float) -> float | None:
 
 def latency_summary(log: OutcomeLog) -> dict:
     return {"served_with_content": len(log.ttft_ms),
-            "ttft_ms": {f"p{q}": percentile(log.ttft_ms, q) for q in (50, 90, 99)},
-            "e2e_ms": {f"p{q}": percentile(log.e2e_ms, q) for q in (50, 90, 99)}}
+            "ttft_ms": {f"p{q}": percentile(log.ttft_ms, q) for q in (50, 90, 99, 100)},
+            "e2e_ms": {f"p{q}": percentile(log.e2e_ms, q) for q in (50, 90, 99, 100)}}
+
+
+def sampling_summary(samples: list[dict]) -> dict:
+    """How trustworthy the timings are: the clients' own event-loop lag, and how long the
+    server took to answer /metrics under the load."""
+    def worst(key):
+        values = [s[key] for s in samples if s.get(key) is not None]
+        return max(values) if values else None
+    return {"samples": len(samples), "client_loop_lag_ms_max": worst("client_loop_lag_ms"),
+            "metrics_answer_ms_max": worst("metrics_answer_ms"),
+            "open_fds_max": worst("open_fds"), "http_connections_max": worst("http_connections")}
 
 
 def count_matching(log: OutcomeLog, predicate) -> int:
@@ -129,6 +140,12 @@ def figures_table(result: dict) -> str:
                                     f"{_fmt(soak['ttft_ms']['p99'])} (n={soak['served_with_content']})",
          ""),
     ]
+    rows.append(("slowest well-behaved request, s", _fmt(_s(soak["e2e_ms"]["p100"])), ""))
+    sampling = soak["sampling"]
+    rows.append(("most open fds / connections during the load",
+                 f"{sampling['open_fds_max']} / {_fmt(sampling['http_connections_max'])}", ""))
+    rows.append(("client event-loop lag max / slowest /metrics answer, ms",
+                 f"{sampling['client_loop_lag_ms_max']} / {sampling['metrics_answer_ms_max']}", ""))
     if base:
         rows.append(("TTFT p50 / p99 ms, well-behaved alone",
                      f"{_fmt(base['ttft_ms']['p50'])} / {_fmt(base['ttft_ms']['p99'])} "
@@ -140,6 +157,10 @@ def figures_table(result: dict) -> str:
 
 def _kv(counts: dict) -> str:
     return ", ".join(f"{k} {int(v)}" for k, v in counts.items()) or "none"
+
+
+def _s(ms):
+    return None if ms is None else round(ms / 1000, 1)
 
 
 def _mib(kib) -> str:

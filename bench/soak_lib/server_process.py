@@ -111,6 +111,14 @@ class ServerProcess:
             pass
         return None
 
+    def cpu_s(self) -> float | None:
+        """User + system CPU seconds of the whole server so far (all its threads)."""
+        try:
+            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
+        except (OSError, ValueError, IndexError):
+            return None
+
     def open_fds(self) -> int | None:
         try:
             return len(os.listdir(f"/proc/{self.pid}/fd"))

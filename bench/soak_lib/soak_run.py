@@ -36,9 +36,9 @@ class SoakConfig:
     baseline_s: float = 120.0  # 0: no baseline phase
     shares: dict = field(default_factory=lambda: dict(DEFAULT_SHARES))
     seed: int = 0
-    think_s: float = 1.0
+    think_s: dict = field(default_factory=lambda: {role: 1.0 for role in DEFAULT_SHARES})
     ramp_s: float = 10.0
-    hang_after_s: float = 120.0
+    hang_after_s: float = 300.0
     answer_timeout_s: float = 30.0
     stall_margin_s: float = 15.0
     sample_every_s: float = 2.0
@@ -157,7 +157,8 @@ def run_soak(config: SoakConfig) -> dict:
         "client_cpu_s": round(sum(resource.getrusage(resource.RUSAGE_SELF)[:2]), 1),
         "load_average_at_end": os.getloadavg(),
         "roles": phases["roles"],
-        "soak": {**report.phase_summary(phases["soak_log"]), "timing": phases["soak_timing"]},
+        "soak": {**report.phase_summary(phases["soak_log"]), "timing": phases["soak_timing"],
+                 "sampling": report.sampling_summary(phases["soak_samples"])},
         "idle_after_soak": phases["idle_after_soak"],
         "server": {
             "alive_after_soak": phases["alive_after_soak"],
@@ -177,7 +178,8 @@ def run_soak(config: SoakConfig) -> dict:
     }
     if "baseline_log" in phases:
         result["baseline"] = {**report.phase_summary(phases["baseline_log"]),
-                              "timing": phases["baseline_timing"]}
+                              "timing": phases["baseline_timing"],
+                              "sampling": report.sampling_summary(phases["baseline_samples"])}
         result["idle_after_baseline"] = phases["idle_after_baseline"]
         result["samples"]["baseline"] = phases["baseline_samples"]
     result["goals"] = report.goals(result)
