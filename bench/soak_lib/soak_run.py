@@ -136,6 +136,7 @@ def run_soak(config: SoakConfig) -> dict:
     client_fd_limit = raise_open_file_limit()
     server = ServerProcess(config.brisk_bin, config.model, config.server_args, config.log_path)
     started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    binary = binary_info(config.brisk_bin)  # before the start: a shared build may be rebuilt
     server.start()
     try:
         warm_up(server)
@@ -150,7 +151,7 @@ def run_soak(config: SoakConfig) -> dict:
         "config": {**asdict(config), "brisk_bin": str(config.brisk_bin),
                    "log_path": str(config.log_path)},
         "server_argv": server.argv,
-        "brisk_binary": binary_info(config.brisk_bin),
+        "brisk_binary": binary,
         "machine": machine_info(),
         "client_fd_limit": client_fd_limit,
         # the clients share the cores with the server: what they took is part of the picture
