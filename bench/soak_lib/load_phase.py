@@ -64,7 +64,8 @@ async def client_loop(index: int, role: str, deadline: float, settings: ClientSe
         wait_s = 0.0
         try:
             if role == WELL_BEHAVED:
-                wait_s = await well_behaved_request(http, rng, log, settings.hang_after_s)
+                wait_s = await well_behaved_request(http, rng, log, settings.hang_after_s,
+                                                    settings.answer_timeout_s, port)
             elif role == VANISHING:
                 await vanishing_client(vanish, rng, log)
             else:

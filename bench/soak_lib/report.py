@@ -5,7 +5,7 @@ from __future__ import annotations
 from soak_lib.outcomes import OutcomeLog
 
 RSS_TOLERANCE = 0.05
-HANG_OUTCOMES = ("hang", "no_answer", "not_dropped", "no_event")
+HANG_OUTCOMES = ("hang", "no_answer_head", "no_answer", "not_dropped", "no_event")
 CONNECTION_LIMIT = ":too_many_connections"
 
 
@@ -117,7 +117,7 @@ def figures_table(result: dict) -> str:
         ("client actions (all roles)", soak["actions"], ""),
         ("well-behaved: served OK / 429 / hangs",
          f"{wb.get('ok', 0) + wb.get('ok_without_content', 0)} / "
-         f"{wb.get('http_429:queue_full', 0)} / {wb.get('hang', 0)}", ""),
+         f"{wb.get('http_429:queue_full', 0)} / {wb.get('hang', 0) + wb.get('no_answer_head', 0)}", ""),
         ("503 at --max-connections (all roles)", soak["connection_limit_refusals"], ""),
         ("server: finished by reason", _kv(server["finished_by_reason"]), ""),
         ("server: rejected by reason", _kv(server["rejected_by_reason"]), ""),

@@ -12,6 +12,7 @@ import time
 import httpx
 
 from soak_lib import raw_http
+from soak_lib.request_trace import RequestTrace, unread_server_sockets
 
 ROLE = "well_behaved"
 PROMPTS = (
@@ -111,8 +112,8 @@ class StreamCheck:
 
 
 async def _stream_once(client: httpx.AsyncClient, path: str, body: dict, max_tokens, log,
-                       started: float) -> float:
-    async with client.stream("POST", path, json=body) as response:
+                       started: float, trace: RequestTrace) -> float:
+    async with client.stream("POST", path, json=body, extensions={"trace": trace}) as response:
         if response.status_code != 200:
             await response.aread()
             return _record_refusal(response, log)
@@ -146,17 +147,47 @@ def _record_refusal(response: httpx.Response, log) -> float:
     return float(retry_after) if retry_after.strip().isdigit() else 1.0
 
 
+async def _answer_head_overdue(trace: RequestTrace, answer_timeout_s: float) -> None:
+    """Returns once the request has been sent and no response head followed within
+    answer_timeout_s. A stream's head (or a 429) comes when the request is admitted or refused,
+    right after it is read, however long the queue: waiting longer means nobody is answering."""
+    await trace.sent.wait()
+    try:
+        await asyncio.wait_for(trace.head.wait(), answer_timeout_s)
+    except asyncio.TimeoutError:
+        return
+    await asyncio.Event().wait()  # answered: never overdue
+
+
 async def well_behaved_request(client: httpx.AsyncClient, rng: random.Random, log,
-                               hang_after_s: float) -> float:
+                               hang_after_s: float, answer_timeout_s: float,
+                               server_port: int) -> float:
     """Sends one request and records its outcome; returns the seconds the server asked this client
     to wait before the next one (Retry-After), else 0."""
     path, body, max_tokens = request_shape(rng)
     started = time.perf_counter()
+    trace = RequestTrace()
+    request = asyncio.ensure_future(_stream_once(client, path, body, max_tokens, log, started,
+                                                 trace))
+    overdue = asyncio.ensure_future(_answer_head_overdue(trace, answer_timeout_s))
     try:
-        return await asyncio.wait_for(_stream_once(client, path, body, max_tokens, log, started),
-                                      hang_after_s)
+        done, _ = await asyncio.wait({request, overdue}, timeout=hang_after_s,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if request in done:
+            return request.result()
+        held = await asyncio.to_thread(unread_server_sockets, server_port)
+        outcome, bound = ("no_answer_head", answer_timeout_s) if overdue in done else \
+            ("hang", hang_after_s)
+        log.record(ROLE, path, outcome, f"not answered within {bound:.0f}s: {body}; "
+                                        f"{trace.story()}; unread server sockets: {held}")
     except (asyncio.TimeoutError, httpx.TimeoutException):
-        log.record(ROLE, path, "hang", f"not finished within {hang_after_s:.0f}s: {body}")
+        log.record(ROLE, path, "hang", f"httpx timeout after {hang_after_s:.0f}s: {body}; "
+                                       f"{trace.story()}")
     except httpx.HTTPError as e:
-        log.record(ROLE, path, f"connection_error:{type(e).__name__}", f"{e!r} for {body}")
+        log.record(ROLE, path, f"connection_error:{type(e).__name__}",
+                   f"{e!r} for {body}; {trace.story()}")
+    finally:
+        for task in (request, overdue):
+            task.cancel()
+        await asyncio.gather(request, overdue, return_exceptions=True)
     return 0.0
