@@ -78,7 +78,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "(well_behaved=60,vanishing=1,malformed=1)")
     p.add_argument("--ramp", type=float, default=None,
                    help="seconds over which the clients start (default min(10, duration/10))")
-    p.add_argument("--hang-after", type=float, default=300.0,
+    p.add_argument("--hang-after", type=float, default=600.0,
                    help="a well-behaved request not finished by then is a hang")
     p.add_argument("--sample-every", type=float, default=2.0)
     p.add_argument("--idle-timeout", type=float, default=60.0,

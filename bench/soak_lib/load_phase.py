@@ -4,7 +4,9 @@ deadline, while a sampler records RSS, descriptors, /metrics and the clients' ou
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+import ssl
 import time
 import traceback
 from dataclasses import dataclass
@@ -50,31 +52,59 @@ def think_time(rng: random.Random, mean_s: float) -> float:
     return min(rng.expovariate(1.0 / mean_s), 4 * mean_s) if mean_s > 0 else 0.0
 
 
+# The clients speak plain HTTP, but httpx builds a TLS context for every client it creates:
+# 80 ms of CA loading each, inside the event loop; 1,000 of them stalled all clients for a minute.
+SHARED_TLS_CONTEXT = ssl.create_default_context()
+
+
+def _http_client(role: str, port: int, settings: ClientSettings):
+    """One httpx client with one keep-alive connection per well-behaved task, as one application
+    instance would hold. (A pool shared by 1,000 tasks cost the client a whole core in pool
+    bookkeeping, its waits showed up as 40 s "connects", and a task's cancelled request could
+    disturb another's.)"""
+    if role != WELL_BEHAVED:
+        return contextlib.nullcontext()
+    return httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", verify=SHARED_TLS_CONTEXT,
+                             limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+                             timeout=httpx.Timeout(settings.hang_after_s))
+
+
+def _behaviour(role: str, http, rng: random.Random, settings: ClientSettings, port: int,
+               log: OutcomeLog):
+    """The role's action as a coroutine function returning the seconds to wait after it."""
+    if role == WELL_BEHAVED:
+        return lambda: well_behaved_request(http, rng, log, settings.hang_after_s,
+                                            settings.answer_timeout_s, port)
+    if role == VANISHING:
+        limits = VanishLimits(port, settings.read_timeout_s, settings.stall_margin_s,
+                              settings.answer_timeout_s, settings.hang_after_s)
+        return lambda: _no_wait(vanishing_client(limits, rng, log))
+    limits = MalformedLimits(port, settings.answer_timeout_s, settings.read_timeout_s,
+                             settings.stall_margin_s)
+    return lambda: _no_wait(malformed_client(limits, rng, log))
+
+
+async def _no_wait(action) -> float:
+    await action
+    return 0.0
+
+
 async def client_loop(index: int, role: str, deadline: float, settings: ClientSettings,
-                      port: int, http: httpx.AsyncClient, log: OutcomeLog,
-                      stop: asyncio.Event) -> None:
+                      port: int, log: OutcomeLog, stop: asyncio.Event) -> None:
     # Seeded by index alone: in the baseline the same client sends the same requests again.
     rng = random.Random(f"{settings.seed}:{index}")
-    vanish = VanishLimits(port, settings.read_timeout_s, settings.stall_margin_s,
-                          settings.answer_timeout_s, settings.hang_after_s)
-    malformed = MalformedLimits(port, settings.answer_timeout_s, settings.read_timeout_s,
-                                settings.stall_margin_s)
     await asyncio.sleep(rng.uniform(0, settings.ramp_s))
-    while time.monotonic() < deadline and not stop.is_set():
-        wait_s = 0.0
-        try:
-            if role == WELL_BEHAVED:
-                wait_s = await well_behaved_request(http, rng, log, settings.hang_after_s,
-                                                    settings.answer_timeout_s, port)
-            elif role == VANISHING:
-                await vanishing_client(vanish, rng, log)
-            else:
-                await malformed_client(malformed, rng, log)
-        except Exception as e:  # a bug in this client must show, not end the soak
-            log.record("client", role, f"exception:{type(e).__name__}",
-                       traceback.format_exc(limit=6))
-        pause = wait_s + think_time(rng, settings.think_s[role])
-        await asyncio.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+    async with _http_client(role, port, settings) as http:
+        act = _behaviour(role, http, rng, settings, port, log)
+        while time.monotonic() < deadline and not stop.is_set():
+            wait_s = 0.0
+            try:
+                wait_s = await act()
+            except Exception as e:  # a bug in this client must show, not end the soak
+                log.record("client", role, f"exception:{type(e).__name__}",
+                           traceback.format_exc(limit=6))
+            pause = wait_s + think_time(rng, settings.think_s[role])
+            await asyncio.sleep(max(0.0, min(pause, deadline - time.monotonic())))
 
 
 def _gauges(metrics: dict | None) -> dict:
@@ -131,17 +161,11 @@ async def run_load_phase(server: ServerProcess, roles: list[str], indexes: list[
     stop = asyncio.Event()
     started = time.monotonic()
     deadline = started + duration_s
-    n_http = sum(1 for i in indexes if roles[i] == WELL_BEHAVED) + 8
-    limits = httpx.Limits(max_connections=n_http, max_keepalive_connections=n_http)
-    async with httpx.AsyncClient(base_url=server.base_url, limits=limits,
-                                 timeout=httpx.Timeout(settings.hang_after_s)) as http:
-        sampling = asyncio.create_task(
-            sampler(server, log, sample_every_s, started, samples, stop))
-        clients = [asyncio.create_task(
-            client_loop(i, roles[i], deadline, settings, server.port, http, log, stop))
-            for i in indexes]
-        await asyncio.gather(*clients)
-        load_ended = time.monotonic()
+    sampling = asyncio.create_task(sampler(server, log, sample_every_s, started, samples, stop))
+    clients = [asyncio.create_task(
+        client_loop(i, roles[i], deadline, settings, server.port, log, stop)) for i in indexes]
+    await asyncio.gather(*clients)
+    load_ended = time.monotonic()
     stop.set()
     await sampling
     samples.append(await sample_server(server, log, started))

@@ -34,7 +34,7 @@ class RequestTrace:
 
     def story(self) -> str:
         steps = ", ".join(f"{name.split('.', 1)[1]} +{(t - self.started) * 1e3:.0f}ms"
-                          for name, t in self.events if name.endswith(".complete"))
+                          for name, t in self.events)
         connection = (f"new connection from port {self.local_port}" if self.local_port
                       else "reused keep-alive connection")
         return f"{connection}; {steps or 'no step completed'}"

@@ -38,7 +38,7 @@ class SoakConfig:
     seed: int = 0
     think_s: dict = field(default_factory=lambda: {role: 1.0 for role in DEFAULT_SHARES})
     ramp_s: float = 10.0
-    hang_after_s: float = 300.0
+    hang_after_s: float = 600.0
     answer_timeout_s: float = 30.0
     stall_margin_s: float = 15.0
     sample_every_s: float = 2.0
