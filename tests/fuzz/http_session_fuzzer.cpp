@@ -207,6 +207,7 @@ std::vector<std::string_view> delivery(std::string_view bytes, uint8_t choice) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   static net::io_context io;
+  static ConnectionLimiter limiter(1 << 20);  // every input gets a place; the count is checked
   int fds[2];
   require(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
   Client client(fds[1]);
@@ -215,7 +216,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     tcp::socket socket(io);
     socket.assign(tcp::v4(), fds[0]);
     auto session = std::make_shared<HttpSession>(std::move(socket), fuzz_limits(), check_header,
-                                                 handle);
+                                                 handle, limiter.try_acquire());
     watched = session;
     session->start();
   }
@@ -231,6 +232,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   client.settle(io);
 
   require(watched.expired());  // a session the client has left must not linger
+  require(limiter.open() == 0);  // ... nor hold its place under --max-connections
   check_responses(client.received());
   return 0;
 }
