@@ -1,5 +1,7 @@
 #include "bench/completion_response.h"
 
+#include <limits>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -30,22 +32,45 @@ std::string_view choice_text(const json& choice, ApiKind kind) {
   return {};
 }
 
+// A token count of `usage`, when it is one: a count that is a string, a fraction or out of range
+// is not reported at all (json::value would throw on the string, and converting 1e300 to int is
+// undefined).
+std::optional<int> token_count(const json& usage, const char* key) {
+  const auto it = usage.find(key);
+  if (it == usage.end() || !it->is_number_integer()) return std::nullopt;
+  if (it->is_number_unsigned()) {
+    const uint64_t count = it->get<uint64_t>();
+    if (count > uint64_t(std::numeric_limits<int>::max())) return std::nullopt;
+    return static_cast<int>(count);
+  }
+  const int64_t count = it->get<int64_t>();
+  if (count < 0 || count > std::numeric_limits<int>::max()) return std::nullopt;
+  return static_cast<int>(count);
+}
+
 // Reads `usage` and reports whether the object carried any non-empty text.
 bool read_completion_object(const json& object, ApiKind kind, RequestRecord& record) {
   if (const auto usage = object.find("usage"); usage != object.end() && usage->is_object()) {
-    record.prompt_tokens = usage->value("prompt_tokens", record.prompt_tokens);
-    record.completion_tokens = usage->value("completion_tokens", record.completion_tokens);
+    if (const auto count = token_count(*usage, "prompt_tokens")) record.prompt_tokens = *count;
+    if (const auto count = token_count(*usage, "completion_tokens")) {
+      record.completion_tokens = *count;
+    }
   }
   const auto choices = object.find("choices");
   if (choices == object.end() || !choices->is_array() || choices->empty()) return false;
   return !choice_text((*choices)[0], kind).empty();
 }
 
-std::string error_message_of(const json& object) {
+// The error's message, or else the start of what the server sent. (Not error.dump(): dumping
+// recurses, and a server can nest arrays deeper than the stack.)
+std::string error_message_of(const json& object, std::string_view sent) {
   const json& error = object["error"];
-  if (error.is_object() && error.contains("message") && error["message"].is_string())
-    return error["message"].get<std::string>();
-  return error.dump();
+  if (error.is_string()) return error.get<std::string>();
+  const auto message = error.is_object() ? error.find("message") : error.end();
+  if (error.is_object() && message != error.end() && message->is_string()) {
+    return message->get<std::string>();
+  }
+  return "an error without a message: " + std::string(sent.substr(0, 200));
 }
 
 }  // namespace
@@ -56,7 +81,7 @@ void read_stream_event(std::string_view data, ApiKind kind, TimePoint arrived,
   if (object.is_discarded() || !object.is_object()) {
     record.fail(RequestError::malformed_sse, "not JSON: " + std::string(data.substr(0, 200)));
   } else if (object.contains("error")) {
-    record.fail(RequestError::stream_error, error_message_of(object));
+    record.fail(RequestError::stream_error, error_message_of(object, data));
   } else if (read_completion_object(object, kind, record)) {
     record.content_chunks.push_back(arrived);
   }
@@ -67,7 +92,7 @@ void read_response_body(std::string_view body, ApiKind kind, RequestRecord& reco
   if (object.is_discarded() || !object.is_object()) {
     record.fail(RequestError::malformed_sse, "response is not JSON");
   } else if (object.contains("error")) {
-    record.fail(RequestError::stream_error, error_message_of(object));
+    record.fail(RequestError::stream_error, error_message_of(object, body));
   } else {
     read_completion_object(object, kind, record);
   }

@@ -1,0 +1,68 @@
+#include "bench/completion_response.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace brisk::bench {
+namespace {
+
+RequestRecord read_body(const std::string& body, ApiKind kind = ApiKind::chat) {
+  RequestRecord record;
+  read_response_body(body, kind, record);
+  return record;
+}
+
+}  // namespace
+
+TEST(CompletionResponse, ReadsUsageAndContentOfAStreamChunk) {
+  RequestRecord record;
+  read_stream_event(R"({"choices":[{"index":0,"delta":{"content":"Red"}}]})", ApiKind::chat,
+                    Clock::now(), record);
+  read_stream_event(R"({"choices":[],"usage":{"prompt_tokens":14,"completion_tokens":3}})",
+                    ApiKind::chat, Clock::now(), record);
+  EXPECT_TRUE(record.ok());
+  EXPECT_EQ(record.content_chunks.size(), 1u);
+  EXPECT_EQ(record.prompt_tokens, 14);
+  EXPECT_EQ(record.completion_tokens, 3);
+}
+
+// Caught by tests/fuzz/bench_response_fuzzer: json::value threw type_error on a string count, out
+// of the request's coroutine and brisk bench's io_context (the run aborted), and a count of 1e300
+// was converted to int (undefined behaviour).
+TEST(CompletionResponse, ATokenCountThatIsNoCountIsNotReported) {
+  for (const char* usage : {R"("12")", "1e300", "-5", "2.5", "4294967296", "18446744073709551615",
+                            "null", "[1]"}) {
+    SCOPED_TRACE(usage);
+    const RequestRecord record = read_body(std::string(R"({"choices":[],"usage":{"prompt_tokens":)") +
+                                           usage + R"(,"completion_tokens":7}})");
+    EXPECT_TRUE(record.ok());
+    EXPECT_EQ(record.prompt_tokens, -1);
+    EXPECT_EQ(record.completion_tokens, 7);
+  }
+}
+
+// Caught by tests/fuzz/bench_response_fuzzer: the message of an error without one was its dump,
+// which recurses once per level, and a server's deeply nested error overflowed the stack.
+TEST(CompletionResponse, AnErrorOfAnyShapeFailsTheRecordWithWhatTheServerSent) {
+  const int depth = 1'000'000;
+  const std::string nested = std::string(depth, '[') + std::string(depth, ']');
+  const RequestRecord record = read_body(R"({"error":)" + nested + "}");
+  EXPECT_EQ(record.error, RequestError::stream_error);
+  EXPECT_EQ(record.error_detail, "an error without a message: {\"error\":" + nested.substr(0, 191));
+
+  EXPECT_EQ(read_body(R"({"error":"overloaded"})").error_detail, "overloaded");
+  EXPECT_EQ(read_body(R"({"error":{"message":"no such model","code":404}})").error_detail,
+            "no such model");
+}
+
+TEST(CompletionResponse, ABodyThatIsNoObjectIsMalformed) {
+  EXPECT_EQ(read_body("[1,2]").error, RequestError::malformed_sse);
+  EXPECT_EQ(read_body("").error, RequestError::malformed_sse);
+  RequestRecord record;
+  read_stream_event("not json", ApiKind::completions, Clock::now(), record);
+  EXPECT_EQ(record.error, RequestError::malformed_sse);
+  EXPECT_EQ(record.error_detail, "not JSON: not json");
+}
+
+}  // namespace brisk::bench
