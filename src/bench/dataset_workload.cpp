@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <numeric>
 
 #include <fmt/format.h>
+
+#include "common/json_nesting.h"
 
 namespace brisk::bench {
 
@@ -12,10 +15,15 @@ using json = nlohmann::json;
 
 namespace {
 
+// Read as int64 and range-checked: get<int>() would wrap 4294967297 around to 1.
 std::optional<int> positive_int_field(const json& object, const char* key) {
   const auto it = object.find(key);
-  if (it == object.end() || !it->is_number_integer() || it->get<int>() <= 0) return std::nullopt;
-  return it->get<int>();
+  if (it == object.end() || !it->is_number_integer()) return std::nullopt;
+  if (it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(std::numeric_limits<int>::max()))
+    return std::nullopt;
+  const int64_t value = it->get<int64_t>();
+  if (value <= 0 || value > std::numeric_limits<int>::max()) return std::nullopt;
+  return static_cast<int>(value);
 }
 
 // Why `object` is not a usable entry, or empty when it is.
@@ -27,9 +35,14 @@ std::string entry_problem(const json& object) {
   if (!has_prompt && !has_messages) {
     return "has neither \"prompt\" (a string) nor \"messages\" (a non-empty array)";
   }
+  // The messages are copied into every request body: a copy recurses once per level.
+  if (has_messages && json_nesting_exceeds(object["messages"])) {
+    return fmt::format("has \"messages\" nested more than {} levels deep", kMaxJsonNesting);
+  }
   for (const char* key : {"max_tokens", "output_tokens"}) {
     if (object.contains(key) && !positive_int_field(object, key)) {
-      return fmt::format("has \"{}\" that is not a positive integer", key);
+      return fmt::format("has \"{}\" that is not a positive integer (at most {})", key,
+                         std::numeric_limits<int>::max());
     }
   }
   return {};
@@ -93,7 +106,8 @@ std::optional<std::vector<DatasetEntry>> load_jsonl_dataset(const std::string& p
       return std::nullopt;
     }
     DatasetEntry entry;
-    if (object.contains("messages") && object["messages"].is_array()) {
+    if (object.contains("messages") && object["messages"].is_array() &&
+        !object["messages"].empty()) {
       entry.messages = object["messages"];
     } else {
       entry.prompt = object["prompt"].get<std::string>();

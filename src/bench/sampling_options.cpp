@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "common/json_nesting.h"
+
 namespace brisk::bench {
 
 using json = nlohmann::json;
@@ -90,6 +92,11 @@ std::optional<SamplingOptions> complete_sampling_options(SamplingOptions samplin
         "--extra-body must be a JSON object whose keys are added to every request body, e.g. "
         "'{{\"seed\": 1}}' (got a {})",
         extra.type_name());
+    return std::nullopt;
+  }
+  // It is copied into and dumped with every request body, which recurses once per level.
+  if (json_nesting_exceeds(extra)) {
+    error = fmt::format("--extra-body nests more than {} levels deep", kMaxJsonNesting);
     return std::nullopt;
   }
   for (const auto& [key, value] : extra.items()) {

@@ -121,6 +121,17 @@ TEST(ExtraBody, BadJsonOrNotAnObjectSaysWhatToGive) {
   EXPECT_NE(refusal({}, "7").find("got a number"), std::string::npos);
 }
 
+// Copying or dumping a value recurses once per level: a deep one must be refused, not crash.
+TEST(ExtraBody, DeeplyNestedValuesAreRefused) {
+  const int depth = 1'000'000;
+  const std::string deep =
+      R"({"seed": 1, "x": )" + std::string(depth, '[') + std::string(depth, ']') + "}";
+  EXPECT_NE(refusal({}, deep).find("nests more than 64 levels"), std::string::npos);
+  const std::string shallow = R"({"seed": 1, "x": )" + std::string(63, '[') +
+                              std::string(63, ']') + "}";
+  EXPECT_EQ(completed({}, shallow).extra_body["seed"], 1);  // 64 levels, the object's included
+}
+
 TEST(ExtraBody, KeysBenchControlsAreRefusedWithTheFlagToUse) {
   EXPECT_NE(refusal({}, R"({"stream": false})").find("--no-stream"), std::string::npos);
   EXPECT_NE(refusal({}, R"({"stream_options": {}})").find("usage"), std::string::npos);

@@ -176,6 +176,46 @@ TEST(JsonlDataset, ABadLineIsNamed) {
   EXPECT_FALSE(load_jsonl_dataset("/nonexistent/file.jsonl", error));
 }
 
+// Caught by tests/fuzz/jsonl_dataset_fuzzer: a length past INT_MAX wrapped around (4294967297
+// became 1), and messages nested deeper than the stack allows overflowed it when they were
+// copied into a request.
+TEST(JsonlDataset, LengthsPastIntAndDeeplyNestedMessagesAreRefused) {
+  std::string error;
+  for (const char* length : {"4294967297", "2147483648", "18446744073709551615"}) {
+    EXPECT_FALSE(load_jsonl_dataset(
+        write_temp("brisk_dataset_long.jsonl",
+                   std::string("{\"prompt\": \"a\", \"max_tokens\": ") + length + "}\n")
+            .string(),
+        error))
+        << length;
+    EXPECT_NE(error.find("max_tokens"), std::string::npos) << error;
+  }
+  const auto largest = load_jsonl_dataset(
+      write_temp("brisk_dataset_max.jsonl", "{\"prompt\": \"a\", \"max_tokens\": 2147483647}\n")
+          .string(),
+      error);
+  ASSERT_TRUE(largest) << error;
+  EXPECT_EQ((*largest)[0].output_tokens, 2147483647);
+
+  const int depth = 1'000'000;
+  const std::string deep = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"x\": " +
+                           std::string(depth, '[') + std::string(depth, ']') + "}]}\n";
+  EXPECT_FALSE(load_jsonl_dataset(write_temp("brisk_dataset_deep.jsonl", deep).string(), error));
+  EXPECT_NE(error.find("line 1 has \"messages\" nested more than 64 levels"), std::string::npos)
+      << error;
+}
+
+// An empty "messages" beside a prompt is no chat: the prompt is sent.
+TEST(JsonlDataset, EmptyMessagesBesideAPromptSendThePrompt) {
+  std::string error;
+  const auto entries = load_jsonl_dataset(
+      write_temp("brisk_dataset_empty.jsonl", "{\"prompt\": \"a\", \"messages\": []}\n").string(),
+      error);
+  ASSERT_TRUE(entries) << error;
+  EXPECT_FALSE((*entries)[0].has_messages());
+  EXPECT_EQ((*entries)[0].prompt, "a");
+}
+
 TEST(ShareGptDataset, TakesFirstExchangeFiltersAndShufflesBySeed) {
   nlohmann::json conversations = nlohmann::json::array();
   for (int i = 0; i < 30; ++i) {
