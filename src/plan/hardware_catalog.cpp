@@ -1,6 +1,9 @@
 #include "plan/hardware_catalog.h"
 
 #include <toml++/toml.h>
+
+#include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 
@@ -8,6 +11,9 @@
 
 namespace brisk::plan {
 namespace {
+
+// More than any server holds (a DGX SuperPOD node has 8 GPUs, NVL72 racks 72).
+constexpr int64_t kMaxDevicesPerNode = 1024;
 
 // Reads one entry's keys, remembering the first missing or mistyped one for the error message.
 class EntryReader {
@@ -19,15 +25,28 @@ class EntryReader {
     if (required) fail(key, "a string");
     return {};
   }
+  // TOML has inf and nan; a plan computed from them is garbage, so they are refused.
   double number(const char* key) {
-    if (const auto value = table_[key].value<double>()) return *value;
-    fail(key, "a number");
+    if (const auto value = table_[key].value<double>(); value && std::isfinite(*value)) {
+      return *value;
+    }
+    fail(key, "a finite number");
+    return 0;
+  }
+  // Only a TOML integer: converting a float such as 1e300 to an integer type is undefined (and
+  // toml++'s value<int64_t>() does so unchecked).
+  int integer(const char* key, int64_t min, int64_t max) {
+    const toml::value<int64_t>* value = table_[key].as_integer();
+    if (value != nullptr && value->get() >= min && value->get() <= max) {
+      return static_cast<int>(value->get());
+    }
+    fail(key, ("an integer from " + std::to_string(min) + " to " + std::to_string(max)).c_str());
     return 0;
   }
   const std::string& error() const { return error_; }
 
  private:
-  void fail(const char* key, const char* expected) {
+  void fail(const char* key, const std::string& expected) {
     if (error_.empty()) error_ = where_ + ": key '" + key + "' must be " + expected;
   }
   const toml::table& table_;
@@ -57,7 +76,11 @@ std::optional<HardwareCatalog> HardwareCatalog::parse(std::string_view toml_text
   HardwareCatalog catalog;
   for (const toml::node& node : *entries) {
     const toml::table* table = node.as_table();
-    if (table == nullptr) continue;
+    if (table == nullptr) {
+      *error = std::string(origin) + " device #" + std::to_string(catalog.devices_.size() + 1) +
+               ": is not a table; write each device as a [[device]] section";
+      return std::nullopt;
+    }
     EntryReader read(
         *table, std::string(origin) + " device #" + std::to_string(catalog.devices_.size() + 1));
     DeviceSpec device;
@@ -72,7 +95,7 @@ std::optional<HardwareCatalog> HardwareCatalog::parse(std::string_view toml_text
     device.int8_tops = read.number("int8_tops");
     device.interconnect = read.text("interconnect");
     device.interconnect_gb_s = read.number("interconnect_gb_s");
-    device.max_per_node = static_cast<int>(read.number("max_per_node"));
+    device.max_per_node = read.integer("max_per_node", 1, kMaxDevicesPerNode);
     device.usd_per_hour = read.number("usd_per_hour");
     device.spec_source = read.text("spec_source");
     device.price_source = read.text("price_source");
