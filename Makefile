@@ -17,13 +17,19 @@ export CCACHE_DIR ?= $(HOME)/.cache/ccache
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := true
 
-.PHONY: serve test deps llama-source build model python unit-test integration-test cuda clean
+FUZZ_BUILD_DIR   ?= build-fuzz
+FUZZ_RUNS        ?= 1000000
+FUZZ_SMOKE_RUNS  ?= 5000
+FUZZ_SMOKE_SECONDS ?= 10
+
+.PHONY: serve test deps llama-source build model python unit-test integration-test cuda clean \
+	fuzz-build fuzz fuzz-smoke
 
 serve: build model
 	$(BRISK) serve --model $(MODEL) --host $(HOST) --port $(PORT) $(SERVE_ARGS)
 
 test: build model python
-	$(MAKE) --no-print-directory unit-test integration-test
+	$(MAKE) --no-print-directory unit-test integration-test fuzz-smoke
 
 deps:
 	@scripts/install-deps.sh
@@ -49,6 +55,20 @@ unit-test:
 integration-test:
 	$(VENV)/bin/python -m pytest -v tests/integration
 
+# libFuzzer harnesses (tests/fuzz), built with clang and ASan/UBSan in a build of their own; the
+# gcc build above is untouched. `fuzz` runs each harness for FUZZ_RUNS executions (figures in
+# BENCHMARKS.md), `fuzz-smoke` briefly, after replaying the seeds and every crash found so far.
+fuzz-build: llama-source
+	cmake -S tests/fuzz -B $(FUZZ_BUILD_DIR) -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+	  -DBRISK_LLAMA_SOURCE_DIR=$(LLAMA_SRC)
+	cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS)
+
+fuzz: fuzz-build
+	scripts/run-fuzzers.sh $(FUZZ_BUILD_DIR) --runs $(FUZZ_RUNS)
+
+fuzz-smoke: fuzz-build
+	scripts/run-fuzzers.sh $(FUZZ_BUILD_DIR) --smoke $(FUZZ_SMOKE_RUNS) $(FUZZ_SMOKE_SECONDS)
+
 # The CUDA build compiles anywhere nvcc and cuBLAS are installed; it runs where a GPU is. Its CPU
 # code is portable (AVX2), since a GPU binary is usually built on one machine and run on another.
 # One architecture keeps the compile to ~30 minutes on 2 cores: 90 = H100/H200; use e.g.
@@ -60,4 +80,4 @@ cuda: llama-source
 	cmake --build $(CUDA_BUILD_DIR) -j $(JOBS)
 
 clean:
-	rm -rf $(BUILD_DIR) $(CUDA_BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(CUDA_BUILD_DIR) $(FUZZ_BUILD_DIR)
