@@ -178,7 +178,8 @@ void read_stop(FieldReader& reader, CompletionParams& params) {
 void read_sampling(FieldReader& reader, SamplingParams& sampling) {
   if (auto t = reader.number("temperature", 0.0, 2.0)) sampling.temperature = float(*t);
   if (auto p = reader.number("top_p", 0.0, 1.0)) {
-    if (*p <= 0.0) return reader.fail("'top_p' must be greater than 0", "top_p");
+    // Checked as the float the sampler gets: 1e-60 is above 0 but rounds to 0.0f.
+    if (float(*p) <= 0.0f) return reader.fail("'top_p' must be greater than 0", "top_p");
     sampling.top_p = float(*p);
   }
   if (auto k = reader.integer("top_k")) {

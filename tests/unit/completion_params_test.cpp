@@ -71,6 +71,9 @@ TEST(CompletionParams, RejectsBadInputWithTheFieldNamed) {
   EXPECT_EQ(expect_error(R"({"prompt":"a","temperature":-1})").param, "temperature");
   EXPECT_EQ(expect_error(R"({"prompt":"a","n":2})").param, "n");
   EXPECT_EQ(expect_error(R"({"prompt":"a","top_p":0})").param, "top_p");
+  // Found by completion_params_fuzzer: a top_p that rounds to 0.0f as a float was accepted.
+  EXPECT_EQ(expect_error(R"({"prompt":"a","top_p":1e-60})").message,
+            "'top_p' must be greater than 0");
   EXPECT_EQ(expect_error(R"({"prompt":"a","stop":[1]})").param, "stop");
   EXPECT_EQ(expect_error(R"({"prompt":"a","stream":"yes"})").param, "stream");
   EXPECT_EQ(expect_error(R"({"prompt":["a","b"]})").param, "prompt");
