@@ -12,7 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 HARNESSES=(completion_params http_session sse_parser bench_response jsonl_dataset
-           sharegpt_dataset hardware_catalog gguf_metadata)
+           sharegpt_dataset hardware_catalog gguf_metadata hf_config)
 
 build_dir=$1
 mode=$2

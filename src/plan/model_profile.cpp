@@ -1,11 +1,16 @@
 #include "plan/model_profile.h"
 
+#include <fmt/format.h>
 #include <toml++/toml.h>
+
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "common/json_file.h"
+#include "common/json_nesting.h"
 #include "common/model_store.h"
 #include "engine/gguf_metadata.h"
 #include "plan/embedded_data.h"
@@ -99,15 +104,49 @@ double shape_parameters(const ModelProfile& model) {
          embedding * (model.tied_embeddings ? 1 : 2);
 }
 
+// Far beyond any real model, yet small enough that every size the planner derives from a shape
+// (parameters x bytes, KV cells x bytes) stays a representable number: a model file is input
+// from outside, and one that claims 2^40 layers must be refused, not computed with.
+constexpr int kMaxDimension = 1 << 20;      // layers, hidden and MLP sizes, heads, head dim
+constexpr int kMaxVocabulary = 1 << 24;
+constexpr double kMaxParameters = 1e15;     // today's largest models have about 2e12
+
 std::string check_shape(const ModelProfile& model) {
+  const std::string which = "model '" + model.id + "' (" + model.origin + ")";
   if (model.layers <= 0 || model.hidden_size <= 0 || model.intermediate_size <= 0 ||
       model.attention_heads <= 0 || model.kv_heads <= 0 || model.head_dim <= 0 ||
       model.vocab_size <= 0) {
-    return "model '" + model.id + "' (" + model.origin +
-           ") lacks part of its shape: layers, hidden size, intermediate size, heads, KV heads, "
+    return which +
+           " lacks part of its shape: layers, hidden size, intermediate size, heads, KV heads, "
            "head dim and vocabulary must all be positive";
   }
+  if (std::max({model.layers, model.hidden_size, model.intermediate_size, model.attention_heads,
+                model.kv_heads, model.head_dim}) > kMaxDimension ||
+      model.vocab_size > kMaxVocabulary) {
+    return which + " has an implausible shape: layers, hidden size, intermediate size, heads, KV "
+                   "heads and head dim must be at most " +
+           std::to_string(kMaxDimension) + ", the vocabulary at most " +
+           std::to_string(kMaxVocabulary);
+  }
+  if (!(model.parameters <= kMaxParameters) ||
+      !(shape_parameters(model) <= kMaxParameters)) {
+    return which + " claims more than 1e15 parameters: the file is damaged or not a model";
+  }
   return {};
+}
+
+// A count read from a model file, when it is one: a whole number from 0 to INT_MAX. (Converting
+// 1e300 or nan to int is undefined.) Otherwise `problem` says which key holds what.
+std::optional<int> whole_count(double value, const std::string& key, std::string& problem) {
+  if (std::isfinite(value) && value >= 0 && value <= std::numeric_limits<int>::max() &&
+      value == std::floor(value)) {
+    return static_cast<int>(value);
+  }
+  if (problem.empty()) {
+    problem = fmt::format("'{}' is {}, not a whole number from 0 to {}", key, value,
+                          std::numeric_limits<int>::max());
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -161,9 +200,11 @@ std::optional<ModelProfile> profile_from_gguf(const std::string& path, std::stri
       metadata->string("general.name").empty() ? model.id : metadata->string("general.name");
   model.architecture = metadata->string("general.architecture");
   model.origin = "GGUF metadata of " + path;
+  std::string problem;  // the first key that holds no count
   auto arch_int = [&](const char* key, int fallback) {
     const auto value = metadata->arch_number(key);
-    return value ? static_cast<int>(*value) : fallback;
+    if (!value) return fallback;
+    return whole_count(*value, model.architecture + "." + key, problem).value_or(fallback);
   };
   model.layers = arch_int("block_count", 0);
   model.hidden_size = arch_int("embedding_length", 0);
@@ -174,8 +215,10 @@ std::optional<ModelProfile> profile_from_gguf(const std::string& path, std::stri
       arch_int("attention.key_length",
                model.attention_heads > 0 ? model.hidden_size / model.attention_heads : 0);
   const auto tokens = metadata->array_sizes.find("tokenizer.ggml.tokens");
-  model.vocab_size = tokens != metadata->array_sizes.end() ? static_cast<int>(tokens->second)
-                                                           : arch_int("vocab_size", 0);
+  model.vocab_size =
+      tokens != metadata->array_sizes.end()
+          ? whole_count(double(tokens->second), "tokenizer.ggml.tokens", problem).value_or(0)
+          : arch_int("vocab_size", 0);
   model.max_context = arch_int("context_length", 0);
   model.sliding_window = arch_int("attention.sliding_window", 0);
   // llama.cpp's Gemma 3 makes every sixth layer global (LLM_ARCH_GEMMA3's swa pattern).
@@ -195,14 +238,19 @@ std::optional<ModelProfile> profile_from_gguf(const std::string& path, std::stri
   model.stored_precision = precision_of_gguf_type(
       dominant_type, static_cast<double>(metadata->tensor_bytes) / model.parameters);
   if (const auto file_type = metadata->number("general.file_type")) {
-    const std::string label = gguf_file_type_name(static_cast<int>(*file_type));
+    std::string ignored;  // an unknown file type only leaves the precision unnamed
+    const std::string label = gguf_file_type_name(whole_count(*file_type, "", ignored).value_or(-1));
     if (!label.empty()) model.stored_precision->name = "gguf " + label;
   }
   const auto embedding = metadata->bytes_by_tensor.find("token_embd.weight");
   if (embedding != metadata->bytes_by_tensor.end())
     model.stored_embedding_bytes = embedding->second;
-  if (const std::string problem = check_shape(model); !problem.empty()) {
-    *error = problem;
+  if (!problem.empty()) {
+    *error = "model '" + model.id + "' (" + model.origin + "): " + problem;
+    return std::nullopt;
+  }
+  if (const std::string shape_problem = check_shape(model); !shape_problem.empty()) {
+    *error = shape_problem;
     return std::nullopt;
   }
   return model;
@@ -212,6 +260,12 @@ std::optional<ModelProfile> profile_from_hf_config(const std::string& path, std:
   auto document = read_json_file(path, *error);
   if (!document) return std::nullopt;
   nlohmann::json config = std::move(*document);
+  // Its fields are copied below (text_config), and a copy recurses once per level.
+  if (json_nesting_exceeds(config)) {
+    *error = fmt::format("'{}' nests more than {} levels deep; it is no model config", path,
+                         kMaxJsonNesting);
+    return std::nullopt;
+  }
   // Multimodal configs (Gemma 3 4B+) keep the language model under text_config.
   if (config.contains("text_config") && config["text_config"].is_object()) {
     nlohmann::json text = config["text_config"];
@@ -220,15 +274,34 @@ std::optional<ModelProfile> profile_from_hf_config(const std::string& path, std:
     }
     config = text;
   }
+  // Each field's type is checked before it is read: json::value() and get<int>() throw on a
+  // wrong type, and converting 1e300 to int is undefined.
+  std::string problem;
   auto integer = [&](const char* key, int fallback) {
     const auto found = config.find(key);
-    return found != config.end() && found->is_number() ? found->get<int>() : fallback;
+    if (found == config.end() || found->is_null()) return fallback;
+    if (!found->is_number()) {
+      if (problem.empty()) problem = std::string("'") + key + "' must be a number";
+      return fallback;
+    }
+    return whole_count(found->get<double>(), key, problem).value_or(fallback);
+  };
+  auto boolean = [&](const char* key, bool fallback) {
+    const auto found = config.find(key);
+    if (found == config.end() || found->is_null()) return fallback;
+    if (!found->is_boolean()) {
+      if (problem.empty()) problem = std::string("'") + key + "' must be true or false";
+      return fallback;
+    }
+    return found->get<bool>();
   };
   ModelProfile model;
   model.id = std::filesystem::path(path).parent_path().filename().string();
   if (model.id.empty()) model.id = "config";
   model.name = model.id;
-  model.architecture = config.value("model_type", std::string());
+  if (const auto type = config.find("model_type"); type != config.end() && type->is_string()) {
+    model.architecture = type->get<std::string>();
+  }
   model.origin = "Hugging Face config " + path;
   model.layers = integer("num_hidden_layers", 0);
   model.hidden_size = integer("hidden_size", 0);
@@ -239,14 +312,17 @@ std::optional<ModelProfile> profile_from_hf_config(const std::string& path, std:
       "head_dim", model.attention_heads > 0 ? model.hidden_size / model.attention_heads : 0);
   model.vocab_size = integer("vocab_size", 0);
   model.max_context = integer("max_position_embeddings", 0);
-  model.tied_embeddings = config.value("tie_word_embeddings", false);
-  if (config.contains("sliding_window") && config["sliding_window"].is_number() &&
-      config.value("use_sliding_window", true)) {
-    model.sliding_window = config["sliding_window"].get<int>();
-    model.global_layer_every = integer("sliding_window_pattern", 0);
+  model.tied_embeddings = boolean("tie_word_embeddings", false);
+  if (boolean("use_sliding_window", true)) {
+    model.sliding_window = integer("sliding_window", 0);
+    if (model.sliding_window > 0) model.global_layer_every = integer("sliding_window_pattern", 0);
   }
-  if (const std::string problem = check_shape(model); !problem.empty()) {
-    *error = problem;
+  if (!problem.empty()) {
+    *error = "model '" + model.id + "' (" + model.origin + "): " + problem;
+    return std::nullopt;
+  }
+  if (const std::string shape_problem = check_shape(model); !shape_problem.empty()) {
+    *error = shape_problem;
     return std::nullopt;
   }
   model.parameters = shape_parameters(model);

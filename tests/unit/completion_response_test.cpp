@@ -27,7 +27,7 @@ TEST(CompletionResponse, ReadsUsageAndContentOfAStreamChunk) {
   EXPECT_EQ(record.completion_tokens, 3);
 }
 
-// Found by tests/fuzz/bench_response_fuzzer: json::value threw type_error on a string count, out
+// Caught by tests/fuzz/bench_response_fuzzer: json::value threw type_error on a string count, out
 // of the request's coroutine and brisk bench's io_context (the run aborted), and a count of 1e300
 // was converted to int (undefined behaviour).
 TEST(CompletionResponse, ATokenCountThatIsNoCountIsNotReported) {
@@ -42,7 +42,7 @@ TEST(CompletionResponse, ATokenCountThatIsNoCountIsNotReported) {
   }
 }
 
-// Found by tests/fuzz/bench_response_fuzzer: the message of an error without one was its dump,
+// Caught by tests/fuzz/bench_response_fuzzer: the message of an error without one was its dump,
 // which recurses once per level, and a server's deeply nested error overflowed the stack.
 TEST(CompletionResponse, AnErrorOfAnyShapeFailsTheRecordWithWhatTheServerSent) {
   const int depth = 1'000'000;

@@ -56,7 +56,7 @@ std::string replaced(std::string text, const std::string& from, const std::strin
   return text.replace(text.find(from), from.size(), to);
 }
 
-// Found by tests/fuzz/hardware_catalog_fuzzer: max_per_node = 1e300 was converted to int
+// Caught by tests/fuzz/hardware_catalog_fuzzer: max_per_node = 1e300 was converted to int
 // (undefined behaviour), and nan or inf anywhere was taken and made every prediction nan.
 TEST(HardwareCatalog, NumbersMustBeFiniteAndTheDeviceCountAnInteger) {
   const std::string entry =
@@ -85,7 +85,7 @@ TEST(HardwareCatalog, NumbersMustBeFiniteAndTheDeviceCountAnInteger) {
   EXPECT_NE(error.find("'usd_per_hour' must be a finite number"), std::string::npos) << error;
 }
 
-// Found by tests/fuzz/hardware_catalog_fuzzer: `device = [1]` is an array but holds no table;
+// Caught by tests/fuzz/hardware_catalog_fuzzer: `device = [1]` is an array but holds no table;
 // it was skipped and an empty catalog accepted.
 TEST(HardwareCatalog, ADeviceThatIsNoTableIsNamed) {
   std::string error;

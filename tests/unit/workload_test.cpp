@@ -176,7 +176,7 @@ TEST(JsonlDataset, ABadLineIsNamed) {
   EXPECT_FALSE(load_jsonl_dataset("/nonexistent/file.jsonl", error));
 }
 
-// Found by tests/fuzz/jsonl_dataset_fuzzer: a length past INT_MAX wrapped around (4294967297
+// Caught by tests/fuzz/jsonl_dataset_fuzzer: a length past INT_MAX wrapped around (4294967297
 // became 1), and messages nested deeper than the stack allows overflowed it when they were
 // copied into a request.
 TEST(JsonlDataset, LengthsPastIntAndDeeplyNestedMessagesAreRefused) {
