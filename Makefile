@@ -23,7 +23,7 @@ FUZZ_SMOKE_RUNS  ?= 5000
 FUZZ_SMOKE_SECONDS ?= 10
 
 .PHONY: serve test deps llama-source build model python unit-test integration-test cuda clean \
-	fuzz-build fuzz fuzz-smoke
+	fuzz-build fuzz fuzz-smoke soak
 
 serve: build model
 	$(BRISK) serve --model $(MODEL) --host $(HOST) --port $(PORT) $(SERVE_ARGS)
@@ -68,6 +68,13 @@ fuzz: fuzz-build
 
 fuzz-smoke: fuzz-build
 	scripts/run-fuzzers.sh $(FUZZ_BUILD_DIR) --smoke $(FUZZ_SMOKE_RUNS) $(FUZZ_SMOKE_SECONDS)
+
+# The soak of issue 13 (BENCHMARKS.md, "Soak"): 1,000 concurrent streams for 10 minutes, then a
+# 2-minute baseline; about 15 minutes in all. SOAK_ARGS passes options, e.g.
+# SOAK_ARGS="--streams 200 --duration 60".
+SOAK_ARGS   ?=
+soak: build model python
+	$(VENV)/bin/python bench/soak.py --brisk-bin $(BRISK) $(SOAK_ARGS)
 
 # The CUDA build compiles anywhere nvcc and cuBLAS are installed; it runs where a GPU is. Its CPU
 # code is portable (AVX2), since a GPU binary is usually built on one machine and run on another.
