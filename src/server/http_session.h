@@ -35,8 +35,9 @@ HttpResponse error_response(const ApiError& error);
 struct HttpLimits {
   size_t max_body_bytes = 8 << 20;
   size_t max_header_bytes = 16 << 10;  // request line + headers; 431 beyond
-  // A request (header and body) must arrive whole within this time of its first byte, whatever
-  // "100 Continue" or a trickle of bytes does: a slow client cannot hold a connection forever.
+  // A request (header and body) must arrive whole within this time (from the connection's
+  // opening, or a keep-alive request's first byte), whatever "100 Continue" or a trickle of
+  // bytes does: a slow client cannot hold a connection forever.
   std::chrono::seconds read_timeout{30};
   // A keep-alive connection with no new request for this long is closed.
   std::chrono::seconds keep_alive_timeout{30};
