@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
@@ -110,38 +111,32 @@ def test_sigterm_finishes_in_flight_work_then_exits_zero(tmp_path_factory):
         server.kill()
 
 
-def _stream_lines(server, max_tokens: int):
-    """Opens a streaming completion and returns (response context, line iterator)."""
-    ctx = httpx.stream("POST", server.base_url + "/v1/completions", timeout=120,
-                       json={"model": MODEL_NAME, "prompt": "Once", "max_tokens": max_tokens,
-                             "ignore_eos": True, "stream": True})
-    response = ctx.__enter__()
-    assert response.status_code == 200
-    return ctx, response.iter_lines()
-
-
-def _wait_for_content_event(lines) -> None:
-    for line in lines:
-        if line.startswith("data: {"):
-            return
-    raise AssertionError("the stream ended before its first token")
+@contextlib.contextmanager
+def _streaming_when_sigterm_lands(server):
+    """Starts a long stream, sends SIGTERM once its first token is here; yields its lines."""
+    with httpx.stream("POST", server.base_url + "/v1/completions", timeout=120,
+                      json={"model": MODEL_NAME, "prompt": "Once", "max_tokens": 4000,
+                            "ignore_eos": True, "stream": True}) as response:
+        assert response.status_code == 200
+        lines = response.iter_lines()
+        if not any(line.startswith("data: {") for line in lines):
+            raise AssertionError("the stream ended before its first token")
+        server.proc.send_signal(signal.SIGTERM)
+        yield lines
 
 
 def test_second_signal_exits_at_once(tmp_path_factory):
     server = _start_brisk(tmp_path_factory, "brisk-second-signal", ["--drain-timeout", "600"],
                           api_key=None)
     try:
-        ctx, lines = _stream_lines(server, 4000)
-        _wait_for_content_event(lines)
-        server.proc.send_signal(signal.SIGTERM)
-        time.sleep(0.5)
-        assert server.proc.poll() is None, "the first signal drains; it must not exit yet"
-        started = time.monotonic()
-        server.proc.send_signal(signal.SIGTERM)
-        code = server.proc.wait(timeout=10)
-        assert time.monotonic() - started < 3
-        assert code == 128 + signal.SIGTERM
-        ctx.__exit__(None, None, None)
+        with _streaming_when_sigterm_lands(server):
+            time.sleep(0.5)
+            assert server.proc.poll() is None, "the first signal drains; it must not exit yet"
+            started = time.monotonic()
+            server.proc.send_signal(signal.SIGTERM)
+            code = server.proc.wait(timeout=10)
+            assert time.monotonic() - started < 3
+            assert code == 128 + signal.SIGTERM
     finally:
         server.kill()
 
@@ -150,11 +145,8 @@ def test_a_stream_cancelled_by_the_drain_ends_with_an_error_and_finish_reason(tm
     server = _start_brisk(tmp_path_factory, "brisk-drain-cancel", ["--drain-timeout", "1"],
                           api_key=None)
     try:
-        ctx, lines = _stream_lines(server, 4000)
-        _wait_for_content_event(lines)
-        server.proc.send_signal(signal.SIGTERM)
-        events = [line[len("data: "):] for line in lines if line.startswith("data: ")]
-        ctx.__exit__(None, None, None)
+        with _streaming_when_sigterm_lands(server) as lines:
+            events = [line[len("data: "):] for line in lines if line.startswith("data: ")]
         assert events[-1] == "[DONE]"
         last = json.loads(events[-2])
         assert last["choices"][0]["finish_reason"] == "cancelled", last
