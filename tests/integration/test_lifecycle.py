@@ -15,6 +15,7 @@ from conftest import (
     MODEL_NAME,
     _start_brisk,
     completion_text,
+    get_metrics,
 )
 
 
@@ -103,5 +104,40 @@ def test_sigterm_finishes_in_flight_work_then_exits_zero(tmp_path_factory):
         assert result["body"]["usage"]["completion_tokens"] == 40
         assert result["body"]["choices"][0]["finish_reason"] == "length"
         assert server.proc.wait(timeout=30) == 0
+    finally:
+        server.kill()
+
+
+def test_sigterm_during_a_requests_first_step_still_finishes_it(tmp_path_factory):
+    """A request whose whole prompt is one long step is running from the step's start: the
+    drain waits for it, and /metrics counts it. (The scheduler once counted a request neither
+    waiting nor running until its first step ended, so a drain begun then cancelled it.)"""
+    server = _start_brisk(tmp_path_factory, "brisk-drain-prefill",
+                          ["--drain-timeout", "60", "--max-batched-tokens", "1024"], api_key=None)
+    result: dict = {}
+
+    def long_prompt_request():
+        # ~600 tokens prefilled in one step (a second or more on a CPU), then its one token.
+        r = httpx.post(server.base_url + "/v1/completions", timeout=300,
+                       json={"model": MODEL_NAME, "prompt": "word " * 600, "max_tokens": 1,
+                             "ignore_eos": True})
+        result["status"] = r.status_code
+        result["body"] = r.json()
+
+    try:
+        worker = threading.Thread(target=long_prompt_request)
+        worker.start()
+        seen_running = False
+        deadline = time.monotonic() + 60
+        while not seen_running and worker.is_alive() and time.monotonic() < deadline:
+            seen_running = get_metrics(server).get("brisk_requests_running") == 1
+            time.sleep(0.05)
+        assert seen_running, (
+            f"brisk_requests_running never showed the request during its prefill: {result}")
+        server.proc.send_signal(signal.SIGTERM)
+        worker.join(timeout=300)
+        assert result["status"] == 200, result
+        assert result["body"]["usage"]["completion_tokens"] == 1
+        assert server.proc.wait(timeout=60) == 0
     finally:
         server.kill()
