@@ -14,7 +14,7 @@ from conftest import (
     GUARDED_READ_TIMEOUT_S,
     MODEL_NAME,
     _start_brisk,
-    completion_text,
+    completion,
     get_metrics,
 )
 
@@ -60,16 +60,19 @@ def test_server_stays_healthy_after_stalled_clients(brisk_guarded):
 
 
 def test_json_logs_have_one_object_per_line_with_request_timings(brisk_guarded):
-    completion_text(brisk_guarded.client(), "Hello", max_tokens=3, ignore_eos=True)
+    response_id = completion(brisk_guarded.client(), "Hello", max_tokens=3, ignore_eos=True)["id"]
+    # The line is written after the response, and earlier tests' requests have lines of their
+    # own: wait for this request's.
     deadline = time.time() + 10
     request_lines = []
     while time.time() < deadline and not request_lines:
         lines = [l for l in brisk_guarded.log_path.read_text().splitlines() if l.strip()]
         objects = [json.loads(l) for l in lines]  # every line must be JSON
         assert all("ts" in o and "level" in o for o in objects)
-        request_lines = [o for o in objects if o.get("event") == "request"]
+        request_lines = [o for o in objects
+                         if o.get("event") == "request" and o.get("id") == response_id]
         time.sleep(0.2)
-    assert request_lines, "no request log line"
+    assert request_lines, f"no request log line with id {response_id}"
     line = request_lines[-1]
     for key in ("id", "status", "ttft_ms", "e2e_ms", "prompt_tokens", "completion_tokens"):
         assert key in line
