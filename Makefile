@@ -23,13 +23,13 @@ FUZZ_SMOKE_RUNS  ?= 5000
 FUZZ_SMOKE_SECONDS ?= 10
 
 .PHONY: serve test deps llama-source build model python unit-test integration-test cuda clean \
-	fuzz-build fuzz fuzz-smoke soak
+	fuzz-build fuzz fuzz-smoke soak sanitize sanitize-unit sanitize-thread
 
 serve: build model
 	$(BRISK) serve --model $(MODEL) --host $(HOST) --port $(PORT) $(SERVE_ARGS)
 
 test: build model python
-	$(MAKE) --no-print-directory unit-test integration-test fuzz-smoke
+	$(MAKE) --no-print-directory unit-test sanitize-unit integration-test fuzz-smoke
 
 deps:
 	@scripts/install-deps.sh
@@ -76,6 +76,65 @@ SOAK_ARGS   ?=
 soak: build model python
 	$(VENV)/bin/python bench/soak.py --brisk-bin $(BRISK) $(SOAK_ARGS)
 
+# --- Sanitizers (BENCHMARKS.md, "Sanitizers") ---
+# Only brisk's own code is instrumented (cmake/sanitizers.cmake): llama.cpp keeps the flags of
+# $(BUILD_DIR), so its objects are ccache hits, and its reference tools come from $(BUILD_DIR).
+ASAN_BUILD_DIR := build-asan
+TSAN_BUILD_DIR := build-tsan
+SANITIZER_SUPPRESSIONS := $(CURDIR)/tests/sanitizers
+SANITIZE_CMAKE_ARGS := -DCMAKE_BUILD_TYPE=Release -DBRISK_LLAMA_SOURCE_DIR=$(LLAMA_SRC) \
+	-DBRISK_BUILD_LLAMA_TOOLS=OFF
+# Every report is fatal: the process stops at the first one with a non-zero exit code (leaks:
+# at exit), so a test fails on it. Integration runs also send reports to a directory that
+# tests/integration/sanitizer_reports.py checks after every test.
+ASAN_ENV := ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1:$\
+	check_initialization_order=1:strict_init_order=1:print_stacktrace=1 \
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	LSAN_OPTIONS=suppressions=$(SANITIZER_SUPPRESSIONS)/lsan.supp:print_suppressions=0
+TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:$\
+	suppressions=$(SANITIZER_SUPPRESSIONS)/tsan.supp:print_suppressions=0
+# ctest -R: the unit tests that start threads (the sampling pool; random-gguf's writer threads).
+TSAN_UNIT_TESTS ?= WorkerPool|RandomGguf
+# The integration tests where requests, disconnects, drains and /metrics reads meet the engine
+# thread and the I/O threads.
+TSAN_INTEGRATION_TESTS ?= tests/integration/test_admission.py tests/integration/test_lifecycle.py \
+	tests/integration/test_metrics.py \
+	tests/integration/test_correctness.py::test_concurrent_greedy_equals_sequential \
+	tests/integration/test_api.py::test_keep_alive_serves_several_requests_on_one_connection \
+	tests/integration/test_api.py::test_sdk_streaming_chat_with_usage \
+	tests/integration/test_bench.py::test_bench_against_brisk_counts_exact_tokens \
+	tests/integration/test_bench.py::test_open_loop_keeps_its_schedule_and_reports_it
+
+# The references (llama-server, llama-completion) stay uninstrumented, from $(BUILD_DIR).
+SANITIZED_PYTEST_ENV := BRISK_LLAMA_BIN_DIR=$(CURDIR)/$(BUILD_DIR)/bin
+
+$(ASAN_BUILD_DIR)/CMakeCache.txt: | llama-source
+	cmake -S . -B $(ASAN_BUILD_DIR) $(SANITIZE_CMAKE_ARGS) -DBRISK_SANITIZE=address,undefined
+
+$(TSAN_BUILD_DIR)/CMakeCache.txt: | llama-source
+	cmake -S . -B $(TSAN_BUILD_DIR) $(SANITIZE_CMAKE_ARGS) -DBRISK_SANITIZE=thread
+
+# ASan + UBSan on the unit tests only (part of `make test`, so CI runs it).
+sanitize-unit: llama-source $(ASAN_BUILD_DIR)/CMakeCache.txt
+	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS) --target brisk_unit_tests random_gguf_test
+	cd $(ASAN_BUILD_DIR) && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS)
+
+# ASan + UBSan on the unit and the integration tests.
+sanitize: build model python $(ASAN_BUILD_DIR)/CMakeCache.txt
+	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
+	cd $(ASAN_BUILD_DIR) && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS)
+	$(ASAN_ENV) BRISK_BIN_DIR=$(CURDIR)/$(ASAN_BUILD_DIR)/bin $(SANITIZED_PYTEST_ENV) \
+	  BRISK_SANITIZER_REPORT_DIR=$(CURDIR)/$(ASAN_BUILD_DIR)/sanitizer-reports \
+	  $(VENV)/bin/python -m pytest -v tests/integration
+
+# ThreadSanitizer on the tests that run threads.
+sanitize-thread: build model python $(TSAN_BUILD_DIR)/CMakeCache.txt
+	cmake --build $(TSAN_BUILD_DIR) -j $(JOBS)
+	cd $(TSAN_BUILD_DIR) && $(TSAN_ENV) ctest --output-on-failure -R '$(TSAN_UNIT_TESTS)'
+	$(TSAN_ENV) BRISK_BIN_DIR=$(CURDIR)/$(TSAN_BUILD_DIR)/bin $(SANITIZED_PYTEST_ENV) \
+	  BRISK_SANITIZER_REPORT_DIR=$(CURDIR)/$(TSAN_BUILD_DIR)/sanitizer-reports \
+	  $(VENV)/bin/python -m pytest -v $(TSAN_INTEGRATION_TESTS)
+
 # The CUDA build compiles anywhere nvcc and cuBLAS are installed; it runs where a GPU is. Its CPU
 # code is portable (AVX2), since a GPU binary is usually built on one machine and run on another.
 # One architecture keeps the compile to ~30 minutes on 2 cores: 90 = H100/H200; use e.g.
@@ -87,4 +146,6 @@ cuda: llama-source
 	cmake --build $(CUDA_BUILD_DIR) -j $(JOBS)
 
 clean:
-	rm -rf $(BUILD_DIR) $(CUDA_BUILD_DIR) $(FUZZ_BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(CUDA_BUILD_DIR) $(FUZZ_BUILD_DIR) $(ASAN_BUILD_DIR) $(TSAN_BUILD_DIR)
+
+	rm -rf $(BUILD_DIR) $(CUDA_BUILD_DIR) $(ASAN_BUILD_DIR) $(TSAN_BUILD_DIR)

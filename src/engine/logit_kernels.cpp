@@ -16,8 +16,11 @@ using Lanes = float __attribute__((vector_size(32)));
 using IntLanes = int32_t __attribute__((vector_size(32)));
 constexpr int kLanes = 8;
 
+// No clones under a sanitizer: their ifunc resolvers run while the dynamic loader relocates the
+// binary, before the sanitizer's runtime is up, and an instrumented resolver crashes there
+// (ThreadSanitizer: SIGSEGV before main). The baseline code is checked instead.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(__SANITIZE_ADDRESS__)
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define BRISK_VECTOR_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else

@@ -13,11 +13,11 @@ double Percentiles::at(const std::string& stat) const {
   return mean;
 }
 
-int poisson_quantile(double mean, double q) {
+double poisson_quantile(double mean, double q) {
   if (mean <= 0) return 0;
   if (mean > 500) {  // normal approximation; the exact sum underflows
     const double z = q >= 0.99 ? 2.326 : q >= 0.95 ? 1.645 : q >= 0.5 ? 0.0 : -1.0;
-    return static_cast<int>(std::ceil(mean + z * std::sqrt(mean)));
+    return std::ceil(mean + z * std::sqrt(mean));
   }
   double term = std::exp(-mean);
   double cumulative = term;

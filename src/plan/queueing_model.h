@@ -55,7 +55,9 @@ LoadPrediction predict_open_loop(const Deployment& deployment, int input_tokens,
 LoadPrediction predict_burst(const Deployment& deployment, int input_tokens, int output_tokens,
                              int requests);
 
-// Quantile of a Poisson distribution with mean `mean` (smallest k with CDF >= q).
-int poisson_quantile(double mean, double q);
+// Quantile of a Poisson distribution with mean `mean` (smallest k with CDF >= q). A double: the
+// planner's search passes means far beyond an int (8e9 chunks for gemma3-270m at a saturating
+// rate), where converting to int was undefined behaviour (on x86: INT_MIN, a negative TPOT).
+double poisson_quantile(double mean, double q);
 
 }  // namespace brisk::plan

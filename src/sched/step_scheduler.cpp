@@ -59,9 +59,9 @@ void StepScheduler::shutdown(std::chrono::milliseconds drain_timeout) {
 
 SchedulerStats StepScheduler::stats() const {
   SchedulerStats stats;
-  stats.running = running_count_.load();
   {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(mutex_);  // with admit_waiting's: a request is waiting or running
+    stats.running = running_count_.load();
     stats.waiting = static_cast<int>(waiting_.size());
   }
   stats.kv_cache_usage_ratio =
@@ -192,6 +192,9 @@ void StepScheduler::admit_waiting(int& budget) {
       if (reserved + waiting_.front()->reserved_kv_tokens() > kv_capacity_tokens_) return;
       request = std::move(waiting_.front());
       waiting_.pop_front();
+      // Counted as running before it leaves the queue's count: stats() reads both under this
+      // lock, so /metrics never sees the request nowhere (during a long first step it did).
+      ++running_count_;
     }
     reserved += request->reserved_kv_tokens();
     const int slot = free_slots_.back();

@@ -4,6 +4,10 @@ They run the real `build/bin/brisk serve` (and llama.cpp's own `llama-server` an
 `llama-completion` from the same build, as references) on loopback and talk to them over HTTP.
 The model `gemma3-270m` must already be in the model cache ($BRISK_HOME, default
 ~/.cache/brisk), e.g. via `build/bin/brisk pull gemma3-270m`.
+
+BRISK_BIN_DIR names another build's bin/ for brisk and the test fixtures (a sanitizer build, see
+`make sanitize`); BRISK_LLAMA_BIN_DIR one for the llama.cpp references, which a sanitizer build
+does not build (default: BRISK_BIN_DIR).
 """
 
 from __future__ import annotations
@@ -22,11 +26,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+pytest_plugins = ("sanitizer_reports",)  # fails the run on a sanitizer report from a child
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BIN_DIR = Path(os.environ.get("BRISK_BIN_DIR", REPO_ROOT / "build" / "bin"))
+LLAMA_BIN_DIR = Path(os.environ.get("BRISK_LLAMA_BIN_DIR", BIN_DIR))
 BRISK_BIN = BIN_DIR / "brisk"
-LLAMA_SERVER_BIN = BIN_DIR / "llama-server"
-LLAMA_COMPLETION_BIN = BIN_DIR / "llama-completion"
+LLAMA_SERVER_BIN = LLAMA_BIN_DIR / "llama-server"
+LLAMA_COMPLETION_BIN = LLAMA_BIN_DIR / "llama-completion"
 
 MODEL_NAME = "gemma3-270m"
 MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"

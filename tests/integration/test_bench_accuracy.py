@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from conftest import BRISK_BIN, scripted_stream_server
+from sanitizer_reports import running_under_a_sanitizer
 
 STREAMS = 256
 TOKENS = 24
@@ -117,6 +118,10 @@ def test_client_error_under_1ms_at_p99_with_256_streams(scripted_server, tmp_pat
         attempts.append(measure_client_error_ms(scripted_server, out_dir, mode))
         print(f"attempt {attempt}: client error p99 TTFT {attempts[-1][0]:.3f} ms, "
               f"ITL {attempts[-1][1]:.3f} ms")
+        if running_under_a_sanitizer():
+            # The 256 streams ran and their records checked out; the bound is the uninstrumented
+            # client's (an instrumented one is 10-50 ms late at p99 by design).
+            pytest.skip("the 1 ms bound holds for an uninstrumented brisk bench only")
         if max(attempts[-1]) < 1.0:
             break
     ttft_p99, itl_p99 = min(attempts, key=max)

@@ -18,7 +18,8 @@ from conftest import (
     GUARDED_READ_TIMEOUT_S,
     MODEL_NAME,
     _start_brisk,
-    completion_text,
+    completion,
+    get_metrics,
 )
 
 
@@ -63,16 +64,19 @@ def test_server_stays_healthy_after_stalled_clients(brisk_guarded):
 
 
 def test_json_logs_have_one_object_per_line_with_request_timings(brisk_guarded):
-    completion_text(brisk_guarded.client(), "Hello", max_tokens=3, ignore_eos=True)
+    response_id = completion(brisk_guarded.client(), "Hello", max_tokens=3, ignore_eos=True)["id"]
+    # The line is written after the response, and earlier tests' requests have lines of their
+    # own: wait for this request's.
     deadline = time.time() + 10
     request_lines = []
     while time.time() < deadline and not request_lines:
         lines = [l for l in brisk_guarded.log_path.read_text().splitlines() if l.strip()]
         objects = [json.loads(l) for l in lines]  # every line must be JSON
         assert all("ts" in o and "level" in o for o in objects)
-        request_lines = [o for o in objects if o.get("event") == "request"]
+        request_lines = [o for o in objects
+                         if o.get("event") == "request" and o.get("id") == response_id]
         time.sleep(0.2)
-    assert request_lines, "no request log line"
+    assert request_lines, f"no request log line with id {response_id}"
     line = request_lines[-1]
     for key in ("id", "status", "ttft_ms", "e2e_ms", "prompt_tokens", "completion_tokens"):
         assert key in line
@@ -241,3 +245,37 @@ def test_serve_refuses_out_of_range_flags_before_loading_the_model(flag, value, 
     assert r.returncode != 0
     assert says in r.stderr + r.stdout
     assert "loading" not in r.stderr + r.stdout
+
+def test_sigterm_during_a_requests_first_step_still_finishes_it(tmp_path_factory):
+    """A request whose whole prompt is one long step is running from the step's start: the
+    drain waits for it, and /metrics counts it. (The scheduler once counted a request neither
+    waiting nor running until its first step ended, so a drain begun then cancelled it.)"""
+    server = _start_brisk(tmp_path_factory, "brisk-drain-prefill",
+                          ["--drain-timeout", "60", "--max-batched-tokens", "1024"], api_key=None)
+    result: dict = {}
+
+    def long_prompt_request():
+        # ~600 tokens prefilled in one step (a second or more on a CPU), then its one token.
+        r = httpx.post(server.base_url + "/v1/completions", timeout=300,
+                       json={"model": MODEL_NAME, "prompt": "word " * 600, "max_tokens": 1,
+                             "ignore_eos": True})
+        result["status"] = r.status_code
+        result["body"] = r.json()
+
+    try:
+        worker = threading.Thread(target=long_prompt_request)
+        worker.start()
+        seen_running = False
+        deadline = time.monotonic() + 60
+        while not seen_running and worker.is_alive() and time.monotonic() < deadline:
+            seen_running = get_metrics(server).get("brisk_requests_running") == 1
+            time.sleep(0.05)
+        assert seen_running, (
+            f"brisk_requests_running never showed the request during its prefill: {result}")
+        server.proc.send_signal(signal.SIGTERM)
+        worker.join(timeout=300)
+        assert result["status"] == 200, result
+        assert result["body"]["usage"]["completion_tokens"] == 1
+        assert server.proc.wait(timeout=60) == 0
+    finally:
+        server.kill()

@@ -1,6 +1,8 @@
 // brisk plan's performance and queueing model: the directions a prediction must move in.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "plan/capacity_planner.h"
 #include "plan/queueing_model.h"
 
@@ -116,6 +118,16 @@ TEST(PoissonQuantile, MatchesTables) {
   EXPECT_EQ(poisson_quantile(1.0, 0.95), 3);
   EXPECT_EQ(poisson_quantile(10.0, 0.99), 18);
   EXPECT_EQ(poisson_quantile(0.0, 0.99), 0);
+}
+
+TEST(PoissonQuantile, MeansBeyondAnIntStayPositiveAndOrdered) {
+  // brisk plan's default search reaches means like this one (UBSan: float-cast-overflow).
+  const double mean = 8.33416e9;
+  const double p99 = poisson_quantile(mean, 0.99);
+  EXPECT_GT(p99, mean);
+  EXPECT_LT(p99, mean + 3 * std::sqrt(mean));
+  EXPECT_GT(p99, poisson_quantile(mean, 0.5));
+  EXPECT_EQ(poisson_quantile(INFINITY, 0.99), INFINITY);
 }
 
 TEST_F(PlanPrediction, PlannerNamesBadInput) {
