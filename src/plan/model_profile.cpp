@@ -107,9 +107,9 @@ double shape_parameters(const ModelProfile& model) {
 // Far beyond any real model, yet small enough that every size the planner derives from a shape
 // (parameters x bytes, KV cells x bytes) stays a representable number: a model file is input
 // from outside, and one that claims 2^40 layers must be refused, not computed with.
-constexpr int kMaxDimension = 1 << 20;      // layers, hidden and MLP sizes, heads, head dim
+constexpr int kMaxDimension = 1 << 20;  // layers, hidden and MLP sizes, heads, head dim
 constexpr int kMaxVocabulary = 1 << 24;
-constexpr double kMaxParameters = 1e15;     // today's largest models have about 2e12
+constexpr double kMaxParameters = 1e15;  // today's largest models have about 2e12
 
 std::string check_shape(const ModelProfile& model) {
   const std::string which = "model '" + model.id + "' (" + model.origin + ")";
@@ -123,13 +123,13 @@ std::string check_shape(const ModelProfile& model) {
   if (std::max({model.layers, model.hidden_size, model.intermediate_size, model.attention_heads,
                 model.kv_heads, model.head_dim}) > kMaxDimension ||
       model.vocab_size > kMaxVocabulary) {
-    return which + " has an implausible shape: layers, hidden size, intermediate size, heads, KV "
-                   "heads and head dim must be at most " +
+    return which +
+           " has an implausible shape: layers, hidden size, intermediate size, heads, KV "
+           "heads and head dim must be at most " +
            std::to_string(kMaxDimension) + ", the vocabulary at most " +
            std::to_string(kMaxVocabulary);
   }
-  if (!(model.parameters <= kMaxParameters) ||
-      !(shape_parameters(model) <= kMaxParameters)) {
+  if (!(model.parameters <= kMaxParameters) || !(shape_parameters(model) <= kMaxParameters)) {
     return which + " claims more than 1e15 parameters: the file is damaged or not a model";
   }
   return {};
@@ -239,7 +239,8 @@ std::optional<ModelProfile> profile_from_gguf(const std::string& path, std::stri
       dominant_type, static_cast<double>(metadata->tensor_bytes) / model.parameters);
   if (const auto file_type = metadata->number("general.file_type")) {
     std::string ignored;  // an unknown file type only leaves the precision unnamed
-    const std::string label = gguf_file_type_name(whole_count(*file_type, "", ignored).value_or(-1));
+    const std::string label =
+        gguf_file_type_name(whole_count(*file_type, "", ignored).value_or(-1));
     if (!label.empty()) model.stored_precision->name = "gguf " + label;
   }
   const auto embedding = metadata->bytes_by_tensor.find("token_embd.weight");

@@ -5,10 +5,10 @@
 // The input's first byte picks how the rest is delivered, the session running between pieces:
 // whole; in two pieces split at a multiple of 8 bytes the byte also picks (a request cut anywhere
 // in its first 500 bytes); or in pieces of 7 or 61 bytes. The rest is what the client sends
-// before it closes its side. The peer is one end of a socketpair in this process, so a run needs no port and
-// leaves no TIME_WAIT behind. A handler in the shape of OpenAiServer's answers each request:
-// completions bodies go through the real parse_completion_params; a stream is answered in posted
-// steps, as the engine thread's updates arrive.
+// before it closes its side. The peer is one end of a socketpair in this process, so a run needs no
+// port and leaves no TIME_WAIT behind. A handler in the shape of OpenAiServer's answers each
+// request: completions bodies go through the real parse_completion_params; a stream is answered in
+// posted steps, as the engine thread's updates arrive.
 //
 // Beyond "no crash": whatever the session writes must parse as HTTP/1.1 responses (the last may
 // be cut short by the client's close), and once the client has closed and the session has run

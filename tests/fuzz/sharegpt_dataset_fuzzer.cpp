@@ -21,9 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const ShareGptLimits limits;
   const auto no_tokenizer = [](const std::string&) -> std::optional<int> { return std::nullopt; };
   std::string error;
-  const auto entries =
-      load_sharegpt_dataset(file.hold(data, size), /*wanted=*/8, /*seed=*/7, limits, no_tokenizer,
-                            error);
+  const auto entries = load_sharegpt_dataset(file.hold(data, size), /*wanted=*/8, /*seed=*/7,
+                                             limits, no_tokenizer, error);
   if (!entries) {
     require(!error.empty());
     return 0;

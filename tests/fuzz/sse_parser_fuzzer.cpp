@@ -30,7 +30,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   SseParser pieces;
   std::vector<SseEvent> events;
   for (size_t at = 0; at < stream.size(); at += piece) {
-    for (SseEvent& event : pieces.feed(stream.substr(at, piece))) events.push_back(std::move(event));
+    for (SseEvent& event : pieces.feed(stream.substr(at, piece)))
+      events.push_back(std::move(event));
   }
 
   require(events.size() == expected.size());

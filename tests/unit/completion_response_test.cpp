@@ -31,11 +31,12 @@ TEST(CompletionResponse, ReadsUsageAndContentOfAStreamChunk) {
 // of the request's coroutine and brisk bench's io_context (the run aborted), and a count of 1e300
 // was converted to int (undefined behaviour).
 TEST(CompletionResponse, ATokenCountThatIsNoCountIsNotReported) {
-  for (const char* usage : {R"("12")", "1e300", "-5", "2.5", "4294967296", "18446744073709551615",
-                            "null", "[1]"}) {
+  for (const char* usage :
+       {R"("12")", "1e300", "-5", "2.5", "4294967296", "18446744073709551615", "null", "[1]"}) {
     SCOPED_TRACE(usage);
-    const RequestRecord record = read_body(std::string(R"({"choices":[],"usage":{"prompt_tokens":)") +
-                                           usage + R"(,"completion_tokens":7}})");
+    const RequestRecord record =
+        read_body(std::string(R"({"choices":[],"usage":{"prompt_tokens":)") + usage +
+                  R"(,"completion_tokens":7}})");
     EXPECT_TRUE(record.ok());
     EXPECT_EQ(record.prompt_tokens, -1);
     EXPECT_EQ(record.completion_tokens, 7);

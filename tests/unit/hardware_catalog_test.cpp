@@ -90,7 +90,8 @@ TEST(HardwareCatalog, NumbersMustBeFiniteAndTheDeviceCountAnInteger) {
 TEST(HardwareCatalog, ADeviceThatIsNoTableIsNamed) {
   std::string error;
   EXPECT_FALSE(HardwareCatalog::parse("device = [1, 2]\n", "array.toml", &error));
-  EXPECT_EQ(error, "array.toml device #1: is not a table; write each device as a [[device]] section");
+  EXPECT_EQ(error,
+            "array.toml device #1: is not a table; write each device as a [[device]] section");
 }
 
 // toml++ 3.3 reaches __builtin_unreachable when a non-ASCII code point stands where whitespace

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/gguf_metadata.h"
 #include "gguf.h"
 #include "plan/model_profile.h"
 #include "scratch_dir.h"
@@ -79,17 +80,37 @@ TEST(ModelFile, GgufCountThatIsNoWholeNumberIsNamed) {
 TEST(ModelFile, ImplausibleShapesAreRefused) {
   testing::ScratchDir dir;
   std::string error;
-  EXPECT_FALSE(profile_from_gguf(write_gguf(dir,
-                                            [](gguf_context* c) {
-                                              gguf_set_val_u32(c, "llama.block_count", 1u << 30);
-                                            }),
-                                 &error));
+  EXPECT_FALSE(profile_from_gguf(
+      write_gguf(dir, [](gguf_context* c) { gguf_set_val_u32(c, "llama.block_count", 1u << 30); }),
+      &error));
   EXPECT_NE(error.find("implausible shape"), std::string::npos) << error;
   EXPECT_FALSE(profile_from_hf_config(
       write_config(dir, R"(, "num_hidden_layers": 1000000, "hidden_size": 1048576,
                               "intermediate_size": 1048576)"),
       &error));
   EXPECT_NE(error.find("more than 1e15 parameters"), std::string::npos) << error;
+}
+
+// Found by gguf_metadata_fuzzer: ggml loads a type tag outside its enum before its range check
+// (undefined in C++, tests/fuzz/ubsan_ignorelist.txt); the file must still be refused cleanly.
+TEST(ModelFile, GgufWithAnUnknownTypeTagIsRefused) {
+  testing::ScratchDir dir;
+  const std::string path = (dir.path() / "bad-type.gguf").string();
+  std::string bytes = "GGUF";
+  auto append = [&bytes](uint64_t value, size_t size) {
+    for (size_t i = 0; i < size; ++i) bytes.push_back(char((value >> (8 * i)) & 0xff));
+  };
+  append(3, 4);    // version
+  append(0, 8);    // tensors
+  append(1, 8);    // key/value pairs
+  append(1, 8);    // key length
+  bytes += "a";    // key
+  append(204, 4);  // its type: no GGUF type
+  append(0, 8);
+  std::ofstream(path, std::ios::binary) << bytes;
+  std::string error;
+  EXPECT_FALSE(read_gguf_metadata(path, &error));
+  EXPECT_EQ(error, "'" + path + "' is not a readable GGUF file");
 }
 
 TEST(ModelFile, HfConfigShapeIsRead) {
@@ -108,19 +129,19 @@ TEST(ModelFile, HfConfigShapeIsRead) {
 TEST(ModelFile, HfConfigFieldOfTheWrongTypeIsNamed) {
   testing::ScratchDir dir;
   std::string error;
-  EXPECT_FALSE(profile_from_hf_config(write_config(dir, R"(, "tie_word_embeddings": "yes")"),
-                                      &error));
+  EXPECT_FALSE(
+      profile_from_hf_config(write_config(dir, R"(, "tie_word_embeddings": "yes")"), &error));
   EXPECT_NE(error.find("'tie_word_embeddings' must be true or false"), std::string::npos) << error;
-  EXPECT_FALSE(profile_from_hf_config(write_config(dir, R"(, "num_hidden_layers": 1e300)"),
-                                      &error));
+  EXPECT_FALSE(
+      profile_from_hf_config(write_config(dir, R"(, "num_hidden_layers": 1e300)"), &error));
   EXPECT_NE(error.find("'num_hidden_layers' is 1e+300"), std::string::npos) << error;
   EXPECT_FALSE(profile_from_hf_config(write_config(dir, R"(, "vocab_size": "128256")"), &error));
   EXPECT_NE(error.find("'vocab_size' must be a number"), std::string::npos) << error;
 
   const int depth = 1'000'000;
   EXPECT_FALSE(profile_from_hf_config(
-      write_config(dir, R"(, "text_config": {}, "x": )" + std::string(depth, '[') +
-                            std::string(depth, ']')),
+      write_config(
+          dir, R"(, "text_config": {}, "x": )" + std::string(depth, '[') + std::string(depth, ']')),
       &error));
   EXPECT_NE(error.find("nests more than 64 levels deep"), std::string::npos) << error;
 

@@ -127,8 +127,8 @@ TEST(ExtraBody, DeeplyNestedValuesAreRefused) {
   const std::string deep =
       R"({"seed": 1, "x": )" + std::string(depth, '[') + std::string(depth, ']') + "}";
   EXPECT_NE(refusal({}, deep).find("nests more than 64 levels"), std::string::npos);
-  const std::string shallow = R"({"seed": 1, "x": )" + std::string(63, '[') +
-                              std::string(63, ']') + "}";
+  const std::string shallow =
+      R"({"seed": 1, "x": )" + std::string(63, '[') + std::string(63, ']') + "}";
   EXPECT_EQ(completed({}, shallow).extra_body["seed"], 1);  // 64 levels, the object's included
 }
 

@@ -198,8 +198,9 @@ TEST(JsonlDataset, LengthsPastIntAndDeeplyNestedMessagesAreRefused) {
   EXPECT_EQ((*largest)[0].output_tokens, 2147483647);
 
   const int depth = 1'000'000;
-  const std::string deep = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"x\": " +
-                           std::string(depth, '[') + std::string(depth, ']') + "}]}\n";
+  const std::string deep =
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"x\": " + std::string(depth, '[') +
+      std::string(depth, ']') + "}]}\n";
   EXPECT_FALSE(load_jsonl_dataset(write_temp("brisk_dataset_deep.jsonl", deep).string(), error));
   EXPECT_NE(error.find("line 1 has \"messages\" nested more than 64 levels"), std::string::npos)
       << error;
