@@ -261,6 +261,13 @@ int run_bench(const BenchFlags& flags) {
         load.open_loop() ? bench::LatencyOrigin::scheduled : bench::LatencyOrigin::sent,
         slo ? &*slo : nullptr);
     if (stats.failed > 0) print_failure_samples(run);
+    if (stats.requests_without_usage > 0) {
+      std::cerr << fmt::format(
+          "  note: the server reported no usage for {} of {} requests (it ignores "
+          "stream_options.include_usage?): their output tokens are counted as content chunks and "
+          "their input tokens not at all\n",
+          stats.requests_without_usage, stats.ok);
+    }
     total_ok += stats.ok;
     report.runs.push_back({std::move(run), std::move(stats), std::move(case_description)});
     return report.runs.back().stats;

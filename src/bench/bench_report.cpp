@@ -48,6 +48,8 @@ json run_json(const LoadPointOutcome& outcome, std::optional<double> usd_per_hou
       {"output_token_throughput", s.output_token_throughput},
       {"duration_s", s.duration_s},
       {"chunk_token_mismatch", s.chunk_token_mismatch},
+      {"new_connections", s.new_connections},
+      {"requests_without_usage", s.requests_without_usage},
       {"achieved_rate", s.achieved_rate},
       {"schedule_lag_ms", summary_json(s.schedule_lag_ms)},
       {"usd_per_million_output_tokens", usd_per(usd_per_hour, s.output_token_throughput, 1e6)},
@@ -112,18 +114,18 @@ json report_json(const BenchReport& report) {
 
 void write_requests_csv(const BenchReport& report, std::ostream& out) {
   out << "run,request,concurrency,scheduled_ms,sent_ms,first_token_ms,end_ms,prompt_tokens,"
-         "completion_tokens,chunks,status,error,error_detail,chunk_ms\n";
+         "completion_tokens,chunks,status,error,error_detail,chunk_ms,new_connection\n";
   for (size_t run = 0; run < report.runs.size(); ++run) {
     const RunResult& result = report.runs[run].run;
     for (const RequestRecord& r : result.records) {
       if (r.warmup) continue;
       out << fmt::format(
-          "{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", run, r.index, r.in_flight_at_send,
+          "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", run, r.index, r.in_flight_at_send,
           offset_cell(result.start, r.scheduled), offset_cell(result.start, r.sent),
           offset_cell(result.start, r.first_content()), offset_cell(result.start, r.end),
           r.prompt_tokens, r.completion_tokens, r.content_chunks.size(), r.http_status,
           r.ok() ? "" : std::string(error_name(r.error)), csv_quoted(r.error_detail),
-          chunk_offsets(result.start, r.content_chunks));
+          chunk_offsets(result.start, r.content_chunks), r.new_connection ? 1 : 0);
     }
   }
 }

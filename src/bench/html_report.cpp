@@ -82,19 +82,7 @@ std::string workload_summary(const json& workload) {
   auto text = [&](const char* key) {
     const auto it = workload.find(key);
     if (it == workload.end() || it->is_null()) return std::string();
-    std::string value = it->is_string() ? it->get<std::string>() : it->dump();
-    std::string escaped;
-    for (const char c : value) {
-      if (c == '<')
-        escaped += "&lt;";
-      else if (c == '>')
-        escaped += "&gt;";
-      else if (c == '&')
-        escaped += "&amp;";
-      else
-        escaped.push_back(c);
-    }
-    return escaped;
+    return html_escape(it->is_string() ? it->get<std::string>() : it->dump());
   };
   std::string summary;
   if (!text("preset").empty()) {
@@ -139,6 +127,20 @@ chart('inflight', DATA.runs.map((r, i) => ({...line(r.label, r.in_flight, i), st
 
 }  // namespace
 
+std::string html_escape(std::string_view text) {
+  std::string escaped;
+  escaped.reserve(text.size());
+  for (const char c : text) {
+    switch (c) {
+      case '&': escaped += "&amp;"; break;
+      case '<': escaped += "&lt;"; break;
+      case '>': escaped += "&gt;"; break;
+      default: escaped.push_back(c);
+    }
+  }
+  return escaped;
+}
+
 bool write_html_report(const BenchReport& report, const std::filesystem::path& path,
                        std::string& error) {
   std::ifstream chartjs_file(chartjs_path());
@@ -160,19 +162,25 @@ bool write_html_report(const BenchReport& report, const std::filesystem::path& p
     }
     data["runs"].push_back(load_point_data(outcome, label));
   }
-  // "</" inside a <script> would end it early; JSON allows escaping the slash.
-  std::string data_text = data.dump(-1, ' ', false, json::error_handler_t::replace);
-  for (size_t at = data_text.find("</"); at != std::string::npos; at = data_text.find("</", at)) {
-    data_text.replace(at, 2, "<\\/");
+  // "</script>" or "<!--" inside the <script> would end or bend it: every '<' of the data (only
+  // ever inside a JSON string) is written as the JSON escape \u003c instead.
+  std::string data_text;
+  for (const char c : data.dump(-1, ' ', false, json::error_handler_t::replace)) {
+    if (c == '<')
+      data_text += "\\u003c";
+    else
+      data_text.push_back(c);
   }
 
   std::ofstream out(path);
-  out << "<!doctype html><html><head><meta charset=\"utf-8\"><title>brisk bench: "
-      << report.target.model << "</title><style>body{font-family:sans-serif;margin:2em;}"
+  // The model name and the URL come from the command line and the server: text, never markup.
+  const std::string model = html_escape(report.target.model);
+  const std::string url = html_escape(report.target.url);
+  out << "<!doctype html><html><head><meta charset=\"utf-8\"><title>brisk bench: " << model
+      << "</title><style>body{font-family:sans-serif;margin:2em;}"
       << ".grid{display:grid;grid-template-columns:1fr 1fr;gap:2em;}h2{font-size:1.1em;}</style>"
       << "<script>" << chartjs.str() << "</script></head><body>"
-      << "<h1>brisk bench</h1><p>target " << report.target.url << ", model " << report.target.model
-      << ", " << workload_summary(report.workload) << "</p><div class=\"grid\">"
+      << "<h1>brisk bench</h1><p>target " << url << ", model " << model << ", " << workload_summary(report.workload) << "</p><div class=\"grid\">"
       << "<div><h2>Latency vs throughput</h2><canvas id=\"curve\"></canvas></div>"
       << "<div><h2>Requests in flight</h2><canvas id=\"inflight\"></canvas></div>"
       << "<div><h2>TTFT (CDF)</h2><canvas id=\"ttft\"></canvas></div>"

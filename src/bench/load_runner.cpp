@@ -100,6 +100,11 @@ RunResult run_closed_loop(const TargetEndpoint& target, const Workload& workload
   };
 
   run_phase(0, warmup, TimePoint::max(), nullptr);
+  // Every user's connection is open before the clock starts, not only those the warmup used:
+  // otherwise the warm users' first requests leave before the others, and a burst is staggered.
+  for (auto& user : users) net::co_spawn(io, user->open(), rethrow_if_failed);
+  drive(io, options.busy_poll);
+  io.restart();
   result.start = Clock::now();
   if (options.progress) ProgressDisplay::mark_measured_start(*options.progress, result.start);
   const TimePoint deadline =

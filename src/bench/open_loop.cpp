@@ -41,6 +41,15 @@ class ConnectionPool {
     }
   }
 
+  // Opens idle connections until `count` exist (or the cap is reached).
+  net::awaitable<void> open(int count) {
+    while (opened_ < count && (cap_ <= 0 || opened_ < cap_)) {
+      ++opened_;
+      idle_.push_back(std::make_unique<OpenAiConnection>(executor_, target_, kind_, timeout_));
+      co_await idle_.back()->open();
+    }
+  }
+
   void release(std::unique_ptr<OpenAiConnection> connection) {
     idle_.push_back(std::move(connection));
     released_.cancel_one();
@@ -185,6 +194,15 @@ RunResult run_open_loop(const TargetEndpoint& target, const Workload& workload,
       net::detached);
   drive(io, options.busy_poll);
   io.restart();
+
+  // A burst sends everything at once: its connections are opened before the clock starts, as a
+  // closed loop's are. A Poisson run opens them as it needs them, and its requests pay for that
+  // (new_connection), as a real client's would.
+  if (std::isinf(options.load.rate)) {
+    net::co_spawn(io, pool.open(static_cast<int>(offsets.size())), net::detached);
+    drive(io, options.busy_poll);
+    io.restart();
+  }
 
   InFlight in_flight{0, options.progress};
   result.start = Clock::now();

@@ -1,5 +1,9 @@
 #include "bench/openai_client.h"
 
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstdint>
 #include <limits>
@@ -24,13 +28,6 @@ namespace {
 
 constexpr auto kAwait = net::use_awaitable;
 constexpr size_t kMaxKeptErrorBody = 4096;
-
-// True when an error on a re-used keep-alive connection means the server had already closed it
-// before we sent: the request never reached the server, so it is safe to retry once.
-bool is_stale_connection_error(const beast::error_code& ec) {
-  return ec == http::error::end_of_stream || ec == net::error::eof ||
-         ec == net::error::connection_reset || ec == net::error::broken_pipe;
-}
 
 RequestError classify_network_error(const beast::error_code& ec) {
   if (ec == beast::error::timeout) return RequestError::timeout;
@@ -126,6 +123,12 @@ net::awaitable<void> OpenAiConnection::send(const CompletionRequest& request,
                                             RequestRecord& record) {
   record.streamed = request.stream;
   const TimePoint deadline = Clock::now() + timeout_;
+  // A kept-alive connection the server has closed since (its idle timeout), or is closing, is
+  // replaced before anything goes out on it. A request is sent again only when the server
+  // provably never read it (it reset the connection): a POST that reached the server must not
+  // be counted, and served, twice (RFC 9110, 9.2.2).
+  co_await drop_if_closing();
+  if (!stream_.socket().is_open()) record.new_connection = true;
   for (int attempt = 0; attempt < 2; ++attempt) {
     const bool reused = stream_.socket().is_open();
     if (!reused && !co_await connect(deadline, record)) break;
@@ -133,9 +136,46 @@ net::awaitable<void> OpenAiConnection::send(const CompletionRequest& request,
     // the handshake, which is noise, not serving latency.
     record.sent = Clock::now();
     if (co_await exchange(request, record, deadline, reused) == Attempt::finished) break;
-    close();  // the server had closed the idle connection; retry once on a fresh one
+    close();  // the server closed this connection before it read the request: a fresh one
+    record.new_connection = true;
   }
   record.end = Clock::now();
+}
+
+net::awaitable<void> OpenAiConnection::open() {
+  co_await drop_if_closing();
+  if (stream_.socket().is_open()) co_return;
+  RequestRecord unused;  // a failed connect is closed again; the next send() reports it
+  co_await connect(Clock::now() + timeout_, unused);
+}
+
+net::awaitable<void> OpenAiConnection::drop_if_closing() {
+  if (!stream_.socket().is_open()) co_return;
+  KeepAliveHabit& habit = *target_.keep_alive;
+  if (habit == KeepAliveHabit::closes_after_answer) co_return close();
+  // Only a connection that has carried an answer shows what the server does after one.
+  if (habit == KeepAliveHabit::unknown && last_answer_end_ != TimePoint{}) {
+    net::steady_timer timer(stream_.get_executor(), last_answer_end_ + kHabitProbe);
+    while (!peer_has_closed() && Clock::now() < last_answer_end_ + kHabitProbe) {
+      timer.expires_after(std::chrono::microseconds(250));
+      beast::error_code ignored;
+      co_await timer.async_wait(net::redirect_error(kAwait, ignored));
+    }
+    // Learned once, by whichever connection looks first.
+    if (habit == KeepAliveHabit::unknown) {
+      habit = peer_has_closed() ? KeepAliveHabit::closes_after_answer : KeepAliveHabit::keeps;
+    }
+  }
+  if (peer_has_closed()) close();
+}
+
+bool OpenAiConnection::peer_has_closed() {
+  if (buffer_.size() > 0) return true;  // the server sent bytes no request asked for
+  char byte;
+  const ssize_t got =
+      ::recv(stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (got < 0) return errno != EAGAIN && errno != EWOULDBLOCK;  // a reset, or worse
+  return true;  // 0: the server's FIN; more: an answer to no request (an HTTP 408, say)
 }
 
 net::awaitable<OpenAiConnection::Attempt> OpenAiConnection::exchange(
@@ -154,7 +194,9 @@ net::awaitable<OpenAiConnection::Attempt> OpenAiConnection::exchange(
   beast::error_code ec;
   stream_.expires_at(deadline);
   co_await http::async_write(stream_, http_request, net::redirect_error(kAwait, ec));
-  if (ec && reused && is_stale_connection_error(ec)) co_return Attempt::stale_connection;
+  // A reset: the server's socket was closed with the request unread in it (or before it came).
+  const bool reset = ec == net::error::connection_reset || ec == net::error::broken_pipe;
+  if (reused && reset) co_return Attempt::unread;
 
   http::response_parser<http::buffer_body> parser;
   // A long stream is not an error. (Not boost::none: Boost 1.74 compares `len > none`, which is
@@ -163,10 +205,22 @@ net::awaitable<OpenAiConnection::Attempt> OpenAiConnection::exchange(
   if (!ec) {
     stream_.expires_at(deadline);
     co_await http::async_read_header(stream_, buffer_, parser, net::redirect_error(kAwait, ec));
-    if (ec && reused && is_stale_connection_error(ec)) co_return Attempt::stale_connection;
+    const bool reset = ec == net::error::connection_reset || ec == net::error::broken_pipe;
+    if (reused && reset && buffer_.size() == 0) co_return Attempt::unread;
   }
   if (ec) {
-    record.fail(classify_network_error(ec), "sending request: " + ec.message());
+    const bool closed = ec == http::error::end_of_stream || ec == net::error::eof;
+    if (reused && closed && buffer_.size() == 0) {
+      // A close and nothing else: the server may have read the request first, so it is not
+      // sent again; and from now on no connection is re-used.
+      *target_.keep_alive = KeepAliveHabit::closes_after_answer;
+      record.fail(RequestError::disconnected,
+                  "the server closed the kept-alive connection as the request went out (it may "
+                  "have read it, so it is not sent again); brisk bench opens a connection for "
+                  "every request from now on");
+    } else {
+      record.fail(classify_network_error(ec), "sending request: " + ec.message());
+    }
     close();
     co_return Attempt::finished;
   }
@@ -212,6 +266,7 @@ net::awaitable<OpenAiConnection::Attempt> OpenAiConnection::exchange(
   } else {
     read_response_body(kept_body, kind_, record);
   }
+  last_answer_end_ = Clock::now();
   if (!parser.get().keep_alive()) close();
   co_return Attempt::finished;
 }

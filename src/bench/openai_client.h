@@ -50,13 +50,29 @@ class OpenAiConnection {
   // record.error.
   net::awaitable<void> send(const CompletionRequest& request, RequestRecord& record);
 
+  // Connects now unless connected, so that a later send() starts at once. A failure is left for
+  // that send() to meet and report.
+  net::awaitable<void> open();
+
  private:
-  enum class Attempt { finished, stale_connection };
+  enum class Attempt { finished, unread };
 
   net::awaitable<bool> connect(TimePoint deadline, RequestRecord& record);
+  // `unread`: the server reset the re-used connection with the request unread in it, so the
+  // request may go again on a fresh connection; `finished` otherwise.
   net::awaitable<Attempt> exchange(const CompletionRequest& request, RequestRecord& record,
                                    TimePoint deadline, bool reused);
+  // Closes the connection unless it can take a request now (see KeepAliveHabit): while the
+  // server's habit is unknown, waits up to kHabitProbe after the last answer for a close.
+  net::awaitable<void> drop_if_closing();
+  // True when the kept-alive connection can take no request: the server closed or reset it, or
+  // wrote something unasked. Looks without blocking or reading.
+  bool peer_has_closed();
   void close();
+
+  // A server that closes after its answers does so within microseconds of the last byte.
+  static constexpr std::chrono::milliseconds kHabitProbe{5};
+  TimePoint last_answer_end_{};
 
   TargetEndpoint target_;
   ApiKind kind_;

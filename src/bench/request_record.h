@@ -32,6 +32,10 @@ struct RequestRecord {
   // Requests of this run in flight (started, not yet ended) when this one started, itself
   // included: the concurrency the request actually met, in closed and open loop alike.
   int in_flight_at_send = 0;
+  // It opened its own connection (its setup came before `sent`): none in a closed-loop run or a
+  // burst, whose connections are all open before the clock starts; in a Poisson run, each time
+  // more requests were in flight than ever before.
+  bool new_connection = false;
 
   TimePoint scheduled{};  // when the load generator wanted to send it
   TimePoint sent{};       // when the request was handed to the socket (after connecting)

@@ -40,6 +40,7 @@ RunStatistics compute_run_statistics(const std::vector<RequestRecord>& records, 
   int sends = 0;
   for (const RequestRecord& record : records) {
     if (record.warmup) continue;
+    if (record.new_connection) ++stats.new_connections;
     if (record.sent != TimePoint{} && record.scheduled != TimePoint{}) {
       lag.push_back(ms_between(record.scheduled, record.sent));
       first_send = std::min(first_send, record.sent);
@@ -56,10 +57,15 @@ RunStatistics compute_run_statistics(const std::vector<RequestRecord>& records, 
     const TimePoint start = origin == LatencyOrigin::scheduled ? record.scheduled : record.sent;
     const double e2e_ms = ms_between(start, record.end);
     e2e.push_back(e2e_ms);
-    if (record.prompt_tokens > 0) stats.total_input_tokens += record.prompt_tokens;
-    if (record.completion_tokens > 0) stats.total_output_tokens += record.completion_tokens;
-
     const auto& chunks = record.content_chunks;
+    if (record.prompt_tokens > 0) stats.total_input_tokens += record.prompt_tokens;
+    if (record.completion_tokens >= 0) {
+      stats.total_output_tokens += record.completion_tokens;
+    } else {
+      ++stats.requests_without_usage;
+      stats.total_output_tokens += static_cast<long>(chunks.size());
+    }
+
     if (chunks.empty()) {  // non-streamed, or no text at all: no TTFT to speak of
       if (slo != nullptr && slo->request_meets(e2e_ms, std::nullopt, e2e_ms)) ++stats.good_requests;
       continue;

@@ -60,6 +60,13 @@ struct RunStatistics {
   // usage.completion_tokens: the server batches several tokens per chunk (ITL then
   // over-states per-token latency) or reports usage differently. Reported, never corrected.
   int chunk_token_mismatch = 0;
+  // Measured requests that opened their connection, so that their setup preceded `sent` (in
+  // open loop: inside their latency).
+  int new_connections = 0;
+  // Successful requests the server reported no usage.completion_tokens for (it ignored
+  // stream_options.include_usage): their output tokens are counted as content chunks, which is
+  // exact only for a server that sends one token per chunk, and no input tokens are counted.
+  int requests_without_usage = 0;
 };
 
 // Where latencies start. Open loop: the scheduled time, so queueing in the client or server

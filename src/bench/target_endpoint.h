@@ -1,5 +1,6 @@
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -8,6 +9,13 @@ namespace brisk::bench {
 // Which OpenAI route the benchmark drives.
 enum class ApiKind { completions, chat };
 
+// How the server treats a kept-alive connection, learned by the first connection re-used.
+// Some servers close it right after an answer while their headers say keep-alive (llama-server
+// does, after a streamed answer). A request sent in that moment cannot be told from one the
+// server read before closing, so it must not be sent again (it may have been served): brisk
+// bench learns the habit once and then opens a connection for every request instead.
+enum class KeepAliveHabit { unknown, keeps, closes_after_answer };
+
 // The server under test, parsed from a URL such as "http://127.0.0.1:8080" or
 // "http://gateway:80/llm" (a path prefix, for servers mounted behind a proxy).
 struct TargetEndpoint {
@@ -15,11 +23,16 @@ struct TargetEndpoint {
   std::string port = "80";
   std::string base_path;  // without a trailing '/', prepended to every route
   std::string api_key;    // sent as "Authorization: Bearer ..." when not empty
+  // Shared by every copy, so by every connection to the target, across load points.
+  std::shared_ptr<KeepAliveHabit> keep_alive = std::make_shared<KeepAliveHabit>();
 
-  std::string url() const { return "http://" + host + ":" + port + base_path; }
+  std::string url() const { return "http://" + host_header() + base_path; }
   std::string route(const std::string& path) const { return base_path + path; }
-  // "Host" header value.
-  std::string host_header() const { return host + ":" + port; }
+  // "Host" header value; an IPv6 address in brackets (RFC 9110 §7.2), "[::1]:8080".
+  std::string host_header() const {
+    const bool ipv6 = host.find(':') != std::string::npos;
+    return (ipv6 ? "[" + host + "]" : host) + ":" + port;
+  }
 };
 
 // Parses "http://host[:port][/prefix]". Returns nullopt with `error` set for anything else;

@@ -1,5 +1,7 @@
 #include "server/completion_params.h"
 
+#include <fmt/format.h>
+
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -67,15 +69,8 @@ struct FieldReader {
            ", got " + trim(got);
   }
 
-  static std::string trim(double value) {
-    std::string text = std::to_string(value);
-    while (text.find('.') != std::string::npos && (text.back() == '0' || text.back() == '.')) {
-      const bool was_dot = text.back() == '.';
-      text.pop_back();
-      if (was_dot) break;
-    }
-    return text;
-  }
+  // The shortest text that reads back as `value`: 0.5, 2, 1e+308 (not 309 digits).
+  static std::string trim(double value) { return fmt::format("{}", value); }
 };
 
 std::optional<std::string> message_content(const json& content, std::string* error) {
@@ -145,7 +140,9 @@ void read_prompt(FieldReader& reader, CompletionParams& params) {
     for (const json& token : *prompt) {
       const int64_t id = token.get<int64_t>();
       if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
-        return reader.fail("token ids in 'prompt' must be non-negative", "prompt");
+        return reader.fail(fmt::format("token ids in 'prompt' must be between 0 and {}, got {}",
+                                       std::numeric_limits<int32_t>::max(), token.dump()),
+                           "prompt");
       }
       tokens.push_back(static_cast<Token>(id));
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import http.server
 import json
+import socket
 import subprocess
 import threading
 
@@ -413,3 +414,103 @@ def test_odd_models_listing_is_an_error_not_an_abort(tmp_path, models):
         server.shutdown()
     assert result.returncode > 0, (result.returncode, result.stderr)  # < 0: killed by a signal
     assert "/v1/models" in result.stderr and "--model" in result.stderr, result.stderr
+
+
+def test_a_request_the_server_may_have_received_is_never_sent_again(tmp_path):
+    """The server reads the second request whole, then closes the kept-alive connection without
+    an answer. It may have served it, so brisk bench must not send it again (it once retried any
+    close before an answer): it counts it failed, and since this server closes connections,
+    opens a new one for every request after it."""
+    received: list[tuple[int, int]] = []  # (connection, request on it), for every request read
+
+    class Server(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive
+        connections = 0
+
+        def setup(self):
+            super().setup()
+            self.requests_here = 0
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            if self.path != "/v1/completions":  # /tokenize: a words ratio sizes the prompts
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if self.requests_here == 0:  # numbered from their first completion request
+                Server.connections += 1
+                self.connection_number = Server.connections
+            self.requests_here += 1
+            received.append((self.connection_number, self.requests_here))
+            if len(received) == 2:
+                self.close_connection = True  # read, then closed unanswered
+                return
+            body = json.dumps({"choices": [{"text": "a b", "finish_reason": "length"}],
+                               "usage": {"prompt_tokens": 20, "completion_tokens": 2}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Server)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        proc = subprocess.run(
+            [str(BRISK_BIN), "bench", "--url", f"http://127.0.0.1:{server.server_port}",
+             "--model", "m", "--no-stream", "--concurrency", "1", "--num-requests", "5",
+             "--warmup-requests", "0", "--input-tokens", "20", "--output-tokens", "2",
+             "--progress", "off", "--out", str(tmp_path)],
+            capture_output=True, text=True, timeout=60)
+    finally:
+        server.shutdown()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert received == [(1, 1), (1, 2), (2, 1), (3, 1), (4, 1)], received
+    result = json.loads((tmp_path / "result.json").read_text())["runs"][0]
+    assert result["requests"]["ok"] == 4 and result["requests"]["failed"] == 1, result
+    assert result["errors"] == {"disconnected": 1}, result["errors"]
+    with open(tmp_path / "requests.csv") as f:
+        rows = list(csv.DictReader(f))
+    # The first connection opened before the clock started; then one for each request.
+    assert [row["new_connection"] for row in rows] == ["0", "0", "1", "1", "1"]
+    assert "it is not sent again" in rows[1]["error_detail"], rows[1]
+
+
+@pytest.mark.parametrize("load", [["--concurrency", "4"], ["--rate", "inf"]],
+                         ids=["closed-loop", "burst"])
+def test_every_connection_is_open_before_the_clock_starts(scripted_server, tmp_path, load):
+    """The warmup used one connection; the other users' (or the burst's) are opened before the
+    measured phase too, so no measured request pays for a connection: its first requests leave
+    together instead of the warm user's first."""
+    proc = subprocess.run(
+        [str(BRISK_BIN), "bench", "--url", scripted_server, *load, "--num-requests", "8",
+         "--warmup-requests", "1", "--input-tokens", "16", "--output-tokens", "3",
+         "--progress", "off", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = json.loads((tmp_path / "result.json").read_text())["runs"][0]
+    assert run["requests"]["ok"] == 8, run
+    assert run["new_connections"] == 0, run
+    with open(tmp_path / "requests.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [row["new_connection"] for row in rows] == ["0"] * 8
+
+
+def test_a_server_that_sends_no_usage_still_gets_output_throughput_and_a_note(tmp_path):
+    with scripted_stream_server(["--ttft-ms", "1", "--itl-ms", "1", "--usage", "0"]) as url:
+        proc = subprocess.run(
+            [str(BRISK_BIN), "bench", "--url", url, "--concurrency", "2", "--num-requests", "6",
+             "--warmup-requests", "0", "--input-tokens", "16", "--output-tokens", "5",
+             "--progress", "off", "--out", str(tmp_path)],
+            capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = json.loads((tmp_path / "result.json").read_text())["runs"][0]
+    assert run["requests"]["ok"] == 6 and run["requests_without_usage"] == 6, run
+    # 5 content chunks a request, counted since usage never came (it was 0 tokens/s).
+    assert run["output_token_throughput"] == pytest.approx(30 / run["duration_s"], rel=1e-6)
+    assert run["input_token_throughput"] == 0
+    assert "reported no usage for 6 of 6 requests" in proc.stderr, proc.stderr

@@ -88,6 +88,19 @@ TEST(CompletionParams, RejectsBadInputWithTheFieldNamed) {
             "messages");
 }
 
+TEST(CompletionParams, NumbersInErrorsAreShortAndTheTokenRangeIsNamed) {
+  // std::to_string once wrote 1e308 out in 309 digits.
+  EXPECT_EQ(expect_error(R"({"prompt":"a","temperature":1e308})").message,
+            "'temperature' must be between 0 and 2, got 1e+308");
+  EXPECT_EQ(expect_error(R"({"prompt":"a","temperature":2.5})").message,
+            "'temperature' must be between 0 and 2, got 2.5");
+  // A token id past int32 was "must be non-negative", which it was.
+  EXPECT_EQ(expect_error(R"({"prompt":[1,1000000000000]})").message,
+            "token ids in 'prompt' must be between 0 and 2147483647, got 1000000000000");
+  EXPECT_EQ(expect_error(R"({"prompt":[-3]})").message,
+            "token ids in 'prompt' must be between 0 and 2147483647, got -3");
+}
+
 TEST(CompletionParams, AWrongTypeInsideAContentPartIsA400NotAThrow) {
   // json::value("type", "") throws type_error.302 on a number: this once ended the process.
   for (const char* part : {R"({"type":1,"text":"x"})", R"({"type":null,"text":"x"})",

@@ -104,14 +104,19 @@ TEST(RunStatistics, ScriptedTimelineDefinitions) {
   EXPECT_DOUBLE_EQ(s.output_token_throughput, 8.0 / 2);
 }
 
-TEST(RunStatistics, WithoutUsageTpotCountsChunks) {
+TEST(RunStatistics, WithoutUsageTpotAndOutputTokensCountChunks) {
   const TimePoint zero = Clock::now();
-  const RunStatistics s = compute_run_statistics({scripted(zero, 0, {10, 20, 30}, 30, -1, -1)},
-                                                 zero, zero + milliseconds(1000));
-  EXPECT_EQ(s.tpot_ms.count, 1u);
+  const RunStatistics s = compute_run_statistics(
+      {scripted(zero, 0, {10, 20, 30}, 30, -1, -1), scripted(zero, 0, {10, 20}, 20, 7, 2)}, zero,
+      zero + milliseconds(1000));
+  EXPECT_EQ(s.tpot_ms.count, 2u);
   EXPECT_NEAR(s.tpot_ms.mean, 10.0, 1e-6);
   EXPECT_EQ(s.chunk_token_mismatch, 0);  // nothing to compare against
-  EXPECT_EQ(s.output_token_throughput, 0.0);
+  // The server's count where it gave one, the chunks where not (once 0 tokens/s), said so.
+  EXPECT_EQ(s.requests_without_usage, 1);
+  EXPECT_EQ(s.total_output_tokens, 3 + 2);
+  EXPECT_DOUBLE_EQ(s.output_token_throughput, 5.0);
+  EXPECT_EQ(s.total_input_tokens, 7);
 }
 
 }  // namespace
