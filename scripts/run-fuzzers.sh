@@ -11,8 +11,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-HARNESSES=(completion_params http_session sse_parser bench_response jsonl_dataset
-           sharegpt_dataset hardware_catalog gguf_metadata hf_config)
+# FUZZ_HARNESSES="a b" runs only those (e.g. to spread `make fuzz` over two processes).
+ALL_HARNESSES=(completion_params http_session sse_parser bench_response jsonl_dataset
+               sharegpt_dataset hardware_catalog gguf_metadata hf_config)
+read -r -a HARNESSES <<<"${FUZZ_HARNESSES:-${ALL_HARNESSES[*]}}"
 
 build_dir=$1
 mode=$2

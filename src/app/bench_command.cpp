@@ -83,6 +83,14 @@ double find_max_rate(const bench::Slo& slo, int steps, MakePoint make_point, Run
   const bench::RunStatistics& burst =
       run_point(make_point(std::numeric_limits<double>::infinity()));
   if (slo.run_meets(burst)) return std::numeric_limits<double>::infinity();
+  if (burst.ok > 0) {  // a limit the run cannot measure would be "missed" at every rate
+    for (const std::string& miss : slo.misses(burst)) {
+      if (miss.find("not measured") != std::string::npos) {
+        std::cerr << "  --find-max-rate stops: " << miss << "\n";
+        return 0;
+      }
+    }
+  }
   double meets = 0, misses = burst.request_throughput;
   for (int step = 0; step < steps && misses > 0; ++step) {
     const double rate = (meets + misses) / 2;
@@ -110,6 +118,16 @@ std::string conflicting_flags(const BenchFlags& flags) {
   if (flags.duration_s && flags.find_max_rate) {
     return "--find-max-rate starts with a burst of every request at once, which needs a count: "
            "use --num-requests instead of --duration";
+  }
+  if (flags.no_stream) {
+    for (const char* metric : {"ttft", "tpot", "itl"}) {
+      if (flags.slo.find(metric) != std::string::npos) {
+        return fmt::format(
+            "--no-stream measures no first token, so no TTFT, TPOT or ITL: an SLO on {} could "
+            "never be checked; limit e2e instead, or stream",
+            metric);
+      }
+    }
   }
   for (const std::string& rate : flags.rates) {
     if (flags.duration_s && rate == "inf") {

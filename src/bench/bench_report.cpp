@@ -11,7 +11,13 @@ namespace {
 
 using json = nlohmann::json;
 
+// null for a latency with no samples (TTFT with --no-stream, ITL of 1-token outputs): not
+// measured is not 0 ms.
 json summary_json(const LatencySummary& s) {
+  if (s.count == 0) {
+    return {{"mean", nullptr}, {"std", nullptr}, {"p50", nullptr}, {"p90", nullptr},
+            {"p95", nullptr},  {"p99", nullptr}, {"max", nullptr}};
+  }
   return {{"mean", s.mean}, {"std", s.std}, {"p50", s.p50}, {"p90", s.p90},
           {"p95", s.p95},   {"p99", s.p99}, {"max", s.max}};
 }

@@ -41,6 +41,10 @@ std::vector<std::string> Slo::misses(const RunStatistics& stats) const {
   if (stats.ok == 0) missed.push_back("no request succeeded");
   for (const SloLimit& limit : limits) {
     const LatencySummary* summary = summary_of(stats, limit.metric);
+    if (summary->count == 0) {  // e.g. TTFT with --no-stream: a limit not measured is not met
+      missed.push_back(fmt::format("{}_{} not measured (no samples)", limit.metric, limit.stat));
+      continue;
+    }
     const double value = stat_of(*summary, limit.stat);
     if (value > limit.limit_ms) {
       missed.push_back(fmt::format("{}_{} {:.1f} ms > {:g} ms", limit.metric, limit.stat, value,

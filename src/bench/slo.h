@@ -23,7 +23,8 @@ struct Slo {
   bool request_meets(double ttft_ms, std::optional<double> tpot_ms, double e2e_ms) const;
   // Every limit holds for the run's statistic.
   bool run_meets(const RunStatistics& stats) const;
-  // The limits that a run misses, as "ttft_p99 812.0 > 500", for messages.
+  // The limits that a run misses, as "ttft_p99 812.0 > 500", for messages; a limit whose
+  // latency has no samples (TTFT and ITL with --no-stream) is missed as "not measured".
   std::vector<std::string> misses(const RunStatistics& stats) const;
 };
 

@@ -514,3 +514,35 @@ def test_a_server_that_sends_no_usage_still_gets_output_throughput_and_a_note(tm
     assert run["output_token_throughput"] == pytest.approx(30 / run["duration_s"], rel=1e-6)
     assert run["input_token_throughput"] == 0
     assert "reported no usage for 6 of 6 requests" in proc.stderr, proc.stderr
+
+
+def test_what_no_stream_cannot_measure_is_null_and_an_slo_on_it_is_refused(scripted_server,
+                                                                          tmp_path):
+    common = [str(BRISK_BIN), "bench", "--url", scripted_server, "--no-stream",
+              "--concurrency", "2", "--num-requests", "4", "--warmup-requests", "0",
+              "--input-tokens", "16", "--output-tokens", "3", "--progress", "off",
+              "--out", str(tmp_path)]
+    proc = subprocess.run(common, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = json.loads((tmp_path / "result.json").read_text())["runs"][0]
+    assert run["requests"]["ok"] == 4
+    for metric in ("ttft_ms", "itl_ms", "tpot_ms"):  # once all 0: "0 ms TTFT"
+        assert set(run[metric].values()) == {None}, (metric, run[metric])
+    assert run["e2e_ms"]["p50"] > 0
+
+    refused = subprocess.run(common + ["--slo", "ttft_p99=500ms"], capture_output=True,
+                             text=True, timeout=60)
+    assert refused.returncode == 2 and "no TTFT" in refused.stderr, refused.stderr
+
+
+def test_an_itl_limit_on_one_token_outputs_is_not_measured_never_met(scripted_server, tmp_path):
+    proc = subprocess.run(
+        [str(BRISK_BIN), "bench", "--url", scripted_server, "--num-requests", "4",
+         "--warmup-requests", "0", "--input-tokens", "16", "--output-tokens", "1",
+         "--slo", "itl_p99=50ms", "--find-max-rate", "--progress", "off", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert [run["slo_met"] for run in result["runs"]] == [False]  # the burst, then it stopped
+    assert result["max_rate_meeting_slo"] == 0  # was "inf": an unmeasured limit passed
+    assert "itl_p99 not measured" in proc.stderr, proc.stderr

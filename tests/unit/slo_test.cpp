@@ -34,6 +34,7 @@ TEST(Slo, JudgesRunsAndRequests) {
   const Slo slo = *parse_slo("ttft_p99=100ms,tpot_p99=20ms", error);
   RunStatistics stats;
   stats.ok = 10;
+  stats.ttft_ms.count = stats.tpot_ms.count = 10;
   stats.ttft_ms.p99 = 90;
   stats.tpot_ms.p99 = 19;
   EXPECT_TRUE(slo.run_meets(stats));
@@ -41,13 +42,29 @@ TEST(Slo, JudgesRunsAndRequests) {
   EXPECT_FALSE(slo.run_meets(stats));
   ASSERT_EQ(slo.misses(stats).size(), 1u);
   EXPECT_NE(slo.misses(stats)[0].find("tpot_p99"), std::string::npos);
-  stats.ok = 0;
-  EXPECT_FALSE(slo.run_meets(RunStatistics{}));
+  stats.tpot_ms.p99 = 19;
+  stats.ok = 0;  // every latency within its limit, but nothing succeeded
+  EXPECT_FALSE(slo.run_meets(stats));
+  EXPECT_EQ(slo.misses(stats), std::vector<std::string>{"no request succeeded"});
 
   EXPECT_TRUE(slo.request_meets(50, 10.0, 500));
   EXPECT_FALSE(slo.request_meets(150, 10.0, 500));
   EXPECT_FALSE(slo.request_meets(50, 30.0, 500));
   EXPECT_TRUE(slo.request_meets(50, std::nullopt, 500));  // one token: no TPOT to judge
+}
+
+TEST(Slo, ALimitWithNoSamplesIsNotMeasuredNeverMet) {
+  // --no-stream has no TTFT, ITL or TPOT; 1-token outputs have no ITL. Their summaries are all
+  // 0, which once passed every limit (slo_met true, --find-max-rate "inf").
+  std::string error;
+  const Slo slo = *parse_slo("ttft_p99=100ms,itl_p99=20ms,e2e_p99=900ms", error);
+  RunStatistics stats;
+  stats.ok = 10;
+  stats.e2e_ms.count = 10;
+  stats.e2e_ms.p99 = 500;
+  EXPECT_FALSE(slo.run_meets(stats));
+  EXPECT_EQ(slo.misses(stats), (std::vector<std::string>{"ttft_p99 not measured (no samples)",
+                                                         "itl_p99 not measured (no samples)"}));
 }
 
 TEST(Slo, GoodputCountsOnlyRequestsMeetingEveryLimit) {
