@@ -279,6 +279,12 @@ int run_bench(const BenchFlags& flags) {
         load.open_loop() ? bench::LatencyOrigin::scheduled : bench::LatencyOrigin::sent,
         slo ? &*slo : nullptr);
     if (stats.failed > 0) print_failure_samples(run);
+    if (stats.itl_ms.count > 0 && stats.itl_same_read_gaps * 100 >= int(stats.itl_ms.count)) {
+      std::cerr << fmt::format(
+          "  note: {} of {} ITL samples are 0 ms: those chunks came in one socket read (the "
+          "server wrote them back to back); they stay in ITL (itl_same_read_gaps)\n",
+          stats.itl_same_read_gaps, stats.itl_ms.count);
+    }
     if (stats.requests_without_usage > 0) {
       std::cerr << fmt::format(
           "  note: the server reported no usage for {} of {} requests (it ignores "

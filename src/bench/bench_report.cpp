@@ -56,6 +56,7 @@ json run_json(const LoadPointOutcome& outcome, std::optional<double> usd_per_hou
       {"chunk_token_mismatch", s.chunk_token_mismatch},
       {"new_connections", s.new_connections},
       {"requests_without_usage", s.requests_without_usage},
+      {"itl_same_read_gaps", s.itl_same_read_gaps},
       {"achieved_rate", s.achieved_rate},
       {"schedule_lag_ms", summary_json(s.schedule_lag_ms)},
       {"usd_per_million_output_tokens", usd_per(usd_per_hour, s.output_token_throughput, 1e6)},

@@ -1,4 +1,5 @@
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <random>
@@ -66,6 +67,13 @@ class ConnectionPool {
   net::steady_timer released_;
 };
 
+// Completion of every coroutine this file spawns: an exception ends the run loudly (brisk bench
+// reports it and exits 1) instead of vanishing with the connection it held, which under
+// --max-concurrency left the run waiting forever for a release.
+void rethrow_if_failed(std::exception_ptr error) {
+  if (error) std::rethrow_exception(error);
+}
+
 // Requests of the measured phase in flight, for in_flight_at_send and the progress display.
 struct InFlight {
   int count = 0;
@@ -103,7 +111,7 @@ net::awaitable<void> dispatch(ConnectionPool& pool, const std::vector<Completion
     }
     net::co_spawn(executor,
                   send_then_release(pool, std::move(connection), requests[i], record, in_flight),
-                  net::detached);
+                  rethrow_if_failed);
   }
 }
 
@@ -191,7 +199,7 @@ RunResult run_open_loop(const TargetEndpoint& target, const Workload& workload,
         }
         pool.release(std::move(connection));
       },
-      net::detached);
+      rethrow_if_failed);
   drive(io, options.busy_poll);
   io.restart();
 
@@ -199,7 +207,7 @@ RunResult run_open_loop(const TargetEndpoint& target, const Workload& workload,
   // closed loop's are. A Poisson run opens them as it needs them, and its requests pay for that
   // (new_connection), as a real client's would.
   if (std::isinf(options.load.rate)) {
-    net::co_spawn(io, pool.open(static_cast<int>(offsets.size())), net::detached);
+    net::co_spawn(io, pool.open(static_cast<int>(offsets.size())), rethrow_if_failed);
     drive(io, options.busy_poll);
     io.restart();
   }
@@ -209,7 +217,7 @@ RunResult run_open_loop(const TargetEndpoint& target, const Workload& workload,
   if (options.progress) ProgressDisplay::mark_measured_start(*options.progress, result.start);
   net::co_spawn(io,
                 dispatch(pool, requests, result.records, warmup, result.start, offsets, in_flight),
-                net::detached);
+                rethrow_if_failed);
   drive(io, options.busy_poll);
   result.end = Clock::now();
   return result;

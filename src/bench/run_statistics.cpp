@@ -72,7 +72,10 @@ RunStatistics compute_run_statistics(const std::vector<RequestRecord>& records, 
     }
     const double ttft_ms = ms_between(start, chunks.front());
     ttft.push_back(ttft_ms);
-    for (size_t i = 1; i < chunks.size(); ++i) itl.push_back(ms_between(chunks[i - 1], chunks[i]));
+    for (size_t i = 1; i < chunks.size(); ++i) {
+      itl.push_back(ms_between(chunks[i - 1], chunks[i]));
+      if (chunks[i] == chunks[i - 1]) ++stats.itl_same_read_gaps;
+    }
     // Servers that omit usage still get a TPOT, counted in chunks (the best guess available).
     const int tokens =
         record.completion_tokens >= 0 ? record.completion_tokens : static_cast<int>(chunks.size());

@@ -67,6 +67,9 @@ struct RunStatistics {
   // stream_options.include_usage): their output tokens are counted as content chunks, which is
   // exact only for a server that sends one token per chunk, and no input tokens are counted.
   int requests_without_usage = 0;
+  // ITL samples of exactly 0: chunks that came in one socket read share its timestamp (the
+  // server wrote them back to back, or the client read late). Kept in itl_ms, and counted.
+  int itl_same_read_gaps = 0;
 };
 
 // Where latencies start. Open loop: the scheduled time, so queueing in the client or server

@@ -104,6 +104,16 @@ TEST(RunStatistics, ScriptedTimelineDefinitions) {
   EXPECT_DOUBLE_EQ(s.output_token_throughput, 8.0 / 2);
 }
 
+TEST(RunStatistics, ChunksOfOneReadAreCountedAsSameReadGaps) {
+  const TimePoint zero = Clock::now();
+  // Chunks at 10, 20, 20, 20, 35 ms: two gaps of 0 (three chunks in one read).
+  const RunStatistics s = compute_run_statistics(
+      {scripted(zero, 0, {10, 20, 20, 20, 35}, 35, 5, 5)}, zero, zero + milliseconds(100));
+  EXPECT_EQ(s.itl_ms.count, 4u);
+  EXPECT_EQ(s.itl_same_read_gaps, 2);
+  EXPECT_DOUBLE_EQ(s.itl_ms.p50, 5.0);  // {0, 0, 10, 15}: kept, not hidden
+}
+
 TEST(RunStatistics, WithoutUsageTpotAndOutputTokensCountChunks) {
   const TimePoint zero = Clock::now();
   const RunStatistics s = compute_run_statistics(
