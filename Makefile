@@ -131,7 +131,7 @@ sanitize: build model python $(ASAN_BUILD_DIR)/CMakeCache.txt
 sanitize-thread: build model python $(TSAN_BUILD_DIR)/CMakeCache.txt
 	cmake --build $(TSAN_BUILD_DIR) -j $(JOBS)
 	cd $(TSAN_BUILD_DIR) && $(TSAN_ENV) ctest --output-on-failure -R '$(TSAN_UNIT_TESTS)'
-	$(TSAN_ENV) BRISK_BIN_DIR=$(CURDIR)/$(TSAN_BUILD_DIR)/bin $(SANITIZED_PYTEST_ENV) \
+	$(TSAN_ENV) BRISK_BIN_DIR=$(CURDIR)/$(TSAN_BUILD_DIR)/bin $(SANITIZED_PYTEST_ENV) BRISK_TEST_THREADS=1 \
 	  BRISK_SANITIZER_REPORT_DIR=$(CURDIR)/$(TSAN_BUILD_DIR)/sanitizer-reports \
 	  $(VENV)/bin/python -m pytest -v $(TSAN_INTEGRATION_TESTS)
 

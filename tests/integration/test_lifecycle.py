@@ -209,12 +209,18 @@ def test_connections_beyond_max_connections_get_503(tmp_path_factory):
     held = []
     try:
         held = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(2)]
-        time.sleep(0.3)  # the server has accepted them
-        r = httpx.get(server.base_url + "/health", timeout=10)  # the third place is free
-        assert r.status_code == 200
+        # Accepted, both, once a request on the third place counts three connections (waited
+        # for, not slept on: an instrumented server accepts late).
+        deadline = time.monotonic() + 30
+        while "brisk_http_connections 3\n" not in httpx.get(server.base_url + "/metrics",
+                                                             timeout=10).text:
+            assert time.monotonic() < deadline, "the server never accepted the held connections"
+            time.sleep(0.05)
         held.append(socket.create_connection(("127.0.0.1", server.port)))
-        time.sleep(0.3)
-        refused = httpx.get(server.base_url + "/health", timeout=10)
+        # Until the server has accepted the third, a fourth takes its place and is answered.
+        while (refused := httpx.get(server.base_url + "/health", timeout=10)).status_code == 200:
+            assert time.monotonic() < deadline, "a fourth connection was never refused"
+            time.sleep(0.05)
         assert refused.status_code == 503
         assert refused.headers.get("retry-after") == "1"
         assert refused.json()["error"]["code"] == "too_many_connections"
