@@ -118,10 +118,8 @@ int run_plan(PlanFlags flags) {
     request.precision =
         model->stored_precision ? *model->stored_precision : *plan::parse_precision("bf16");
   }
-  if (flags.kv_precision == "f16" || flags.kv_precision == "bf16") {
-    request.kv_bytes_per_element = 2;
-  } else if (flags.kv_precision == "fp8" || flags.kv_precision == "q8_0") {
-    request.kv_bytes_per_element = 1;
+  if (const auto bytes = plan::kv_cache_bytes_per_element(flags.kv_precision)) {
+    request.kv_bytes_per_element = *bytes;
   } else {
     return fail("--kv-precision must be f16, bf16, fp8 or q8_0");
   }

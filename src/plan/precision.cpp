@@ -33,6 +33,14 @@ std::string lowercase(std::string_view text) {
 
 }  // namespace
 
+std::optional<double> kv_cache_bytes_per_element(std::string_view name) {
+  const std::string lower = lowercase(name);
+  if (lower == "f16" || lower == "bf16") return 2.0;
+  if (lower == "fp8") return 1.0;
+  if (lower == "q8_0") return 34.0 / 32;  // 32 int8 and one f16 scale per block
+  return std::nullopt;
+}
+
 double Precision::dense_tflops(const DeviceSpec& device) const {
   double rate = 0;
   if (compute_rate == "bf16") rate = device.bf16_tflops;

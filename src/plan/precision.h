@@ -23,6 +23,10 @@ struct Precision {
 std::optional<Precision> parse_precision(std::string_view name);
 // "f16, bf16, ..." for messages.
 std::string precision_names();
+// Bytes per element of a --kv-precision (f16, bf16, fp8, q8_0), block scales included: q8_0 is
+// 34 bytes per 32 (llama.cpp's --cache-type-k/-v q8_0). nullopt for any other name.
+std::optional<double> kv_cache_bytes_per_element(std::string_view name);
+
 // The precision a GGUF's dominant tensor type corresponds to (e.g. "q4_K" -> q4_k_m).
 Precision precision_of_gguf_type(std::string_view ggml_type_name, double bytes_per_weight);
 

@@ -116,5 +116,14 @@ TEST(Precision, NamesAndFallbacks) {
   EXPECT_DOUBLE_EQ(parse_precision("int8")->dense_tflops(a100), 624);
 }
 
+TEST(Precision, KvCacheBytesPerElement) {
+  EXPECT_EQ(kv_cache_bytes_per_element("f16"), 2.0);
+  EXPECT_EQ(kv_cache_bytes_per_element("BF16"), 2.0);
+  EXPECT_EQ(kv_cache_bytes_per_element("fp8"), 1.0);
+  // llama.cpp's q8_0 cache: 32 int8 and an f16 scale per block (was counted as 1 byte).
+  EXPECT_EQ(kv_cache_bytes_per_element("q8_0"), 34.0 / 32);
+  EXPECT_FALSE(kv_cache_bytes_per_element("q4_0"));
+}
+
 }  // namespace
 }  // namespace brisk::plan
