@@ -16,6 +16,7 @@ const LatencySummary* summary_of(const RunStatistics& stats, const std::string& 
 }
 
 double stat_of(const LatencySummary& summary, const std::string& stat) {
+  if (stat == "mean") return summary.mean;
   if (stat == "p50") return summary.p50;
   if (stat == "p90") return summary.p90;
   if (stat == "p95") return summary.p95;

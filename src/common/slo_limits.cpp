@@ -48,9 +48,10 @@ std::optional<std::vector<SloLimit>> parse_slo_limits(std::string_view text, std
       error = fmt::format("unknown SLO metric '{}' (ttft, tpot, itl or e2e)", limit.metric);
       return std::nullopt;
     }
-    if (limit.stat != "p50" && limit.stat != "p90" && limit.stat != "p95" && limit.stat != "p99" &&
-        limit.stat != "max") {
-      error = fmt::format("unknown SLO statistic '{}' (p50, p90, p95, p99 or max)", limit.stat);
+    if (limit.stat != "mean" && limit.stat != "p50" && limit.stat != "p90" && limit.stat != "p95" &&
+        limit.stat != "p99" && limit.stat != "max") {
+      error =
+          fmt::format("unknown SLO statistic '{}' (mean, p50, p90, p95, p99 or max)", limit.stat);
       return std::nullopt;
     }
     if (!limit_ms) {

@@ -247,9 +247,18 @@ std::optional<Plan> make_plan(const PlanRequest& request, const HardwareCatalog&
   for (const SloLimit& limit : request.slo) {
     if (limit.metric == "itl" || limit.stat == "p90" || limit.stat == "max") {
       *error = fmt::format(
-          "brisk plan predicts ttft, tpot and e2e at p50, p95 and p99; '{}_{}' "
-          "is not one of them",
+          "brisk plan predicts ttft and tpot at mean, p50, p95 and p99, and e2e as a mean; "
+          "'{}_{}' is not one of them",
           limit.metric, limit.stat);
+      return std::nullopt;
+    }
+    // Its E2E is the mean request's; checking an e2e_p99 limit against it would pass runs
+    // whose slow requests miss it.
+    if (limit.metric == "e2e" && limit.stat != "mean") {
+      *error = fmt::format(
+          "brisk plan predicts e2e as a mean only: use e2e_mean (or limit ttft_{} and "
+          "tpot_{}, whose sum bounds a request's e2e)",
+          limit.stat, limit.stat);
       return std::nullopt;
     }
   }

@@ -73,7 +73,8 @@ def test_bad_input_gets_a_clear_message():
          "unknown device 'warp-drive'"),
         (["--model", "llama-3.1-8b", "--precision", "fp3"], "unknown --precision 'fp3'"),
         (["--model", "llama-3.1-8b", "--slo", "ttft_p95=fast"], "--slo"),
-        (["--model", "llama-3.1-8b", "--slo", "itl_p99=5ms"], "predicts ttft, tpot and e2e"),
+        (["--model", "llama-3.1-8b", "--slo", "itl_p99=5ms"], "predicts ttft and tpot"),
+        (["--model", "llama-3.1-8b", "--slo", "e2e_p99=5s"], "use e2e_mean"),
         (["--model", "llama-3.1-8b", "--rate", "2", "--concurrency", "4"], "not both"),
         ([], "--model is required"),
     ]

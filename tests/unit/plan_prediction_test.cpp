@@ -154,5 +154,28 @@ TEST_F(PlanPrediction, PlannerNamesBadInput) {
   EXPECT_FALSE(feasible->reasons.empty());
 }
 
+TEST_F(PlanPrediction, AnE2eLimitIsAMeanOrRefused) {
+  // The model predicts the mean request's E2E; an e2e_p99 limit was checked against that mean,
+  // so a plan could pass whose slow requests miss the limit.
+  PlanRequest request;
+  request.model = model_;
+  request.precision = *parse_precision("bf16");
+  request.workload = {1024, 256, 0, 5};
+  request.devices = {"h100-sxm"};
+  std::string error;
+  request.slo = {{"e2e", "p99", 60000}};
+  EXPECT_FALSE(make_plan(request, catalog_, &error));
+  EXPECT_NE(error.find("use e2e_mean"), std::string::npos) << error;
+  request.slo = {{"e2e", "mean", 60000}};
+  const auto plan = make_plan(request, catalog_, &error);
+  ASSERT_TRUE(plan) << error;
+  EXPECT_TRUE(plan->recommended);
+  request.slo = {{"e2e", "mean", 1}};  // 1 ms: impossible, and judged against the mean
+  const auto impossible = make_plan(request, catalog_, &error);
+  ASSERT_TRUE(impossible);
+  EXPECT_FALSE(impossible->recommended);
+  EXPECT_NE(impossible->candidates[0].problem.find("e2e_mean"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace brisk::plan

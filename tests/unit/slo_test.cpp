@@ -18,6 +18,21 @@ TEST(Slo, ParsesLimitsWithUnits) {
   EXPECT_DOUBLE_EQ(slo->limits[2].limit_ms, 2000);
 }
 
+TEST(Slo, TheMeanIsAStatisticToo) {
+  // Documented for brisk plan's e2e, and once refused by the parser.
+  std::string error;
+  const auto slo = parse_slo("e2e_mean=900ms", error);
+  ASSERT_TRUE(slo) << error;
+  RunStatistics stats;
+  stats.ok = 4;
+  stats.e2e_ms.count = 4;
+  stats.e2e_ms.mean = 800;
+  stats.e2e_ms.p99 = 1500;
+  EXPECT_TRUE(slo->run_meets(stats));  // the mean, not the p99
+  stats.e2e_ms.mean = 950;
+  EXPECT_FALSE(slo->run_meets(stats));
+}
+
 TEST(Slo, RejectsWhatItCannotCheckWithAReason) {
   std::string error;
   EXPECT_FALSE(parse_slo("latency_p99=5ms", error));
