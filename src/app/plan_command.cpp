@@ -199,8 +199,7 @@ int run_calibrate(const CalibrateFlags& flags) {
   fmt::print(
       "\n{}: bandwidth efficiency {:.3f} ({:.1f} GB/s achieved), compute efficiency {:.3f} in "
       "decode and {:.3f} in prompts (of the dense rate each model's weights use), step overhead "
-      "{:.2f} ms; median fit error "
-      "{:.1f}%\n",
+      "{:.2f} ms, sampling {:.2f} ns per vocabulary entry; median fit error {:.1f}%\n",
       device->id, efficiency.bandwidth, efficiency.bandwidth * device->memory_bandwidth_gb_s,
       efficiency.compute, efficiency.prefill_compute, efficiency.step_overhead_ms,
       efficiency.sample_ns_per_vocab_entry, calibration->median_abs_error * 100);

@@ -106,15 +106,20 @@ std::optional<ModelRun> measure_model(const CalibrationOptions& options, const s
 
   // Decode steps: `batch` sequences holding `context_tokens` each, one new token per sequence.
   for (const int batch : options.decode_batches) {
+    // In chunks of the engine's batch: a context longer than one batch was cut to its size.
+    const int chunk = engine_options.max_batched_tokens;
     for (int sequence = 0; sequence < batch; ++sequence) {
-      engine->clear_batch();
-      for (int position = 0; position < options.context_tokens; ++position) {
-        engine->add_to_batch(filler_token(position * (sequence + 1), vocabulary), position,
-                             sequence, false);
-      }
-      if (engine->decode() != DecodeStatus::ok) {
-        *error = "could not fill the KV cache for calibration";
-        return std::nullopt;
+      for (int start = 0; start < options.context_tokens; start += chunk) {
+        engine->clear_batch();
+        for (int position = start; position < std::min(options.context_tokens, start + chunk);
+             ++position) {
+          engine->add_to_batch(filler_token(position * (sequence + 1), vocabulary), position,
+                               sequence, false);
+        }
+        if (engine->decode() != DecodeStatus::ok) {
+          *error = "could not fill the KV cache for calibration";
+          return std::nullopt;
+        }
       }
     }
     std::vector<double> step_ms;

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from conftest import BRISK_BIN, model_path, require_file
 
 
@@ -102,6 +104,12 @@ def test_calibrate_measures_this_machine_and_plan_uses_it(tmp_path):
     proc = plan("calibrate", "--model", str(model_path()), "--device", "cpu-2vcpu",
                 "--batches", "1,2", "--context", "32", "--repeats", "2", env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The printed median fit error is the stored one (it once printed the sampling cost).
+    stored_file = json.loads((tmp_path / "calibration.json").read_text())
+    printed = float(proc.stdout.split("median fit error ")[1].split("%")[0])
+    assert printed == pytest.approx(stored_file["devices"]["cpu-2vcpu"]["median_abs_error"] * 100,
+                                    abs=0.051), proc.stdout
+    assert " ns per vocabulary entry" in proc.stdout
     stored = json.loads((tmp_path / "calibration.json").read_text())["devices"]["cpu-2vcpu"]
     assert 0 < stored["bandwidth_efficiency"] and 0 < stored["compute_efficiency"]
     assert len(stored["samples"]) == 3 and all(s["measured_ms"] > 0 for s in stored["samples"])
