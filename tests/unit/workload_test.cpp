@@ -94,16 +94,26 @@ TEST(SyntheticWorkload, LengthsFollowTheDistributionAndTheSeed) {
   calibration.tokens_per_word = 1.0;
   calibration.header_tokens = 10;
   const SyntheticWorkload workload(options, TargetEndpoint{"h"}, calibration);
+  // The same seed in another workload gives the same prompts (it once compared one workload's
+  // prompt with itself); another seed gives other lengths.
+  const SyntheticWorkload again(options, TargetEndpoint{"h"}, calibration);
+  WorkloadOptions other_seed = options;
+  other_seed.seed = 8;
+  const SyntheticWorkload other(other_seed, TargetEndpoint{"h"}, calibration);
+  int same_length_elsewhere = 0;
   std::set<size_t> prompt_sizes;
   std::set<int> output_sizes;
   for (int i = 0; i < 20; ++i) {
     prompt_sizes.insert(workload.prompt(0, i).size());
     output_sizes.insert(workload.output_tokens(0, i));
-    EXPECT_EQ(workload.prompt(0, i), workload.prompt(0, i));
+    EXPECT_EQ(workload.prompt(0, i), again.prompt(0, i));
+    EXPECT_EQ(workload.output_tokens(0, i), again.output_tokens(0, i));
+    if (workload.output_tokens(0, i) == other.output_tokens(0, i)) ++same_length_elsewhere;
     const auto body = nlohmann::json::parse(workload.request(0, i).body);
     EXPECT_EQ(body["max_tokens"], workload.output_tokens(0, i));
   }
   EXPECT_GT(prompt_sizes.size(), 10u);
+  EXPECT_LT(same_length_elsewhere, 3);  // of 20 draws from 1..1000
   EXPECT_GT(output_sizes.size(), 10u);
 
   options.seed = 8;
