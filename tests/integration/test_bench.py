@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import http.server
 import json
@@ -15,6 +16,32 @@ import pytest
 from conftest import BRISK_BIN, free_port, scripted_stream_server
 
 STAT_KEYS = {"mean", "std", "p50", "p90", "p95", "p99", "max"}
+
+
+class QuietHandler(http.server.BaseHTTPRequestHandler):
+    """A test server's handler: no access log on stderr; send_json answers with a JSON body."""
+
+    def send_json(self, document) -> None:
+        body = json.dumps(document).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def python_server(handler_class):
+    """A threading http.server on loopback with `handler_class`; yields its URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler_class)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
 
 
 def run_bench(url: str, out_dir, *extra: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -407,27 +434,14 @@ def test_bad_sampling_flags_are_cli_errors(flags, says):
 ], ids=["id-is-a-number", "entry-is-a-string", "data-is-an-object"])
 def test_odd_models_listing_is_an_error_not_an_abort(tmp_path, models):
     # A numeric model id once made brisk bench abort with nlohmann's type_error.
-    class Models(http.server.BaseHTTPRequestHandler):
+    class Models(QuietHandler):
         def do_GET(self):
-            body = json.dumps(models).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.send_json(models)
 
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Models)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with python_server(Models) as url:
         result = subprocess.run(
-            [str(BRISK_BIN), "bench", "--url", f"http://127.0.0.1:{server.server_port}",
-             "--num-requests", "1", "--out", str(tmp_path)],
+            [str(BRISK_BIN), "bench", "--url", url, "--num-requests", "1", "--out", str(tmp_path)],
             capture_output=True, text=True, timeout=60)
-    finally:
-        server.shutdown()
     assert result.returncode > 0, (result.returncode, result.stderr)  # < 0: killed by a signal
     assert "/v1/models" in result.stderr and "--model" in result.stderr, result.stderr
 
@@ -439,7 +453,7 @@ def test_a_request_the_server_may_have_received_is_never_sent_again(tmp_path):
     opens a new one for every request after it."""
     received: list[tuple[int, int]] = []  # (connection, request on it), for every request read
 
-    class Server(http.server.BaseHTTPRequestHandler):
+    class Server(QuietHandler):
         protocol_version = "HTTP/1.1"  # keep-alive
         connections = 0
 
@@ -462,28 +476,16 @@ def test_a_request_the_server_may_have_received_is_never_sent_again(tmp_path):
             if len(received) == 2:
                 self.close_connection = True  # read, then closed unanswered
                 return
-            body = json.dumps({"choices": [{"text": "a b", "finish_reason": "length"}],
-                               "usage": {"prompt_tokens": 20, "completion_tokens": 2}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.send_json({"choices": [{"text": "a b", "finish_reason": "length"}],
+                            "usage": {"prompt_tokens": 20, "completion_tokens": 2}})
 
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Server)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with python_server(Server) as url:
         proc = subprocess.run(
-            [str(BRISK_BIN), "bench", "--url", f"http://127.0.0.1:{server.server_port}",
+            [str(BRISK_BIN), "bench", "--url", url,
              "--model", "m", "--no-stream", "--concurrency", "1", "--num-requests", "5",
              "--warmup-requests", "0", "--input-tokens", "20", "--output-tokens", "2",
              "--progress", "off", "--out", str(tmp_path)],
             capture_output=True, text=True, timeout=60)
-    finally:
-        server.shutdown()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert received == [(1, 1), (1, 2), (2, 1), (3, 1), (4, 1)], received
     result = json.loads((tmp_path / "result.json").read_text())["runs"][0]

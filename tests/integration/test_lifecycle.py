@@ -83,20 +83,27 @@ def test_json_logs_have_one_object_per_line_with_request_timings(brisk_guarded):
     assert line["completion_tokens"] == 3
 
 
-def test_sigterm_finishes_in_flight_work_then_exits_zero(tmp_path_factory):
-    server = _start_brisk(tmp_path_factory, "brisk-drain", ["--drain-timeout", "30"], api_key=None)
+def _complete_in_background(server, prompt: str, max_tokens: int, timeout: float):
+    """Starts a completion on a thread; returns the thread and the dict that gets its status
+    and body."""
     result: dict = {}
 
-    def long_request():
-        r = httpx.post(server.base_url + "/v1/completions", timeout=120,
-                       json={"model": MODEL_NAME, "prompt": "Once", "max_tokens": 40,
+    def request():
+        r = httpx.post(server.base_url + "/v1/completions", timeout=timeout,
+                       json={"model": MODEL_NAME, "prompt": prompt, "max_tokens": max_tokens,
                              "ignore_eos": True})
         result["status"] = r.status_code
         result["body"] = r.json()
 
+    worker = threading.Thread(target=request)
+    worker.start()
+    return worker, result
+
+
+def test_sigterm_finishes_in_flight_work_then_exits_zero(tmp_path_factory):
+    server = _start_brisk(tmp_path_factory, "brisk-drain", ["--drain-timeout", "30"], api_key=None)
     try:
-        worker = threading.Thread(target=long_request)
-        worker.start()
+        worker, result = _complete_in_background(server, "Once", 40, timeout=120)
         time.sleep(0.5)  # the request is running
         server.proc.send_signal(signal.SIGTERM)
         time.sleep(0.2)
@@ -258,19 +265,9 @@ def test_sigterm_during_a_requests_first_step_still_finishes_it(tmp_path_factory
     waiting nor running until its first step ended, so a drain begun then cancelled it.)"""
     server = _start_brisk(tmp_path_factory, "brisk-drain-prefill",
                           ["--drain-timeout", "60", "--max-batched-tokens", "1024"], api_key=None)
-    result: dict = {}
-
-    def long_prompt_request():
-        # ~600 tokens prefilled in one step (a second or more on a CPU), then its one token.
-        r = httpx.post(server.base_url + "/v1/completions", timeout=300,
-                       json={"model": MODEL_NAME, "prompt": "word " * 600, "max_tokens": 1,
-                             "ignore_eos": True})
-        result["status"] = r.status_code
-        result["body"] = r.json()
-
     try:
-        worker = threading.Thread(target=long_prompt_request)
-        worker.start()
+        # ~600 tokens prefilled in one step (a second or more on a CPU), then its one token.
+        worker, result = _complete_in_background(server, "word " * 600, 1, timeout=300)
         seen_running = False
         deadline = time.monotonic() + 60
         while not seen_running and worker.is_alive() and time.monotonic() < deadline:
