@@ -49,15 +49,22 @@ StepCost Deployment::step(double decode_batch, double decode_context, double pre
                                            : 0.0) /
                        devices;
   cost.flops = decode_flops / devices + cost.prefill_flops;
-  const double bytes_per_ms = device->memory_bandwidth_gb_s * 1e6 * efficiency.bandwidth;
+  // Efficiencies come from the catalog or a calibration, which is a measurement and can be off
+  // (a noisy run, a catalog spec below this machine's). The physical limits hold whatever it
+  // says: no fraction above 1 (faster than the device's peak) and none at 0 (a division by
+  // zero), no negative overhead.
+  auto physical = [](double fraction) { return std::clamp(fraction, kMinEfficiency, 1.0); };
+  const double bytes_per_ms = device->memory_bandwidth_gb_s * 1e6 * physical(efficiency.bandwidth);
   const double peak_flops_per_ms = precision.dense_tflops(*device) * 1e9;
   cost.memory_ms = (cost.weight_bytes + cost.kv_bytes) / bytes_per_ms;
   // Small decode batches and large prompt chunks run different kernels at different efficiency.
-  cost.compute_ms = (cost.flops - cost.prefill_flops) / (peak_flops_per_ms * efficiency.compute) +
-                    cost.prefill_flops / (peak_flops_per_ms * efficiency.prefill_compute);
+  cost.compute_ms =
+      (cost.flops - cost.prefill_flops) / (peak_flops_per_ms * physical(efficiency.compute)) +
+      cost.prefill_flops / (peak_flops_per_ms * physical(efficiency.prefill_compute));
   const double sampled_tokens = decode_batch + (prefill_tokens > 0 ? 1 : 0);
-  cost.overhead_ms = efficiency.step_overhead_ms +
-                     sampled_tokens * model.vocab_size * efficiency.sample_ns_per_vocab_entry / 1e6;
+  cost.overhead_ms =
+      std::max(0.0, efficiency.step_overhead_ms) +
+      sampled_tokens * model.vocab_size * std::max(0.0, efficiency.sample_ns_per_vocab_entry) / 1e6;
   // Two all-reduces per layer (after attention and after the MLP) of the step's activations.
   cost.interconnect_ms =
       2.0 * model.layers * allreduce_ms(*device, devices, tokens * model.hidden_size * 2.0);

@@ -24,6 +24,9 @@ struct Efficiency {
 };
 
 // The time of one engine step and its parts, for --explain.
+// The smallest efficiency a prediction uses (1e-4 of a peak): see Deployment::step.
+constexpr double kMinEfficiency = 1e-4;
+
 struct StepCost {
   double weight_bytes = 0;   // per device
   double kv_bytes = 0;       // per device

@@ -41,6 +41,30 @@ class PlanPrediction : public ::testing::Test {
   ModelProfile model_;
 };
 
+TEST_F(PlanPrediction, NoCalibrationBeatsThePhysicalFloor) {
+  // A calibration of 5x the peak bandwidth (or compute) once predicted decode 5x faster than
+  // reading the weights at the device's peak allows; 0 divided by zero.
+  const DeviceSpec& device = *catalog_.find("h100-sxm");
+  Deployment deployment = on(device);
+  deployment.efficiency.bandwidth = 5;
+  deployment.efficiency.compute = 5;
+  deployment.efficiency.prefill_compute = 5;
+  deployment.efficiency.step_overhead_ms = -3;
+  const StepCost cost = deployment.step(1, 128);
+  const double floor_ms = cost.weight_bytes / (device.memory_bandwidth_gb_s * 1e6);
+  EXPECT_GE(cost.memory_ms, floor_ms * (1 - 1e-12));
+  EXPECT_GE(cost.overhead_ms, 0);
+  EXPECT_GE(cost.total_ms, floor_ms * (1 - 1e-12));
+  const double peak_ms = cost.flops / (parse_precision("bf16")->dense_tflops(device) * 1e9);
+  EXPECT_GE(cost.compute_ms, peak_ms * (1 - 1e-12));
+
+  deployment.efficiency.bandwidth = 0;
+  deployment.efficiency.compute = 0;
+  const StepCost zero = deployment.step(1, 128, 64);
+  EXPECT_TRUE(std::isfinite(zero.total_ms)) << zero.total_ms;
+  EXPECT_GT(zero.total_ms, cost.total_ms);
+}
+
 TEST_F(PlanPrediction, MoreBandwidthNeverPredictsSlowerDecode) {
   DeviceSpec device = *catalog_.find("h100-sxm");
   double previous_ms = 1e30;
