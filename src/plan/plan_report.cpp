@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include <algorithm>
+
 namespace brisk::plan {
 namespace {
 
@@ -110,6 +112,7 @@ nlohmann::json plan_json(const PlanRequest& request, const Plan& plan) {
                           : nlohmann::json(std::max(1, request.workload.concurrency))},
       {"rate", request.workload.rate_per_s > 0 ? nlohmann::json(request.workload.rate_per_s)
                                                : nlohmann::json(nullptr)},
+      {"burst", request.workload.burst},
       {"slo_ms", slo},
       {"headroom", request.headroom}};
   nlohmann::json candidates = nlohmann::json::array();
@@ -212,9 +215,12 @@ void print_explanation(std::ostream& out, const PlanRequest& request, const Cand
              "KV) / {:.0f} GB/s = {:.2f} ms, {:.3f} TFLOP / {:.1f} TFLOP/s = {:.2f} ms) + {:.2f} "
              "overhead + {:.2f} interconnect = {:.2f} ms ({} bound)\n",
              1 + std::max(0.0, load.decode_batch - 1), context, step.weight_bytes / 1e9,
-             step.kv_bytes / 1e9, device.memory_bandwidth_gb_s * deployment.efficiency.bandwidth,
+             step.kv_bytes / 1e9,
+             device.memory_bandwidth_gb_s *
+                 std::clamp(deployment.efficiency.bandwidth, kMinEfficiency, 1.0),
              step.memory_ms, step.flops / 1e12,
-             deployment.precision.dense_tflops(device) * deployment.efficiency.compute,
+             deployment.precision.dense_tflops(device) *
+                 std::clamp(deployment.efficiency.compute, kMinEfficiency, 1.0),
              step.compute_ms, step.overhead_ms, step.interconnect_ms, step.total_ms,
              step.memory_bound() ? "memory" : "compute");
   fmt::print(out, "prefill     {} tokens in chunks of {}: {:.1f} ms alone\n", workload.input_tokens,
@@ -223,12 +229,14 @@ void print_explanation(std::ostream& out, const PlanRequest& request, const Cand
       out,
       "load        {} per replica: {:.2f} requests/s, prompts take {:.0f}% of engine time, "
       "so TPOT = step / (1 - {:.2f}) = {:.2f} ms; TTFT mean {:.0f}, p95 {:.0f}, p99 {:.0f} "
-      "ms (prompt queue M/D/1)\n",
+      "ms ({})\n",
       workload.rate_per_s > 0
           ? fmt::format("{:.3g} req/s", workload.rate_per_s / std::max(1, candidate.replicas))
           : fmt::format("{:.0f} users", load.in_flight),
       load.request_throughput, load.prefill_share * 100, load.prefill_share, load.tpot_ms.mean,
-      load.ttft_ms.mean, load.ttft_ms.p95, load.ttft_ms.p99);
+      load.ttft_ms.mean, load.ttft_ms.p95, load.ttft_ms.p99,
+      workload.burst ? "the burst simulated step by step: every prompt queued at once"
+                     : "prompt queue M/D/1");
   fmt::print(out,
              "capacity    {} users per replica within the SLO -> {:.0f} output tokens/s; "
              "{} replica(s) of {} device(s) for the target load\n",

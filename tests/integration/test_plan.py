@@ -140,3 +140,13 @@ def test_workload_from_a_bench_result(tmp_path):
     assert (workload["input_tokens"], workload["output_tokens"], workload["rate"]) == (300, 7, 2)
     bad = plan("--model", "llama-3.1-8b", "--workload", str(tmp_path))
     assert bad.returncode == 2 and "not a brisk bench result.json" in bad.stderr
+
+
+def test_a_burst_plan_says_it_is_one_in_json_and_in_its_explanation():
+    args = ("--model", "llama-3.1-8b", "--devices", "h100-sxm", "--concurrency", "16", "--burst")
+    result = json.loads(plan(*args, "--json").stdout)
+    assert result["workload"]["burst"] is True  # documented in docs/plan.md, once missing
+    assert json.loads(plan("--model", "llama-3.1-8b", "--devices", "h100-sxm",
+                           "--json").stdout)["workload"]["burst"] is False
+    explained = plan(*args, "--explain", "h100-sxm").stdout
+    assert "simulated step by step" in explained and "M/D/1" not in explained, explained
