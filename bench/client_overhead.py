@@ -34,6 +34,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from percentile import percentile  # bench/ is this script's directory
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -66,16 +68,6 @@ def run_in_group(argv: list[str], timeout: float) -> subprocess.CompletedProcess
             pass
         proc.wait()
     return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
-
-
-def percentile(values, q):
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    rank = (len(ordered) - 1) * q / 100
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 class Fixture:

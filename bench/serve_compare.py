@@ -38,6 +38,8 @@ import urllib.request
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 
+from percentile import percentile  # bench/ is this script's directory
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BIN_DIR = REPO_ROOT / "build" / "bin"
 FILLER_WORDS = (
@@ -55,15 +57,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100.0
-    lo, hi = int(pos), min(int(pos) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 def median(values: list[float]) -> float:

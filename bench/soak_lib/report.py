@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from percentile import percentile as shared_percentile
 from soak_lib.outcomes import OutcomeLog
 
 RSS_TOLERANCE = 0.05
@@ -18,12 +19,8 @@ def is_server_error(outcome: str) -> bool:
 
 
 def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100.0
-    lo, hi = int(pos), min(int(pos) + 1, len(xs) - 1)
-    return round(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo), 1)
+    """bench/percentile.py's, rounded to 0.1 ms; None when there are none."""
+    return round(shared_percentile(values, q), 1) if values else None
 
 
 def latency_summary(log: OutcomeLog) -> dict:

@@ -6,14 +6,6 @@
 
 namespace brisk::bench {
 
-double percentile_linear(const std::vector<double>& sorted, double q) {
-  const double rank = q / 100.0 * static_cast<double>(sorted.size() - 1);
-  const size_t below = static_cast<size_t>(std::floor(rank));
-  const size_t above = std::min(below + 1, sorted.size() - 1);
-  const double fraction = rank - static_cast<double>(below);
-  return sorted[below] + (sorted[above] - sorted[below]) * fraction;
-}
-
 LatencySummary summarize(std::vector<double> samples) {
   LatencySummary summary;
   if (samples.empty()) return summary;

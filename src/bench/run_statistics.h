@@ -7,6 +7,7 @@
 #include "bench/request_record.h"
 #include "bench/slo.h"
 #include "common/clock.h"
+#include "common/percentile.h"
 
 namespace brisk::bench {
 
@@ -24,8 +25,7 @@ struct LatencySummary {
   double max = 0;
 };
 
-// `q` in [0, 100]; `sorted` ascending and non-empty.
-double percentile_linear(const std::vector<double>& sorted, double q);
+using brisk::percentile_linear;  // common/percentile.h: brisk's one percentile definition
 LatencySummary summarize(std::vector<double> samples);
 
 // The figures of one load point. Latencies use successful requests only; see

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "common/percentile.h"
+
 namespace brisk::plan {
 
 double Percentiles::at(const std::string& stat) const {
@@ -159,17 +161,14 @@ LoadPrediction predict_open_loop(const Deployment& deployment, int input_tokens,
 
 namespace {
 
-// Nearest-rank percentile of an ascending list.
-double ranked(const std::vector<double>& sorted, double q) {
-  const size_t index = static_cast<size_t>(std::ceil(q * sorted.size())) - 1;
-  return sorted[std::min(index, sorted.size() - 1)];
-}
-
+// The burst's simulated requests, summarized as brisk bench summarizes measured ones (it was
+// nearest-rank, so a prediction and a measurement of the same burst used two definitions).
 Percentiles percentiles_of(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   double sum = 0;
   for (const double value : values) sum += value;
-  return {sum / values.size(), ranked(values, 0.5), ranked(values, 0.95), ranked(values, 0.99)};
+  return {sum / values.size(), percentile_linear(values, 50), percentile_linear(values, 95),
+          percentile_linear(values, 99)};
 }
 
 }  // namespace

@@ -16,12 +16,16 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import httpx
 import pytest
 
-from conftest import BRISK_BIN, scripted_stream_server
+from conftest import BRISK_BIN, REPO_ROOT, scripted_stream_server
 from sanitizer_reports import running_under_a_sanitizer
+
+sys.path.insert(0, str(REPO_ROOT / "bench"))
+from percentile import percentile  # noqa: E402  brisk's one definition, numpy's default
 
 STREAMS = 256
 TOKENS = 24
@@ -48,15 +52,6 @@ def pinned(argv: list[str], cpu: int) -> list[str]:
     elif can_run(["nice", "-n", "-10", "true"]):
         prefix += ["nice", "-n", "-10"]
     return prefix + argv
-
-
-def percentile(values: list[float], q: float) -> float:
-    """numpy.percentile's default (linear between closest ranks)."""
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 @pytest.fixture
