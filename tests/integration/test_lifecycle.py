@@ -223,6 +223,9 @@ def test_connections_beyond_max_connections_get_503(tmp_path_factory):
         time.sleep(settle_s)  # the server has accepted them
         r = httpx.get(server.base_url + "/health", timeout=10)  # the third place is free
         assert r.status_code == 200
+        # ... and free again once the server has seen that request's connection close: a
+        # connection opened before then is refused in its stead (the test once raced this).
+        time.sleep(settle_s)
         held.append(socket.create_connection(("127.0.0.1", server.port)))
         time.sleep(settle_s)
         refused = httpx.get(server.base_url + "/health", timeout=10)
