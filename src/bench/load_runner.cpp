@@ -50,11 +50,11 @@ net::awaitable<void> virtual_user(OpenAiConnection& connection, Phase& phase) {
   }
 }
 
+}  // namespace
+
 void rethrow_if_failed(std::exception_ptr error) {
   if (error) std::rethrow_exception(error);
 }
-
-}  // namespace
 
 void drive(net::io_context& io, bool busy_poll) {
   if (!busy_poll) {

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <vector>
 
@@ -60,6 +61,11 @@ std::vector<double> arrival_offsets_within_s(const LoadPoint& load, double durat
 
 // Runs `io` until it has no work left: io.run(), or with `busy_poll` io.poll() in a loop.
 void drive(net::io_context& io, bool busy_poll);
+
+// Completion handler for the coroutines a run spawns (closed and open loop): an exception ends
+// the run loudly (brisk bench reports it and exits 1) instead of vanishing with the connection
+// it held, which under --max-concurrency left an open-loop run waiting forever for a release.
+void rethrow_if_failed(std::exception_ptr error);
 
 // Records that one measured request finished, leaving `in_flight` requests running.
 void count_finished(PhaseCounters& counters, int in_flight, bool ok);

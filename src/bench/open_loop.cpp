@@ -1,5 +1,4 @@
 #include <cmath>
-#include <exception>
 #include <limits>
 #include <memory>
 #include <random>
@@ -66,13 +65,6 @@ class ConnectionPool {
   std::vector<std::unique_ptr<OpenAiConnection>> idle_;
   net::steady_timer released_;
 };
-
-// Completion of every coroutine this file spawns: an exception ends the run loudly (brisk bench
-// reports it and exits 1) instead of vanishing with the connection it held, which under
-// --max-concurrency left the run waiting forever for a release.
-void rethrow_if_failed(std::exception_ptr error) {
-  if (error) std::rethrow_exception(error);
-}
 
 // Requests of the measured phase in flight, for in_flight_at_send and the progress display.
 struct InFlight {

@@ -2,7 +2,6 @@
 
 #include <sys/socket.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdint>
@@ -28,6 +27,11 @@ namespace {
 
 constexpr auto kAwait = net::use_awaitable;
 constexpr size_t kMaxKeptErrorBody = 4096;
+
+// A reset: the server's socket was closed with the request unread in it (or before it came).
+bool is_reset(const beast::error_code& ec) {
+  return ec == net::error::connection_reset || ec == net::error::broken_pipe;
+}
 
 RequestError classify_network_error(const beast::error_code& ec) {
   if (ec == beast::error::timeout) return RequestError::timeout;
@@ -155,7 +159,7 @@ net::awaitable<void> OpenAiConnection::drop_if_closing() {
   if (habit == KeepAliveHabit::closes_after_answer) co_return close();
   // Only a connection that has carried an answer shows what the server does after one.
   if (habit == KeepAliveHabit::unknown && last_answer_end_ != TimePoint{}) {
-    net::steady_timer timer(stream_.get_executor(), last_answer_end_ + kHabitProbe);
+    net::steady_timer timer(stream_.get_executor());
     while (!peer_has_closed() && Clock::now() < last_answer_end_ + kHabitProbe) {
       timer.expires_after(std::chrono::microseconds(250));
       beast::error_code ignored;
@@ -194,9 +198,7 @@ net::awaitable<OpenAiConnection::Attempt> OpenAiConnection::exchange(
   beast::error_code ec;
   stream_.expires_at(deadline);
   co_await http::async_write(stream_, http_request, net::redirect_error(kAwait, ec));
-  // A reset: the server's socket was closed with the request unread in it (or before it came).
-  const bool reset = ec == net::error::connection_reset || ec == net::error::broken_pipe;
-  if (reused && reset) co_return Attempt::unread;
+  if (reused && is_reset(ec)) co_return Attempt::unread;
 
   http::response_parser<http::buffer_body> parser;
   // A long stream is not an error. (Not boost::none: Boost 1.74 compares `len > none`, which is
@@ -205,8 +207,7 @@ net::awaitable<OpenAiConnection::Attempt> OpenAiConnection::exchange(
   if (!ec) {
     stream_.expires_at(deadline);
     co_await http::async_read_header(stream_, buffer_, parser, net::redirect_error(kAwait, ec));
-    const bool reset = ec == net::error::connection_reset || ec == net::error::broken_pipe;
-    if (reused && reset && buffer_.size() == 0) co_return Attempt::unread;
+    if (reused && is_reset(ec) && buffer_.size() == 0) co_return Attempt::unread;
   }
   if (ec) {
     const bool closed = ec == http::error::end_of_stream || ec == net::error::eof;
