@@ -83,13 +83,11 @@ double find_max_rate(const bench::Slo& slo, int steps, MakePoint make_point, Run
   const bench::RunStatistics& burst =
       run_point(make_point(std::numeric_limits<double>::infinity()));
   if (slo.run_meets(burst)) return std::numeric_limits<double>::infinity();
-  if (burst.ok > 0) {  // a limit the run cannot measure would be "missed" at every rate
-    for (const std::string& miss : slo.misses(burst)) {
-      if (miss.find("not measured") != std::string::npos) {
-        std::cerr << "  --find-max-rate stops: " << miss << "\n";
-        return 0;
-      }
-    }
+  // A limit the run cannot measure would be "missed" at every rate.
+  if (const auto unmeasured = slo.unmeasured(burst); burst.ok > 0 && !unmeasured.empty()) {
+    std::cerr << "  --find-max-rate stops: " << unmeasured.front()
+              << " not measured (no samples)\n";
+    return 0;
   }
   double meets = 0, misses = burst.request_throughput;
   for (int step = 0; step < steps && misses > 0; ++step) {

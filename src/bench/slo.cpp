@@ -37,6 +37,16 @@ bool Slo::request_meets(double ttft_ms, std::optional<double> tpot_ms, double e2
 
 bool Slo::run_meets(const RunStatistics& stats) const { return misses(stats).empty(); }
 
+std::vector<std::string> Slo::unmeasured(const RunStatistics& stats) const {
+  std::vector<std::string> names;
+  for (const SloLimit& limit : limits) {
+    if (summary_of(stats, limit.metric)->count == 0) {
+      names.push_back(limit.metric + "_" + limit.stat);
+    }
+  }
+  return names;
+}
+
 std::vector<std::string> Slo::misses(const RunStatistics& stats) const {
   std::vector<std::string> missed;
   if (stats.ok == 0) missed.push_back("no request succeeded");

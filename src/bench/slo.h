@@ -26,6 +26,8 @@ struct Slo {
   // The limits that a run misses, as "ttft_p99 812.0 > 500", for messages; a limit whose
   // latency has no samples (TTFT and ITL with --no-stream) is missed as "not measured".
   std::vector<std::string> misses(const RunStatistics& stats) const;
+  // The limits whose latency the run has no sample of, as "ttft_p99".
+  std::vector<std::string> unmeasured(const RunStatistics& stats) const;
 };
 
 // Parses "ttft_p99=500ms,tpot_p99=50ms" (units ms or s; a bare number is ms).

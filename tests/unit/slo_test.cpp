@@ -80,6 +80,7 @@ TEST(Slo, ALimitWithNoSamplesIsNotMeasuredNeverMet) {
   EXPECT_FALSE(slo.run_meets(stats));
   EXPECT_EQ(slo.misses(stats), (std::vector<std::string>{"ttft_p99 not measured (no samples)",
                                                          "itl_p99 not measured (no samples)"}));
+  EXPECT_EQ(slo.unmeasured(stats), (std::vector<std::string>{"ttft_p99", "itl_p99"}));
 }
 
 TEST(Slo, GoodputCountsOnlyRequestsMeetingEveryLimit) {
