@@ -6,6 +6,8 @@ CUDA_BUILD_DIR ?= build-cuda
 LLAMA_SRC   := $(CURDIR)/.deps/llama.cpp
 JOBS        ?= $(shell nproc)
 MODEL       ?= gemma3-270m
+# The second real model of the tests: a Llama with its own Jinja chat template.
+TEST_MODELS ?= $(MODEL) smollm2-135m
 HOST        ?= 127.0.0.1
 PORT        ?= 8080
 SERVE_ARGS  ?=
@@ -22,13 +24,13 @@ FUZZ_RUNS        ?= 1000000
 FUZZ_SMOKE_RUNS  ?= 5000
 FUZZ_SMOKE_SECONDS ?= 10
 
-.PHONY: serve test deps llama-source build model python unit-test integration-test cuda clean \
+.PHONY: serve test deps llama-source build model test-models python unit-test integration-test cuda clean \
 	fuzz-build fuzz fuzz-smoke soak sanitize sanitize-unit sanitize-thread
 
 serve: build model
 	$(BRISK) serve --model $(MODEL) --host $(HOST) --port $(PORT) $(SERVE_ARGS)
 
-test: build model python
+test: build test-models python
 	$(MAKE) --no-print-directory unit-test sanitize-unit integration-test fuzz-smoke
 
 deps:
@@ -45,6 +47,9 @@ build: llama-source $(BUILD_DIR)/CMakeCache.txt
 
 model: build
 	@$(BRISK) pull $(MODEL)
+
+test-models: build
+	@for name in $(TEST_MODELS); do $(BRISK) pull $$name || exit 1; done
 
 python: deps
 	@scripts/setup-python.sh
@@ -120,7 +125,7 @@ sanitize-unit: llama-source $(ASAN_BUILD_DIR)/CMakeCache.txt
 	cd $(ASAN_BUILD_DIR) && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS)
 
 # ASan + UBSan on the unit and the integration tests.
-sanitize: build model python $(ASAN_BUILD_DIR)/CMakeCache.txt
+sanitize: build test-models python $(ASAN_BUILD_DIR)/CMakeCache.txt
 	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
 	cd $(ASAN_BUILD_DIR) && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS)
 	$(ASAN_ENV) BRISK_BIN_DIR=$(CURDIR)/$(ASAN_BUILD_DIR)/bin $(SANITIZED_PYTEST_ENV) \
@@ -128,7 +133,7 @@ sanitize: build model python $(ASAN_BUILD_DIR)/CMakeCache.txt
 	  $(VENV)/bin/python -m pytest -v tests/integration
 
 # ThreadSanitizer on the tests that run threads.
-sanitize-thread: build model python $(TSAN_BUILD_DIR)/CMakeCache.txt
+sanitize-thread: build test-models python $(TSAN_BUILD_DIR)/CMakeCache.txt
 	cmake --build $(TSAN_BUILD_DIR) -j $(JOBS)
 	cd $(TSAN_BUILD_DIR) && $(TSAN_ENV) ctest --output-on-failure -R '$(TSAN_UNIT_TESTS)'
 	$(TSAN_ENV) BRISK_BIN_DIR=$(CURDIR)/$(TSAN_BUILD_DIR)/bin $(SANITIZED_PYTEST_ENV) BRISK_TEST_THREADS=1 \

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import signal
 import statistics
 import subprocess
@@ -197,7 +198,10 @@ def main() -> int:
                         help="also measure brisk bench --busy-poll")
     parser.add_argument("--brisk-start-rate", type=float, default=500)
     parser.add_argument("--peer-start-rate", type=float, default=8)
+    parser.add_argument("--out", help="JSON file for the raw result: every rate measured, per "
+                                      "tool and repeat, and the ceilings found")
     args = parser.parse_args()
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
 
     print(f"machine: {os.cpu_count()} CPUs; load average {os.getloadavg()}; "
           f"realtime: {'SCHED_FIFO' if RT else 'no'}; "
@@ -213,6 +217,7 @@ def main() -> int:
         tools["guidellm"] = (lambda r, w: run_guidellm(fixture, r, args.tokens, w,
                                                        args.peer_python), args.peer_start_rate)
     ceilings = {tool: {"strict": [], "pace": []} for tool in tools}
+    points: list[dict] = []  # every measurement, for --out
     try:
         with tempfile.TemporaryDirectory() as tmp:
             workdir = Path(tmp)
@@ -224,6 +229,8 @@ def main() -> int:
                         ceilings[tool][criterion].append(ceiling(
                             lambda r: run(r, workdir), fixture, start_rate, args.bisect_steps,
                             criterion, cache))
+                    points += [{"tool": tool, "repeat": repeat, **result}
+                               for result in cache.values()]
     finally:
         fixture.stop()
 
@@ -242,6 +249,17 @@ def main() -> int:
             ratio = (f"{medians['brisk bench', criterion] / peer:.0f}x" if peer > 0
                      else "unbounded: guidellm met it at no tested rate")
             print(f"ratio brisk/guidellm at lag p99 < {LAG_LIMITS_MS[criterion]:g} ms: {ratio}")
+    if args.out:
+        Path(args.out).write_text(json.dumps({
+            "started": started, "argv": sys.argv, "machine": platform.node(),
+            "cpus": os.cpu_count(), "realtime": bool(RT), "tokens_per_stream": args.tokens,
+            "lag_limits_ms": LAG_LIMITS_MS,
+            "ceilings_req_per_s": {tool: {criterion: {"median": medians[tool, criterion],
+                                                      "repeats": values}
+                                          for criterion, values in found.items()}
+                                   for tool, found in ceilings.items()},
+            "points": points}, indent=2))
+        print(f"raw result: {args.out}")
     return 0
 
 

@@ -1,17 +1,24 @@
 #!/usr/bin/env python3
-"""Validates `brisk plan` against measurement on this machine: predict, then measure.
+"""Validates `brisk plan` against measurement on this machine, in each of its three load modes.
 
-For each model and concurrency C: `brisk plan --concurrency C --burst --json` predicts TTFT and
-TPOT on --device; then `brisk serve` runs the model and `brisk bench` sends --bursts separate
-bursts of exactly C requests with fixed prompt and output lengths (a closed loop of C users that
-ends after one wave, which is what --burst models). Compared: median TTFT and median TPOT over
-all measured requests against the predicted p50, as (predicted - measured) / measured.
+For each model (a case) and mode, `brisk plan --json` predicts TTFT and TPOT on --device; then
+`brisk serve` runs the model and `brisk bench` offers the same load with fixed prompt and output
+lengths. Compared: median TTFT and median TPOT over the measured requests against the predicted
+p50, as (predicted - measured) / measured. The modes:
 
-Run `brisk plan calibrate` for --device first; the script says which efficiencies were used.
-Stdlib only; prints a markdown table; --out writes JSON.
+  burst    `plan --concurrency C --burst`: --bursts separate bench runs of exactly C requests sent
+           at once (every connection opened before the clock).
+  closed   `plan --concurrency C`: C users, each sending its next request when the last one ends;
+           the first wave (a burst, not the steady state the model describes) is left out.
+  poisson  `plan --rate R`: Poisson arrivals at R = each --poisson-loads fraction of the
+           replica's predicted max rate; latency counts from each request's scheduled time.
 
-  python3 bench/plan_validation.py --device cpu-2vcpu \
-      --case gemma3-270m:256:64 --case /tmp/llama-3.1-8b-q4_k_m.gguf:128:32 --concurrency 1,8
+--calibrate-each runs `brisk plan calibrate` with each case's model alone (its own synthetic
+steps, not the validation requests) before predicting it. Stdlib only; prints a markdown table;
+--out writes JSON with every measured request's file under --work.
+
+  python3 bench/plan_validation.py --device cpu-2vcpu --calibrate-each \
+      --case gemma3-270m:256:64 --concurrency 1,8 --modes burst,closed,poisson
 """
 
 from __future__ import annotations
@@ -23,12 +30,14 @@ import os
 import platform
 import re
 import socket
-import statistics
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from percentile import percentile  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,25 +75,51 @@ def calibrate_alone(brisk: Path, model: str, device: str, home: Path,
                    env={**os.environ, "BRISK_HOME": str(home)}, timeout=3600)
 
 
-def predict(brisk: Path, model: str, device: str, users: int, isl: int, osl: int,
+def predict(brisk: Path, model: str, device: str, load: dict, isl: int, osl: int,
             extra: list[str], home: Path | None = None) -> dict:
-    argv = [str(brisk), "plan", "--model", model, "--devices", device, "--concurrency", str(users),
-            "--burst", "--isl", str(isl), "--osl", str(osl), "--json", *extra]
+    argv = [str(brisk), "plan", "--model", model, "--devices", device, "--isl", str(isl),
+            "--osl", str(osl), "--json", *load_flags(load), *extra]
     env = {**os.environ, "BRISK_HOME": str(home)} if home else None
     candidate = json.loads(subprocess.run(argv, check=True, capture_output=True, text=True,
                                           env=env).stdout)["candidates"][0]
     return {"ttft_ms": candidate["ttft_ms"], "tpot_ms": candidate["tpot_ms"],
+            "max_rate_per_replica": candidate.get("max_rate_per_replica"),
             "efficiency": candidate["efficiency"]["origin"]}
 
 
-def measure(brisk: Path, model: str, users: int, isl: int, osl: int, bursts: int,
+def load_flags(load: dict) -> list[str]:
+    """The `brisk plan` flags of a load point."""
+    if load["mode"] == "poisson":
+        return ["--rate", f"{load['rate']:.6g}"]
+    flags = ["--concurrency", str(load["users"])]
+    return flags + ["--burst"] if load["mode"] == "burst" else flags
+
+
+def bench_runs(load: dict, bursts: int, closed_requests: int, poisson_requests: int,
+               seed: int) -> list[list[str]]:
+    """The `brisk bench` load flags of each run that measures a load point."""
+    if load["mode"] == "burst":
+        users = load["users"]
+        return [["--concurrency", str(users), "--num-requests", str(users),
+                 "--warmup-requests", "1"]] * bursts
+    if load["mode"] == "closed":
+        users = load["users"]
+        return [["--concurrency", str(users), "--num-requests",
+                 str(2 * users + max(closed_requests, users)), "--warmup-requests", "1"]]
+    return [["--rate", f"{load['rate']:.6g}", "--arrival", "poisson", "--num-requests",
+             str(poisson_requests), "--warmup-requests", "1", "--seed", str(seed)]]
+
+
+def measure(brisk: Path, model: str, load: dict, isl: int, osl: int, runs: list[list[str]],
             serve_args: list[str], out_dir: Path) -> dict:
-    """`bursts` separate bench runs of exactly `users` requests sent at once (after one warm-up
-    request), so that every measured request belongs to a burst like the one --burst models;
-    statistics over all of them."""
+    """Each of `runs` against one `brisk serve`; statistics over all their measured requests. A
+    closed loop's first wave (its first `users` requests by send time: a burst) and last (sent
+    while the other users were stopping) are left out."""
     port = free_port()
+    users = load.get("users", 1)
+    max_seqs = users if load["mode"] != "poisson" else 16
     server = subprocess.Popen([str(brisk), "serve", "--model", model, "--port", str(port),
-                               "--max-seqs", str(max(users, 1)), *serve_args],
+                               "--max-seqs", str(max_seqs), *serve_args],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ttft_ms, tpot_ms = [], []
     try:
@@ -95,46 +130,92 @@ def measure(brisk: Path, model: str, users: int, isl: int, osl: int, bursts: int
                 break
             except OSError:
                 time.sleep(0.5)
-        for burst in range(bursts):
-            run_dir = out_dir / f"burst{burst}"
-            subprocess.run([str(brisk), "bench", "--url", f"http://127.0.0.1:{port}",
-                            "--concurrency", str(users), "--num-requests", str(users),
-                            "--warmup-requests", "1", "--input-tokens", str(isl),
-                            "--output-tokens", str(osl), "--out", str(run_dir)],
+        for index, flags in enumerate(runs):
+            run_dir = out_dir / f"run{index}"
+            subprocess.run([str(brisk), "bench", "--url", f"http://127.0.0.1:{port}", *flags,
+                            "--input-tokens", str(isl), "--output-tokens", str(osl),
+                            "--out", str(run_dir)],
                            check=True, capture_output=True, text=True, timeout=3600)
             with open(run_dir / "requests.csv") as rows:
-                for row in csv.DictReader(rows):
-                    first, end = float(row["first_token_ms"]), float(row["end_ms"])
-                    ttft_ms.append(first - float(row["scheduled_ms"]))
-                    tokens = int(row["completion_tokens"])
-                    if tokens > 1:
-                        tpot_ms.append((end - first) / (tokens - 1))
+                requests = sorted(csv.DictReader(rows), key=lambda row: float(row["sent_ms"]))
+            if load["mode"] == "closed":
+                requests = requests[users:-users]
+            for row in requests:
+                first, end = float(row["first_token_ms"]), float(row["end_ms"])
+                ttft_ms.append(first - float(row["scheduled_ms"]))
+                tokens = int(row["completion_tokens"])
+                if tokens > 1:
+                    tpot_ms.append((end - first) / (tokens - 1))
     finally:
         server.terminate()
         server.wait(timeout=60)
-    return {"ttft_ms": {"p50": statistics.median(ttft_ms), "samples": len(ttft_ms)},
-            "tpot_ms": {"p50": statistics.median(tpot_ms), "samples": len(tpot_ms)}}
+    return {"ttft_ms": {"p50": percentile(ttft_ms, 50), "p95": percentile(ttft_ms, 95),
+                        "samples": len(ttft_ms)},
+            "tpot_ms": {"p50": percentile(tpot_ms, 50), "p95": percentile(tpot_ms, 95),
+                        "samples": len(tpot_ms)}}
+
+
+def load_points(args, predict_at) -> list[dict]:
+    """The load points of one case, in --modes order; Poisson rates are fractions of the max rate
+    the planner predicts for the case (`predict_at` takes a load and returns a prediction)."""
+    points = []
+    for mode in args.modes.split(","):
+        if mode in ("burst", "closed"):
+            points += [{"mode": mode, "users": int(c)} for c in args.concurrency.split(",")]
+        elif mode == "poisson":
+            max_rate = predict_at({"mode": "poisson", "rate": 1.0})["max_rate_per_replica"]
+            points += [{"mode": "poisson", "rate": float(f) * max_rate, "load": float(f)}
+                       for f in args.poisson_loads.split(",")]
+        else:
+            raise SystemExit(f"unknown mode {mode!r}: burst, closed or poisson")
+    return points
+
+
+def with_errors(row: dict) -> dict:
+    for metric in ("ttft_ms", "tpot_ms"):
+        p, m = row["predicted"][metric]["p50"], row["measured"][metric]["p50"]
+        row[f"{metric}_error"] = (p - m) / m
+    return row
+
+
+def describe(load: dict) -> str:
+    if load["mode"] == "poisson":
+        return f"Poisson {load['rate']:.2f}/s ({load['load']:.0%} of max)"
+    return f"{load['mode']} C={load['users']}"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--brisk-bin", default=str(REPO_ROOT / "build" / "bin" / "brisk"))
     parser.add_argument("--device", required=True, help="catalog id of this machine")
-    parser.add_argument("--case", action="append", required=True,
+    parser.add_argument("--case", action="append", default=[],
                         help="MODEL:ISL:OSL (a pulled model name or a GGUF path)")
-    parser.add_argument("--concurrency", default="1,8")
+    parser.add_argument("--modes", default="burst,closed,poisson")
+    parser.add_argument("--concurrency", default="1,8", help="users of burst and closed points")
+    parser.add_argument("--poisson-loads", default="0.3,0.6",
+                        help="Poisson rates as fractions of the predicted max rate")
     parser.add_argument("--bursts", type=int, default=3,
-                        help="separate bursts of C requests measured per case (C=1: requests)")
+                        help="separate bursts of C requests measured per burst point")
+    parser.add_argument("--closed-requests", type=int, default=24,
+                        help="requests measured per closed-loop point (besides the first and "
+                             "last waves)")
+    parser.add_argument("--poisson-requests", type=int, default=60)
+    parser.add_argument("--seed", type=int, default=1, help="seed of the Poisson arrivals")
     parser.add_argument("--serve-args", default="", help="extra brisk serve flags")
     parser.add_argument("--plan-args", default="", help="extra brisk plan flags")
     parser.add_argument("--work", default="/tmp/plan-validation")
     parser.add_argument("--calibrate-each", action="store_true",
-                        help="calibrate with each case's own model (a GGUF path) before "
-                             "predicting it, instead of using the stored calibration")
+                        help="calibrate with each case's own model before predicting it, "
+                             "instead of using the stored calibration")
     parser.add_argument("--memory-gb", type=float,
                         help="this machine's memory, replacing the catalog entry's for --device")
+    parser.add_argument("--repredict", metavar="JSON",
+                        help="measure nothing: predict again, with this build and the stored "
+                             "calibrations, the points of an earlier --out file")
     parser.add_argument("--out")
     args = parser.parse_args()
+    if not args.case and not args.repredict:
+        parser.error("give at least one --case (or --repredict)")
     brisk = Path(args.brisk_bin)
     Path(args.work).mkdir(parents=True, exist_ok=True)
     plan_args = args.plan_args.split()
@@ -142,42 +223,63 @@ def main() -> int:
         plan_args += ["--catalog", str(catalog_with_memory(REPO_ROOT, args.device, args.memory_gb,
                                                            Path(args.work)))]
     rows = []
-    for case in args.case:
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    if args.repredict:
+        earlier = json.loads(Path(args.repredict).read_text())
+        started = earlier["started"]
+        for row in earlier["rows"]:
+            home = row.get("calibration_home")
+            if home is None and args.calibrate_each:  # files written before the field existed
+                home = str(Path(args.work) / f"home-{Path(row['model']).stem}")
+            home = Path(home) if home else None
+            row["predicted"] = predict(brisk, row["model"], args.device, row["load"], row["isl"],
+                                       row["osl"], plan_args, home)
+            rows.append(with_errors(row))
+    for case in [] if args.repredict else args.case:
         model, isl, osl = case.rsplit(":", 2)
+        isl, osl = int(isl), int(osl)
+        stem = Path(model).stem
         home = None
         if args.calibrate_each:
-            home = Path(args.work) / f"home-{Path(model).stem}"
+            home = Path(args.work) / f"home-{stem}"
             log(f"calibrating {args.device} with {model} alone")
             calibrate_alone(brisk, model, args.device, home, args.serve_args.split())
-        for users in [int(c) for c in args.concurrency.split(",")]:
-            predicted = predict(brisk, model, args.device, users, int(isl), int(osl), plan_args,
-                                home)
-            log(f"{model} C={users}: predicted TTFT p50 {predicted['ttft_ms']['p50']:.0f} ms, "
-                f"TPOT p50 {predicted['tpot_ms']['p50']:.1f} ms; measuring")
-            out_dir = Path(args.work) / f"{Path(model).stem}-c{users}"
-            measured = measure(brisk, model, users, int(isl), int(osl), args.bursts,
-                               args.serve_args.split(), out_dir)
-            row = {"model": model, "isl": int(isl), "osl": int(osl), "concurrency": users,
-                   "predicted": predicted, "measured": measured}
-            for metric in ("ttft_ms", "tpot_ms"):
-                p, m = predicted[metric]["p50"], measured[metric]["p50"]
-                row[f"{metric}_error"] = (p - m) / m
+
+        def predict_at(load, model=model, isl=isl, osl=osl, home=home):
+            return predict(brisk, model, args.device, load, isl, osl, plan_args, home)
+
+        for load in load_points(args, predict_at):
+            predicted = predict_at(load)
+            log(f"{model} {describe(load)}: predicted TTFT p50 {predicted['ttft_ms']['p50']:.0f} "
+                f"ms, TPOT p50 {predicted['tpot_ms']['p50']:.1f} ms; measuring")
+            tag = load["mode"] + (f"-c{load['users']}" if "users" in load
+                                  else f"-{load['load']:.2f}")
+            runs = bench_runs(load, args.bursts, args.closed_requests, args.poisson_requests,
+                              args.seed)
+            measured = measure(brisk, model, load, isl, osl, runs, args.serve_args.split(),
+                               Path(args.work) / f"{stem}-{tag}")
+            row = with_errors({"model": model, "isl": isl, "osl": osl, "load": load,
+                               "calibration_home": str(home) if home else None,
+                               "predicted": predicted, "measured": measured})
             log(f"  measured TTFT p50 {measured['ttft_ms']['p50']:.0f} ms, TPOT p50 "
                 f"{measured['tpot_ms']['p50']:.1f} ms over {measured['ttft_ms']['samples']} "
                 f"requests")
             rows.append(row)
-    print(f"| model | ISL/OSL | C | TTFT p50 predicted | measured | error | TPOT p50 predicted "
-          f"| measured | error |")
+    print("| model | ISL/OSL | load | TTFT p50 predicted | measured | error | TPOT p50 predicted "
+          "| measured | error |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {Path(r['model']).name} | {r['isl']}/{r['osl']} | {r['concurrency']} | "
+        print(f"| {Path(r['model']).name} | {r['isl']}/{r['osl']} | {describe(r['load'])} | "
               f"{r['predicted']['ttft_ms']['p50']:.0f} ms | {r['measured']['ttft_ms']['p50']:.0f} ms"
               f" | {r['ttft_ms_error']:+.0%} | {r['predicted']['tpot_ms']['p50']:.1f} ms | "
               f"{r['measured']['tpot_ms']['p50']:.1f} ms | {r['tpot_ms_error']:+.0%} |")
-    print(f"\nefficiencies: {rows[0]['predicted']['efficiency']}")
+    for model in dict.fromkeys(r["model"] for r in rows):
+        origin = next(r for r in rows if r["model"] == model)["predicted"]["efficiency"]
+        print(f"\nefficiencies for {model}: {origin}")
     if args.out:
-        Path(args.out).write_text(json.dumps({"machine": platform.node(), "rows": rows},
-                                             indent=2))
+        Path(args.out).write_text(json.dumps(
+            {"machine": platform.node(), "started": started, "argv": sys.argv, "rows": rows},
+            indent=2))
     return 0
 
 

@@ -183,7 +183,8 @@ int run_bench(const BenchFlags& flags) {
     model = *discovered;
   }
 
-  const bench::TokenCalibration calibration = bench::calibrate_tokens(*target, setup_timeout);
+  const bench::TokenCalibration calibration =
+      bench::calibrate_tokens(*target, model, setup_timeout);
   bench::WorkloadSpec spec;
   spec.kind = flags.endpoint == "chat" ? bench::ApiKind::chat : bench::ApiKind::completions;
   spec.model = model;

@@ -46,7 +46,7 @@ struct CalibrateFlags {
   std::string catalog;
   int gpu_layers = 0;
   int threads = 0;
-  std::vector<int> batches = {1, 4, 16};
+  std::vector<int> batches = {1, 2, 4, 8, 16};
   int context_tokens = 256;
   int repeats = 5;
 };

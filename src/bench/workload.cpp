@@ -44,9 +44,29 @@ std::string filler_text(uint64_t stream_seed, int words) {
 
 }  // namespace
 
-std::optional<int> count_tokens(const TargetEndpoint& target, const std::string& text,
-                                bool add_special, std::chrono::milliseconds timeout) {
-  const nlohmann::json body = {{"content", text}, {"add_special", add_special}};
+std::string_view tokenizer_api_name(TokenizerApi api) {
+  switch (api) {
+    case TokenizerApi::llama_cpp:
+      return "llama.cpp";
+    case TokenizerApi::vllm:
+      return "vllm";
+    case TokenizerApi::none:
+      break;
+  }
+  return "none";
+}
+
+std::optional<int> count_tokens(const TargetEndpoint& target, const TokenCalibration& calibration,
+                                const std::string& text, bool add_special,
+                                std::chrono::milliseconds timeout) {
+  nlohmann::json body;
+  if (calibration.api == TokenizerApi::llama_cpp) {
+    body = {{"content", text}, {"add_special", add_special}};
+  } else if (calibration.api == TokenizerApi::vllm) {
+    body = {{"model", calibration.model}, {"prompt", text}, {"add_special_tokens", add_special}};
+  } else {
+    return std::nullopt;
+  }
   const FetchResult result = fetch(target, "/tokenize", body.dump(), timeout);
   if (!result.ok()) return std::nullopt;
   const auto reply = nlohmann::json::parse(result.body, nullptr, /*allow_exceptions=*/false);
@@ -127,18 +147,28 @@ CompletionRequest SyntheticWorkload::request(int run_index, int request_index) c
       options_.stream};
 }
 
-TokenCalibration calibrate_tokens(const TargetEndpoint& target, std::chrono::milliseconds timeout) {
+TokenCalibration calibrate_tokens(const TargetEndpoint& target, const std::string& model,
+                                  std::chrono::milliseconds timeout) {
   constexpr int kSampleWords = 512;
-  TokenCalibration calibration;
   const std::string header = prompt_header(mix_bits(1));
-  const auto header_tokens = count_tokens(target, header, false, timeout);
-  const auto whole_tokens =
-      count_tokens(target, header + filler_text(1, kSampleWords), false, timeout);
-  if (!header_tokens || !whole_tokens || *whole_tokens <= *header_tokens) return calibration;
-  calibration.header_tokens = *header_tokens;
-  calibration.tokens_per_word = static_cast<double>(*whole_tokens - *header_tokens) / kSampleWords;
-  calibration.measured = true;
-  return calibration;
+  const std::string whole = header + filler_text(1, kSampleWords);
+  // llama.cpp's fields first: llama-server answers a body without "content" with no tokens
+  // (200), while vLLM and SGLang refuse one without "prompt".
+  for (const TokenizerApi api : {TokenizerApi::llama_cpp, TokenizerApi::vllm}) {
+    TokenCalibration calibration;
+    calibration.api = api;
+    calibration.model = model;
+    const auto header_tokens = count_tokens(target, calibration, header, false, timeout);
+    if (!header_tokens || *header_tokens <= 0) continue;
+    const auto whole_tokens = count_tokens(target, calibration, whole, false, timeout);
+    if (!whole_tokens || *whole_tokens <= *header_tokens) continue;
+    calibration.header_tokens = *header_tokens;
+    calibration.tokens_per_word =
+        static_cast<double>(*whole_tokens - *header_tokens) / kSampleWords;
+    calibration.measured = true;
+    return calibration;
+  }
+  return TokenCalibration{};
 }
 
 }  // namespace brisk::bench

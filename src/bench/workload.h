@@ -21,11 +21,20 @@ class Workload {
   virtual ApiKind kind() const = 0;
 };
 
+// The fields a server's `POST /tokenize` speaks: llama.cpp's (brisk, llama-server:
+// {"content", "add_special"}) or vLLM's, which SGLang shares ({"model", "prompt",
+// "add_special_tokens"}); none when it has neither.
+enum class TokenizerApi { none, llama_cpp, vllm };
+// "llama.cpp", "vllm" (vLLM or SGLang) or "none": result.json's workload.tokenizer.
+std::string_view tokenizer_api_name(TokenizerApi api);
+
 // How filler words turn into tokens on the target's tokenizer.
 struct TokenCalibration {
   double tokens_per_word = 1.3;  // a typical BPE rate for common English words
   int header_tokens = 12;        // tokens of the unique id line that starts every prompt
   bool measured = false;         // false: the defaults above, the server has no /tokenize
+  TokenizerApi api = TokenizerApi::none;
+  std::string model;  // sent with vLLM's fields
 };
 
 struct WorkloadOptions {
@@ -69,12 +78,15 @@ class SyntheticWorkload : public Workload {
   int correction_words_ = 0;  // learned by fit_prompt_length
 };
 
-// Token count of `text` from the server's `POST /tokenize`; nullopt when it has none.
-std::optional<int> count_tokens(const TargetEndpoint& target, const std::string& text,
-                                bool add_special, std::chrono::milliseconds timeout);
+// Token count of `text` from the server's `POST /tokenize` in the calibration's fields; nullopt
+// when it has none or the call fails.
+std::optional<int> count_tokens(const TargetEndpoint& target, const TokenCalibration& calibration,
+                                const std::string& text, bool add_special,
+                                std::chrono::milliseconds timeout);
 
-// Counts filler-word tokens with the server's `POST /tokenize` (brisk, llama-server) and returns
-// the defaults, unmeasured, when the server lacks it.
-TokenCalibration calibrate_tokens(const TargetEndpoint& target, std::chrono::milliseconds timeout);
+// Finds which `POST /tokenize` the server speaks (llama.cpp's fields, then vLLM's and SGLang's)
+// and counts filler-word tokens with it; returns the defaults, unmeasured, when it has neither.
+TokenCalibration calibrate_tokens(const TargetEndpoint& target, const std::string& model,
+                                  std::chrono::milliseconds timeout);
 
 }  // namespace brisk::bench

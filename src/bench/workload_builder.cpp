@@ -25,17 +25,22 @@ BuiltWorkload synthetic(const WorkloadSpec& spec, const TargetEndpoint& target,
   if (calibration.measured && spec.kind == ApiKind::completions) {
     // (Chat prompts are wrapped in the server's template, which /tokenize does not apply.)
     workload->fit_prompt_length([&](const std::string& text) {
-      return count_tokens(target, text, /*add_special=*/true, timeout);
+      return count_tokens(target, calibration, text, /*add_special=*/true, timeout);
     });
   }
-  json description = {{"source", "synthetic"}, {"seed", spec.seed}};
+  json description = {{"source", "synthetic"},
+                      {"seed", spec.seed},
+                      {"tokenizer", tokenizer_api_name(calibration.api)}};
   description.update(length_fields("input_tokens", spec.input_tokens));
   description.update(length_fields("output_tokens", spec.output_tokens));
   const int mean_tokens = static_cast<int>(std::lround(spec.input_tokens.mean()));
   std::string summary = fmt::format(
       "input={} tokens ({} filler words at the mean, {:.2f} tokens/word {}) output={} tokens",
       spec.input_tokens.spec(), workload->filler_words(mean_tokens), calibration.tokens_per_word,
-      calibration.measured ? "measured via /tokenize" : "assumed", spec.output_tokens.spec());
+      calibration.measured
+          ? fmt::format("measured via /tokenize, {} fields", tokenizer_api_name(calibration.api))
+          : std::string("assumed: the server has no /tokenize brisk speaks"),
+      spec.output_tokens.spec());
   // Every prompt starts with its unique id line (so no prefix cache can answer it), plus BOS.
   const int shortest_tokens = calibration.header_tokens + 1;
   if (calibration.measured && spec.input_tokens.mean() < shortest_tokens) {
@@ -61,7 +66,8 @@ std::optional<BuiltWorkload> build_workload(const WorkloadSpec& spec, const Targ
                        : load_sharegpt_dataset(
                              path, spec.sharegpt_wanted, spec.seed, ShareGptLimits{},
                              [&](const std::string& text) {
-                               return count_tokens(target, text, /*add_special=*/false, timeout);
+                               return count_tokens(target, calibration, text,
+                                                   /*add_special=*/false, timeout);
                              },
                              error);
   if (!entries) return std::nullopt;
@@ -78,6 +84,7 @@ std::optional<BuiltWorkload> build_workload(const WorkloadSpec& spec, const Targ
   }
   const size_t size = entries->size();
   json description = {{"source", jsonl ? "jsonl" : "sharegpt"},
+                      {"tokenizer", tokenizer_api_name(calibration.api)},
                       {"dataset", path},
                       {"dataset_entries", size},
                       {"seed", spec.seed}};

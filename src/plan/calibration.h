@@ -25,7 +25,8 @@ struct CalibrationOptions {
   std::string device_id;                 // the catalog entry this machine is
   int gpu_layers = 0;
   int threads = 0;
-  std::vector<int> decode_batches = {1, 4, 16};
+  // Small batches closely: that is where a CPU's step time bends (Efficiency::decode_batch_scale).
+  std::vector<int> decode_batches = {1, 2, 4, 8, 16};
   int context_tokens = 256;
   int prefill_tokens = 512;
   int repeats = 5;
@@ -36,7 +37,7 @@ struct Calibration {
   std::string date;  // ISO 8601, UTC
   Efficiency efficiency;
   std::vector<StepSample> samples;
-  double median_abs_error = 0;  // of the fit, as a fraction
+  double median_abs_error = 0;  // of the roofline fit, before the per-batch correction
 };
 
 // Times decode steps and prompt chunks of each model through brisk's engine, then fits the

@@ -19,34 +19,78 @@ double allreduce_ms(const DeviceSpec& device, int devices, double bytes) {
 }  // namespace
 
 Efficiency Efficiency::defaults_for(const DeviceSpec& device) {
-  if (device.is_gpu()) return {0.80, 0.55, 0.55, 1.0, 0.0, "default for a GPU (not calibrated)"};
-  return {0.55, 0.30, 0.30, 0.5, 4.0, "default for a CPU (not calibrated)"};
+  if (device.is_gpu())
+    return {0.80, 0.55, 0.55, 1.0, 0.0, "default for a GPU (not calibrated)", {}};
+  return {0.55, 0.30, 0.30, 0.5, 4.0, "default for a CPU (not calibrated)", {}};
 }
 
 StepCost Deployment::step(double decode_batch, double decode_context, double prefill_tokens,
                           double prefill_context) const {
+  if (prefill_tokens <= 0) return step(decode_batch, decode_context, std::vector<PromptChunk>{});
+  return step(decode_batch, decode_context, {PromptChunk{prefill_tokens, prefill_context}});
+}
+
+double Efficiency::decode_scale(double batch) const {
+  if (decode_batch_scale.empty() || batch <= 0) return 1;
+  if (batch <= decode_batch_scale.front().batch) return decode_batch_scale.front().scale;
+  if (batch >= decode_batch_scale.back().batch) return decode_batch_scale.back().scale;
+  for (size_t index = 1; index < decode_batch_scale.size(); ++index) {
+    const BatchScale& low = decode_batch_scale[index - 1];
+    const BatchScale& high = decode_batch_scale[index];
+    if (batch <= high.batch) {
+      const double where = std::log(batch / low.batch) / std::log(high.batch / low.batch);
+      return low.scale + (high.scale - low.scale) * where;
+    }
+  }
+  return decode_batch_scale.back().scale;
+}
+
+StepCost Deployment::step(double decode_batch, double decode_context,
+                          const std::vector<PromptChunk>& prompts) const {
+  StepCost cost = roofline_step(decode_batch, decode_context, prompts);
+  const double scale = efficiency.decode_scale(decode_batch);
+  if (decode_batch > 0 && scale != 1) {
+    // The correction was measured on decode-only steps, so it scales their time; a prompt's
+    // chunks add their roofline cost on top.
+    const double decode_only_ms =
+        prompts.empty() ? cost.total_ms : roofline_step(decode_batch, decode_context, {}).total_ms;
+    cost.batch_correction_ms = (std::max(0.0, scale) - 1) * decode_only_ms;
+    cost.total_ms += cost.batch_correction_ms;
+  }
+  return cost;
+}
+
+StepCost Deployment::roofline_step(double decode_batch, double decode_context,
+                                   const std::vector<PromptChunk>& prompts) const {
   StepCost cost;
+  double prefill_tokens = 0;
+  double prompt_kv_bytes = 0;
+  double prefill_attention = 0;
+  int prompt_chunks = 0;
+  for (const PromptChunk& chunk : prompts) {
+    if (chunk.tokens <= 0) continue;
+    ++prompt_chunks;
+    prefill_tokens += chunk.tokens;
+    prompt_kv_bytes += model.kv_bytes(chunk.context + chunk.tokens, kv_bytes_per_element);
+    prefill_attention +=
+        chunk.tokens * model.attention_flops_per_token(chunk.context + chunk.tokens / 2);
+  }
   const double tokens = decode_batch + prefill_tokens;
   // K/V heads split across devices; with fewer KV heads than devices they are replicated.
   const double kv_split = std::min<double>(devices, model.kv_heads);
   cost.weight_bytes = static_cast<double>(model.weight_bytes_read_per_step(precision)) / devices;
   cost.kv_bytes =
-      (decode_batch * model.kv_bytes(decode_context, kv_bytes_per_element) +
-       (prefill_tokens > 0 ? model.kv_bytes(prefill_context + prefill_tokens, kv_bytes_per_element)
-                           : 0)) /
+      (decode_batch * model.kv_bytes(decode_context, kv_bytes_per_element) + prompt_kv_bytes) /
       kv_split;
-  const double prefill_attention =
-      prefill_tokens * model.attention_flops_per_token(prefill_context + prefill_tokens / 2);
-  // Every token passes through the layers; only sampled positions (each decode, and a prompt's
-  // last token) pass through the output head.
+  // Every token passes through the layers; only sampled positions (each decode, and each prompt
+  // chunk's last token) pass through the output head.
   const double head_parameters = static_cast<double>(model.hidden_size) * model.vocab_size;
   const double layer_flops_per_token = 2.0 * model.layers * model.layer_matmul_parameters();
   const double decode_flops = layer_flops_per_token * decode_batch +
                               2.0 * head_parameters * decode_batch +
                               decode_batch * model.attention_flops_per_token(decode_context);
-  cost.prefill_flops = (prefill_tokens > 0 ? layer_flops_per_token * prefill_tokens +
-                                                 2.0 * head_parameters + prefill_attention
-                                           : 0.0) /
+  cost.prefill_flops = (layer_flops_per_token * prefill_tokens +
+                        2.0 * head_parameters * prompt_chunks + prefill_attention) /
                        devices;
   cost.flops = decode_flops / devices + cost.prefill_flops;
   // Efficiencies come from the catalog or a calibration, which is a measurement and can be off
@@ -61,7 +105,7 @@ StepCost Deployment::step(double decode_batch, double decode_context, double pre
   cost.compute_ms =
       (cost.flops - cost.prefill_flops) / (peak_flops_per_ms * physical(efficiency.compute)) +
       cost.prefill_flops / (peak_flops_per_ms * physical(efficiency.prefill_compute));
-  const double sampled_tokens = decode_batch + (prefill_tokens > 0 ? 1 : 0);
+  const double sampled_tokens = decode_batch + prompt_chunks;
   cost.overhead_ms =
       std::max(0.0, efficiency.step_overhead_ms) +
       sampled_tokens * model.vocab_size * std::max(0.0, efficiency.sample_ns_per_vocab_entry) / 1e6;

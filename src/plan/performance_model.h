@@ -1,5 +1,7 @@
 #pragma once
 
+#include <vector>
+
 #include <string>
 
 #include "plan/hardware_catalog.h"
@@ -19,8 +21,20 @@ struct Efficiency {
   // the engine samples on the GPU).
   double sample_ns_per_vocab_entry = 0;
   std::string origin;  // "default for a GPU" or "calibrated on ... (date)"
+  // A calibration's measured decode step over its roofline fit, at each batch it timed: how
+  // this device's kernels depart from max(memory, compute) as the batch grows (on the 2-vCPU
+  // test VM each of the first few sequences added ~11 ms to a 20 ms step, then ~6 ms each).
+  // Empty: no correction.
+  struct BatchScale {
+    double batch = 0;
+    double scale = 1;
+  };
+  std::vector<BatchScale> decode_batch_scale;  // by batch, ascending
 
   static Efficiency defaults_for(const DeviceSpec& device);
+  // decode_batch_scale at `batch`, linear in log(batch) between the timed batches and held
+  // beyond them; 1 without a table.
+  double decode_scale(double batch) const;
 };
 
 // The time of one engine step and its parts, for --explain.
@@ -36,8 +50,17 @@ struct StepCost {
   double compute_ms = 0;
   double overhead_ms = 0;  // per step, sampling included
   double interconnect_ms = 0;
+  // What Efficiency::decode_batch_scale adds to (or takes from) the step's decode part.
+  double batch_correction_ms = 0;
   double total_ms = 0;
   bool memory_bound() const { return memory_ms >= compute_ms; }
+};
+
+// Prompt tokens of one request carried by a step: `tokens` more after the `context` tokens of
+// its prompt that earlier steps prefilled.
+struct PromptChunk {
+  double tokens = 0;
+  double context = 0;
 };
 
 // One model served by `devices` identical devices with tensor parallelism.
@@ -51,7 +74,14 @@ struct Deployment {
   int step_token_budget = 512;      // tokens one step carries (chunked prefill size)
 
   // One step decoding `decode_batch` sequences whose mean context is `decode_context`, plus
-  // `prefill_tokens` prompt tokens of one request whose prompt so far is `prefill_context`.
+  // prompt chunks, each of its own request: a chunk's tokens attend to its own prompt only.
+  StepCost step(double decode_batch, double decode_context,
+                const std::vector<PromptChunk>& prompts) const;
+  // max(memory, compute) + overhead of that step, without Efficiency::decode_batch_scale.
+  StepCost roofline_step(double decode_batch, double decode_context,
+                         const std::vector<PromptChunk>& prompts) const;
+  // The same with at most one prompt chunk: `prefill_tokens` tokens of a request whose prompt so
+  // far is `prefill_context`.
   StepCost step(double decode_batch, double decode_context, double prefill_tokens = 0,
                 double prefill_context = 0) const;
   // A whole prompt of `prompt_tokens` prefilled alone, chunk by chunk.

@@ -213,7 +213,7 @@ void print_explanation(std::ostream& out, const PlanRequest& request, const Cand
   fmt::print(out,
              "decode      step at batch {:.1f}, context {:.0f}: max(({:.3f} GB weights + {:.3f} GB "
              "KV) / {:.0f} GB/s = {:.2f} ms, {:.3f} TFLOP / {:.1f} TFLOP/s = {:.2f} ms) + {:.2f} "
-             "overhead + {:.2f} interconnect = {:.2f} ms ({} bound)\n",
+             "overhead + {:.2f} interconnect{} = {:.2f} ms ({} bound)\n",
              1 + std::max(0.0, load.decode_batch - 1), context, step.weight_bytes / 1e9,
              step.kv_bytes / 1e9,
              device.memory_bandwidth_gb_s *
@@ -221,22 +221,30 @@ void print_explanation(std::ostream& out, const PlanRequest& request, const Cand
              step.memory_ms, step.flops / 1e12,
              deployment.precision.dense_tflops(device) *
                  std::clamp(deployment.efficiency.compute, kMinEfficiency, 1.0),
-             step.compute_ms, step.overhead_ms, step.interconnect_ms, step.total_ms,
-             step.memory_bound() ? "memory" : "compute");
+             step.compute_ms, step.overhead_ms, step.interconnect_ms,
+             step.batch_correction_ms != 0
+                 ? fmt::format(
+                       " {:+.2f} calibrated batch correction (x{:.2f})", step.batch_correction_ms,
+                       deployment.efficiency.decode_scale(1 + std::max(0.0, load.decode_batch - 1)))
+                 : std::string(),
+             step.total_ms, step.memory_bound() ? "memory" : "compute");
   fmt::print(out, "prefill     {} tokens in chunks of {}: {:.1f} ms alone\n", workload.input_tokens,
              deployment.step_token_budget, deployment.prefill_ms(workload.input_tokens));
+  const bool open_loop = workload.rate_per_s > 0;
   fmt::print(
       out,
       "load        {} per replica: {:.2f} requests/s, prompts take {:.0f}% of engine time, "
-      "so TPOT = step / (1 - {:.2f}) = {:.2f} ms; TTFT mean {:.0f}, p95 {:.0f}, p99 {:.0f} "
-      "ms ({})\n",
-      workload.rate_per_s > 0
-          ? fmt::format("{:.3g} req/s", workload.rate_per_s / std::max(1, candidate.replicas))
-          : fmt::format("{:.0f} users", load.in_flight),
-      load.request_throughput, load.prefill_share * 100, load.prefill_share, load.tpot_ms.mean,
-      load.ttft_ms.mean, load.ttft_ms.p95, load.ttft_ms.p99,
-      workload.burst ? "the burst simulated step by step: every prompt queued at once"
-                     : "prompt queue M/D/1");
+      "so TPOT {} {:.2f} ms; TTFT mean {:.0f}, p95 {:.0f}, p99 {:.0f} ms ({})\n",
+      open_loop ? fmt::format("{:.3g} req/s", workload.rate_per_s / std::max(1, candidate.replicas))
+                : fmt::format("{:.0f} users", load.in_flight),
+      load.request_throughput, load.prefill_share * 100,
+      open_loop ? fmt::format("= step / (1 - {:.2f}) =", load.prefill_share)
+                : std::string("(simulated) is"),
+      load.tpot_ms.mean, load.ttft_ms.mean, load.ttft_ms.p95, load.ttft_ms.p99,
+      open_loop        ? "Poisson arrivals: prompt queue M/D/1"
+      : workload.burst ? "the burst simulated step by step: every prompt queued at once"
+                       : "the closed loop simulated step by step: each user's next request as "
+                         "the last one ends, after the first wave");
   fmt::print(out,
              "capacity    {} users per replica within the SLO -> {:.0f} output tokens/s; "
              "{} replica(s) of {} device(s) for the target load\n",

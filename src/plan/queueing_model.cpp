@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
+#include <random>
 #include <vector>
 
 #include "common/percentile.h"
@@ -102,41 +104,10 @@ LoadPrediction evaluate(const Deployment& deployment, int input_tokens, int outp
   return prediction;
 }
 
-}  // namespace
-
-LoadPrediction predict_closed_loop(const Deployment& deployment, int input_tokens,
-                                   int output_tokens, int concurrency) {
-  const double users = std::max(1, concurrency);
-  // Start as if every user decoded all the time, then iterate throughput to its fixed point.
-  double decode_fraction = 1.0;
-  LoadPrediction first = evaluate(deployment, input_tokens, output_tokens, 0, 0, users, 0);
-  double throughput = users / (first.e2e_ms / 1000);
-  // No prompt waits longer than for every other user's prompt.
-  const double cap_ms = (users - 1) * first.ttft_ms.mean + 1e-9;
-  LoadPrediction prediction;
-  for (int iteration = 0; iteration < 200; ++iteration) {
-    const double batch_seen = 1 + (users - 1) * decode_fraction;
-    const double others_per_s = throughput * (users - 1) / users;
-    prediction = evaluate(deployment, input_tokens, output_tokens, throughput, others_per_s,
-                          batch_seen, cap_ms);
-    if (prediction.saturated) {  // prompts alone fill the engine: slow down and retry
-      throughput *= 0.8;
-      continue;
-    }
-    const double next_throughput = users / (prediction.e2e_ms / 1000);
-    const double decode_ms = std::max(1, output_tokens - 1) * prediction.tpot_ms.mean;
-    decode_fraction = decode_ms / prediction.e2e_ms;
-    if (std::abs(next_throughput - throughput) < 1e-6 * throughput) break;
-    throughput = 0.5 * throughput + 0.5 * next_throughput;
-  }
-  prediction.decode_batch = users * decode_fraction;
-  prediction.in_flight = users;
-  prediction.in_flight_p99 = users;
-  return prediction;
-}
-
-LoadPrediction predict_open_loop(const Deployment& deployment, int input_tokens, int output_tokens,
-                                 double rate_per_s) {
+// The closed form for Poisson arrivals (queueing_model.h), which tells a load the replica
+// cannot keep up with from one it can; the simulation below gives the percentiles.
+LoadPrediction open_loop_in_closed_form(const Deployment& deployment, int input_tokens,
+                                        int output_tokens, double rate_per_s) {
   double decode_batch = 0;
   LoadPrediction prediction;
   for (int iteration = 0; iteration < 200; ++iteration) {
@@ -159,11 +130,9 @@ LoadPrediction predict_open_loop(const Deployment& deployment, int input_tokens,
   return prediction;
 }
 
-namespace {
-
-// The burst's simulated requests, summarized as brisk bench summarizes measured ones (it was
-// nearest-rank, so a prediction and a measurement of the same burst used two definitions).
+// Simulated requests, summarized as brisk bench summarizes measured ones (linear between ranks).
 Percentiles percentiles_of(std::vector<double> values) {
+  if (values.empty()) return {};
   std::sort(values.begin(), values.end());
   double sum = 0;
   for (const double value : values) sum += value;
@@ -171,62 +140,215 @@ Percentiles percentiles_of(std::vector<double> values) {
           percentile_linear(values, 99)};
 }
 
+struct SimulatedRequest {
+  double arrival_ms = 0;
+  double first_token_ms = 0;
+  double end_ms = 0;
+  int user = 0;
+  long first_step = 0;  // the step that finished its prompt and sampled its first token
+  bool measured = false;
+};
+
+// brisk serve's scheduler, step by step, each step costed by Deployment::step: a step decodes one
+// token for every request that has its first token and still generates, then fills the rest of
+// its token budget with prompt chunks, first come first served (a prompt may span steps); the
+// step that finishes a prompt samples its first token. A request that arrives while a step runs
+// waits for the next one. With fixed lengths every request finishes output_tokens - 1 steps
+// after its first token, so the decoding requests finish in the order they started, and a step
+// costs O(1) besides its prompt chunks: a burst of 4096 users is simulated in milliseconds.
+class EngineSimulation {
+ public:
+  EngineSimulation(const Deployment& deployment, int input_tokens, int output_tokens)
+      : deployment_(deployment),
+        input_tokens_(std::max(1, input_tokens)),
+        output_tokens_(std::max(1, output_tokens)) {}
+
+  // A request of `user` arriving at `arrival_ms`; arrivals come in time order.
+  void arrive(double arrival_ms, int user, bool measured) {
+    SimulatedRequest request;
+    request.arrival_ms = arrival_ms;
+    request.user = user;
+    request.measured = measured;
+    requests_.push_back(request);
+    future_.push_back(requests_.size() - 1);
+  }
+
+  // Runs until no request is left; `on_end(request)` may call arrive() (a closed-loop user's next
+  // request, which arrives as the last one ends and so misses the step starting then).
+  template <typename OnEnd>
+  void run(OnEnd on_end) {
+    constexpr long kMaxSteps = 50'000'000;
+    for (long step = 0; step < kMaxSteps; ++step) {
+      while (!future_.empty() && requests_[future_.front()].arrival_ms <= now_ms_) {
+        waiting_.push_back(future_.front());
+        future_.pop_front();
+      }
+      if (decoding_.empty() && waiting_.empty()) {
+        if (future_.empty()) return;
+        now_ms_ = std::max(now_ms_, requests_[future_.front()].arrival_ms);  // idle until then
+        --step;
+        continue;
+      }
+      const double decoding = static_cast<double>(decoding_.size());
+      // Request i holds input_tokens + (step - first_step_i) tokens when this step starts.
+      const double decode_context =
+          decoding > 0 ? input_tokens_ + step - first_step_sum_ / decoding : 0;
+      std::vector<PromptChunk> prompts;
+      std::vector<size_t> prefilled;
+      double room = std::max(1.0, deployment_.step_token_budget - decoding);
+      while (room > 0 && !waiting_.empty()) {
+        const double take = std::min<double>(room, input_tokens_ - head_done_);
+        prompts.push_back({take, static_cast<double>(head_done_)});
+        room -= take;
+        head_done_ += static_cast<int>(take);
+        if (head_done_ == input_tokens_) {
+          prefilled.push_back(waiting_.front());
+          waiting_.pop_front();
+          head_done_ = 0;
+        }
+      }
+      const double step_ms = deployment_.step(decoding, decode_context, prompts).total_ms;
+      now_ms_ += step_ms;
+      busy_ms_ += step_ms;
+      decode_batch_ms_ += decoding * step_ms;
+      if (!prompts.empty()) {
+        prefill_ms_ +=
+            decoding > 0 ? step_ms - deployment_.step(decoding, decode_context).total_ms : step_ms;
+      }
+      // This step gave the oldest decoding requests their last token.
+      while (!decoding_.empty() &&
+             requests_[decoding_.front()].first_step + output_tokens_ - 1 <= step) {
+        const size_t index = decoding_.front();
+        decoding_.pop_front();
+        first_step_sum_ -= static_cast<double>(requests_[index].first_step);
+        end(index, on_end);
+      }
+      for (const size_t index : prefilled) {
+        SimulatedRequest& request = requests_[index];
+        request.first_token_ms = now_ms_;
+        request.first_step = step;
+        if (output_tokens_ == 1) {
+          end(index, on_end);
+        } else {
+          decoding_.push_back(index);
+          first_step_sum_ += static_cast<double>(step);
+        }
+      }
+    }
+  }
+
+  const std::vector<SimulatedRequest>& requests() const { return requests_; }
+  double now_ms() const { return now_ms_; }
+  // Mean sequences decoding per step, weighted by step time.
+  double mean_decode_batch() const { return busy_ms_ > 0 ? decode_batch_ms_ / busy_ms_ : 0; }
+  // Fraction of engine time the prompt chunks added.
+  double prefill_share() const { return busy_ms_ > 0 ? prefill_ms_ / busy_ms_ : 0; }
+
+ private:
+  template <typename OnEnd>
+  void end(size_t index, OnEnd& on_end) {
+    requests_[index].end_ms = now_ms_;
+    on_end(requests_[index]);
+  }
+
+  const Deployment& deployment_;
+  const int input_tokens_;
+  const int output_tokens_;
+  std::vector<SimulatedRequest> requests_;
+  std::deque<size_t> future_;    // not yet arrived, in arrival order
+  std::deque<size_t> waiting_;   // arrived, prompt not finished; the front may be partly done
+  std::deque<size_t> decoding_;  // in the order of their first token, so of their last
+  int head_done_ = 0;            // prompt tokens of waiting_.front() already prefilled
+  double first_step_sum_ = 0;    // over decoding_
+  double now_ms_ = 0;
+  double busy_ms_ = 0;
+  double decode_batch_ms_ = 0;
+  double prefill_ms_ = 0;
+};
+
+// Latency percentiles over the simulation's measured requests.
+LoadPrediction summarize(const EngineSimulation& simulation, int output_tokens) {
+  std::vector<double> ttft_ms, tpot_ms, e2e_ms;
+  for (const SimulatedRequest& request : simulation.requests()) {
+    if (!request.measured) continue;
+    ttft_ms.push_back(request.first_token_ms - request.arrival_ms);
+    e2e_ms.push_back(request.end_ms - request.arrival_ms);
+    tpot_ms.push_back(
+        output_tokens > 1 ? (request.end_ms - request.first_token_ms) / (output_tokens - 1) : 0);
+  }
+  LoadPrediction prediction;
+  prediction.ttft_ms = percentiles_of(ttft_ms);
+  prediction.tpot_ms = percentiles_of(tpot_ms);
+  prediction.e2e_ms = percentiles_of(e2e_ms).mean;
+  prediction.decode_batch = simulation.mean_decode_batch();
+  prediction.prefill_share = simulation.prefill_share();
+  return prediction;
+}
+
 }  // namespace
 
 LoadPrediction predict_burst(const Deployment& deployment, int input_tokens, int output_tokens,
                              int requests) {
   const int count = std::max(1, requests);
-  std::vector<double> first_token_ms(count, 0);
-  std::vector<int> tokens_out(count, 0);  // tokens each request has received
-  double now_ms = 0;
-  int prefilled = 0;    // requests whose prompt is done
-  int prompt_done = 0;  // tokens of the current prompt already prefilled
-  while (prefilled < count) {
-    // Decode first: every prefilled request still generating gets one token this step.
-    int decoding = 0;
-    for (int index = 0; index < prefilled; ++index) decoding += tokens_out[index] < output_tokens;
-    double room = std::max(1, deployment.step_token_budget - decoding);
-    double prompt_tokens = 0;
-    const int first_in_step = prefilled;
-    std::vector<int> finished_prompts;
-    while (room > 0 && prefilled < count) {
-      const double take = std::min<double>(room, input_tokens - prompt_done);
-      prompt_tokens += take;
-      room -= take;
-      prompt_done += static_cast<int>(take);
-      if (prompt_done == input_tokens) {
-        finished_prompts.push_back(prefilled++);
-        prompt_done = 0;
-      }
-    }
-    now_ms +=
-        deployment
-            .step(decoding, input_tokens + output_tokens / 2.0, prompt_tokens, input_tokens / 2.0)
-            .total_ms;
-    for (int index = 0; index < first_in_step; ++index) {
-      if (tokens_out[index] < output_tokens) ++tokens_out[index];
-    }
-    for (const int index : finished_prompts) {
-      first_token_ms[index] = now_ms;
-      tokens_out[index] = 1;  // the prompt's step samples its first token
-    }
-  }
-  const double step_ms = deployment.step(count, input_tokens + output_tokens / 2.0).total_ms;
-  std::vector<double> tpot_ms(count);
-  std::vector<double> e2e_ms(count);
-  for (int index = 0; index < count; ++index) {
-    e2e_ms[index] = now_ms + (output_tokens - tokens_out[index]) * step_ms;
-    tpot_ms[index] =
-        output_tokens > 1 ? (e2e_ms[index] - first_token_ms[index]) / (output_tokens - 1) : 0;
-  }
-  LoadPrediction prediction;
-  prediction.ttft_ms = percentiles_of(first_token_ms);
-  prediction.tpot_ms = percentiles_of(tpot_ms);
-  prediction.e2e_ms = percentiles_of(e2e_ms).mean;
-  prediction.decode_batch = count;
+  EngineSimulation simulation(deployment, input_tokens, output_tokens);
+  for (int user = 0; user < count; ++user) simulation.arrive(0, user, /*measured=*/true);
+  simulation.run([](const SimulatedRequest&) {});
+  LoadPrediction prediction = summarize(simulation, output_tokens);
   prediction.in_flight = prediction.in_flight_p99 = count;
-  const double makespan_ms = *std::max_element(e2e_ms.begin(), e2e_ms.end());
-  prediction.request_throughput = count / (makespan_ms / 1000);
+  prediction.request_throughput = count / (simulation.now_ms() / 1000);
+  prediction.output_token_throughput = prediction.request_throughput * output_tokens;
+  return prediction;
+}
+
+LoadPrediction predict_open_loop(const Deployment& deployment, int input_tokens, int output_tokens,
+                                 double rate_per_s) {
+  LoadPrediction closed_form =
+      open_loop_in_closed_form(deployment, input_tokens, output_tokens, rate_per_s);
+  if (closed_form.saturated) return closed_form;
+  // Seeded Poisson arrivals (a portable generator and transform, so every machine predicts the
+  // same), the first tenth left out as the run's warm-up.
+  constexpr int kRequests = 1500;
+  constexpr int kWarmup = kRequests / 10;
+  std::mt19937_64 random(1);
+  EngineSimulation simulation(deployment, input_tokens, output_tokens);
+  double arrival_ms = 0;
+  for (int index = 0; index < kRequests; ++index) {
+    const double uniform = static_cast<double>(random() >> 11) * 0x1.0p-53;
+    arrival_ms += -std::log1p(-uniform) / rate_per_s * 1000;
+    simulation.arrive(arrival_ms, index, /*measured=*/index >= kWarmup);
+  }
+  simulation.run([](const SimulatedRequest&) {});
+  LoadPrediction prediction = summarize(simulation, output_tokens);
+  prediction.request_throughput = rate_per_s;
+  prediction.output_token_throughput = rate_per_s * output_tokens;
+  prediction.in_flight = rate_per_s * prediction.e2e_ms / 1000;
+  prediction.in_flight_p99 = poisson_quantile(prediction.in_flight, 0.99);
+  return prediction;
+}
+
+LoadPrediction predict_closed_loop(const Deployment& deployment, int input_tokens,
+                                   int output_tokens, int concurrency) {
+  // Every user sends kCycles requests, each as its last one ends. The first wave is a burst and
+  // the last ends while others stop, so only the requests in between are the steady state; with
+  // fixed lengths that state is periodic (users that started together stay together), which a
+  // random-phase queueing formula misses by 2x on a CPU, where one prompt costs many decode
+  // steps (BENCHMARKS.md).
+  constexpr int kCycles = 6;
+  const int users = std::max(1, concurrency);
+  EngineSimulation simulation(deployment, input_tokens, output_tokens);
+  std::vector<int> sent(users, 1);
+  for (int user = 0; user < users; ++user) simulation.arrive(0, user, /*measured=*/false);
+  simulation.run([&](const SimulatedRequest& ended) {
+    int& count = sent[ended.user];
+    if (count == kCycles) return;
+    ++count;
+    // The user's next request reaches the server just after the answer left it.
+    simulation.arrive(ended.end_ms + 1e-6, ended.user, /*measured=*/count > 1 && count < kCycles);
+  });
+  LoadPrediction prediction = summarize(simulation, output_tokens);
+  prediction.in_flight = prediction.in_flight_p99 = users;
+  // Little's law with no think time: users / time per request.
+  prediction.request_throughput = prediction.e2e_ms > 0 ? users / (prediction.e2e_ms / 1000) : 0;
   prediction.output_token_throughput = prediction.request_throughput * output_tokens;
   return prediction;
 }

@@ -39,21 +39,24 @@ struct LoadPrediction {
   double output_token_throughput = 0;  // tokens/s
 };
 
-// Continuous batching with chunked prefill, decode first (brisk's and vLLM's policy):
-// - a decode step at batch B costs Deployment::step(B, context);
-// - each request's prompt adds prefill_extra_ms of engine time, stretching every running
-//   sequence's steps: TPOT = step / (1 - prefill share);
-// - the number of prompt chunks landing inside one request's decode is Poisson, which gives the
-//   TPOT tail; the prompt queue is M/D/1, whose wait gives the TTFT tail.
+// Continuous batching with chunked prefill, decode first (brisk's and vLLM's policy), simulated
+// step by step: brisk serve's scheduler, each step costed by Deployment::step. Percentiles are
+// over the simulated requests, as brisk bench reports measured ones.
+//
+// A closed loop of C users, each sending its next request as the last one ends: with fixed
+// lengths it settles into waves (users that started together stay together), which no
+// random-phase formula sees; measured after the first wave and before the last.
 LoadPrediction predict_closed_loop(const Deployment& deployment, int input_tokens,
                                    int output_tokens, int concurrency);
-LoadPrediction predict_open_loop(const Deployment& deployment, int input_tokens, int output_tokens,
-                                 double rate_per_s);
-// A burst, step by step: prompts are prefilled first come first served in chunks of the step
-// budget, each step also decoding the requests already prefilled; then all decode together.
-// Percentiles are over the burst's requests.
+// All `requests` arrive at once.
 LoadPrediction predict_burst(const Deployment& deployment, int input_tokens, int output_tokens,
                              int requests);
+// Poisson arrivals at `rate_per_s` (1,500 seeded arrivals, the first tenth left out). Whether the
+// replica keeps up at all is decided in closed form: prompts take a share rho = rate x
+// prefill_extra of engine time, decode steps stretch to step / (1 - rho), and by Little's law the
+// decode batch grows without bound past the replica's capacity (`saturated`).
+LoadPrediction predict_open_loop(const Deployment& deployment, int input_tokens, int output_tokens,
+                                 double rate_per_s);
 
 // Quantile of a Poisson distribution with mean `mean` (smallest k with CDF >= q). A double: the
 // planner's search passes means far beyond an int (8e9 chunks for gemma3-270m at a saturating

@@ -37,6 +37,10 @@ LLAMA_COMPLETION_BIN = LLAMA_BIN_DIR / "llama-completion"
 
 MODEL_NAME = "gemma3-270m"
 MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"
+# The second real model (`make test` pulls it too): Llama architecture, no sliding window and a
+# chat template of its own in the GGUF.
+SECOND_MODEL_NAME = "smollm2-135m"
+SECOND_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 API_KEY = "secret-key"
 CTX_SIZE = 4096
 # llama.cpp's compute threads per server; `make sanitize-thread` sets 1, so that ggml's own
@@ -52,8 +56,8 @@ def brisk_home() -> Path:
     return Path(os.environ.get("BRISK_HOME", Path.home() / ".cache" / "brisk"))
 
 
-def model_path() -> Path:
-    return brisk_home() / "models" / MODEL_FILE
+def model_path(file_name: str = MODEL_FILE) -> Path:
+    return brisk_home() / "models" / file_name
 
 
 def free_port() -> int:
@@ -168,13 +172,14 @@ def scripted_stream_server(args: list[str], wrap=lambda argv: argv):
         proc.wait(timeout=10)
 
 
-def _start_brisk(tmp_path_factory, name: str, extra: list[str], api_key: str | None) -> Server:
+def _start_brisk(tmp_path_factory, name: str, extra: list[str], api_key: str | None,
+                 model: tuple[str, str] = (MODEL_NAME, MODEL_FILE)) -> Server:
     require_file(BRISK_BIN, "build brisk first (make)")
-    require_file(model_path(), f"fetch the model first: {BRISK_BIN} pull {MODEL_NAME}")
+    require_file(model_path(model[1]), f"fetch the model first: {BRISK_BIN} pull {model[0]}")
     port = free_port()
     argv = [
         str(BRISK_BIN), "serve",
-        "--model", MODEL_NAME,
+        "--model", model[0],
         "--port", str(port),
         "--host", "127.0.0.1",
         "--ctx-size", str(CTX_SIZE),

@@ -9,6 +9,7 @@ import json
 import socket
 import subprocess
 import threading
+import time
 
 import httpx
 import pytest
@@ -564,3 +565,169 @@ def test_an_itl_limit_on_one_token_outputs_is_not_measured_never_met(scripted_se
     assert [run["slo_met"] for run in result["runs"]] == [False]  # the burst, then it stopped
     assert result["max_rate_meeting_slo"] == 0  # was "inf": an unmeasured limit passed
     assert "itl_p99 not measured" in proc.stderr, proc.stderr
+
+
+def test_every_error_kind_is_counted_by_its_name(tmp_path):
+    """One request for each way a request can fail, in order, from a server scripted per
+    request; each lands in `errors` under its documented kind, and the good ones stay ok.
+    (connect_refused: test_bench_against_nothing_fails_and_says_why.)"""
+    good = b'data: {"choices": [{"text": "a", "finish_reason": null}]}\n\ndata: [DONE]\n\n'
+    script = [
+        ("ok", 200, good),
+        ("http_429", 429, b'{"error": {"message": "busy"}}'),
+        ("http_4xx", 400, b'{"error": {"message": "bad"}}'),
+        ("http_5xx", 503, b'{"error": {"message": "down"}}'),
+        ("malformed_sse", 200, b"data: this is not json\n\ndata: [DONE]\n\n"),
+        ("malformed_sse", 200, b'data: {"choices": [{"text": "a", "finish_reason": null}]}\n\n'),
+        ("stream_error", 200, b'data: {"error": {"message": "oom"}}\n\ndata: [DONE]\n\n'),
+        ("disconnected", 200, None),  # half a body, then the connection closes
+        ("timeout", 200, "hang"),
+        ("ok", 200, good),
+    ]
+    served = []
+
+    class Server(QuietHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            if self.path != "/v1/completions":
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            _, status, body = script[len(served)]
+            served.append(self.path)
+            if body == "hang":
+                time.sleep(3)  # past --timeout
+                self.close_connection = True
+                return
+            self.send_response(status)
+            self.send_header("Content-Type",
+                             "text/event-stream" if status == 200 else "application/json")
+            whole = body if body is not None else good
+            self.send_header("Content-Length", str(len(whole)))
+            self.end_headers()
+            self.wfile.write(whole if body is not None else whole[:20])
+            if body is None:
+                self.close_connection = True
+
+    with python_server(Server) as url:
+        proc = subprocess.run(
+            [str(BRISK_BIN), "bench", "--url", url, "--model", "m", "--concurrency", "1",
+             "--num-requests", str(len(script)), "--warmup-requests", "0", "--timeout", "1",
+             "--input-tokens", "20", "--output-tokens", "1", "--progress", "off",
+             "--out", str(tmp_path)],
+            capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(served) == len(script)
+    run = json.loads((tmp_path / "result.json").read_text())["runs"][0]
+    expected: dict[str, int] = {}
+    for kind, _, _ in script:
+        if kind != "ok":
+            expected[kind] = expected.get(kind, 0) + 1
+    assert run["errors"] == expected, (run["errors"], proc.stderr)
+    assert run["requests"]["ok"] == 2 and run["requests"]["failed"] == len(script) - 2, run
+    assert run["requests"]["timeouts"] == 1, run
+    with open(tmp_path / "requests.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [row["error"] or "ok" for row in rows] == [kind for kind, _, _ in script], rows
+
+
+def test_api_key_and_a_url_path_prefix_reach_every_route(tmp_path):
+    """A gateway-style URL (http://host/some/prefix/) and --api-key: the model listing, the
+    tokenizer and every completion go under the prefix, each with the bearer token."""
+    seen: list[tuple[str, str, str | None]] = []
+
+    class Server(QuietHandler):
+        protocol_version = "HTTP/1.1"
+
+        def answer(self, document):
+            seen.append((self.command, self.path, self.headers.get("Authorization")))
+            if not self.path.startswith("/team/llm/"):
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            else:
+                self.send_json(document)
+
+        def do_GET(self):
+            self.answer({"object": "list", "data": [{"id": "prefixed-model"}]})
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path.endswith("/tokenize"):
+                self.answer({"tokens": list(range(len(body["content"].split())))})
+            else:
+                assert body["model"] == "prefixed-model"
+                self.answer({"choices": [{"text": "a b", "finish_reason": "length"}],
+                             "usage": {"prompt_tokens": 20, "completion_tokens": 2}})
+
+    with python_server(Server) as url:
+        proc = subprocess.run(
+            [str(BRISK_BIN), "bench", "--url", url + "/team/llm/", "--api-key", "sk-test",
+             "--no-stream", "--concurrency", "1", "--num-requests", "3", "--warmup-requests",
+             "1", "--input-tokens", "20", "--output-tokens", "2", "--progress", "off",
+             "--out", str(tmp_path)],
+            capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = json.loads((tmp_path / "result.json").read_text())["runs"][0]
+    assert run["requests"]["ok"] == 3, run
+    assert {path for _, path, _ in seen} >= {"/team/llm/v1/models", "/team/llm/tokenize",
+                                            "/team/llm/v1/completions"}, seen
+    assert all(path.startswith("/team/llm/") for _, path, _ in seen), seen
+    assert all(auth == "Bearer sk-test" for _, _, auth in seen), seen
+    assert sum(path == "/team/llm/v1/completions" for _, path, _ in seen) == 4  # 1 warmup + 3
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "llama.cpp", "none"])
+def test_prompts_are_sized_with_whichever_tokenize_the_server_speaks(tmp_path, dialect):
+    """vLLM and SGLang take {"model", "prompt", "add_special_tokens"} at /tokenize and refuse
+    llama.cpp's {"content"} (brisk once spoke only llama.cpp's, and fell back to a words ratio
+    against them without a word). The server's tokenizer here is one token per word, plus BOS:
+    sized with it, every prompt is exactly the length asked for; result.json says which fields
+    were used."""
+    bodies = []
+
+    class Server(QuietHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path == "/tokenize":
+                bodies.append(body)
+                if dialect == "vllm" and "prompt" in body:
+                    assert body["model"] == "m"
+                    words = len(body["prompt"].split()) + int(body["add_special_tokens"])
+                    return self.send_json({"count": words, "max_model_len": 4096,
+                                           "tokens": list(range(words))})
+                if dialect == "llama.cpp" and "content" in body:
+                    words = len(body["content"].split()) + int(body["add_special"])
+                    return self.send_json({"tokens": list(range(words))})
+                self.send_response(422 if dialect == "vllm" else 404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            words = len(body["prompt"].split()) + 1
+            self.send_json({"choices": [{"text": "a b", "finish_reason": "length"}],
+                            "usage": {"prompt_tokens": words, "completion_tokens": 2}})
+
+    with python_server(Server) as url:
+        proc = subprocess.run(
+            [str(BRISK_BIN), "bench", "--url", url, "--model", "m", "--no-stream",
+             "--concurrency", "1", "--num-requests", "4", "--warmup-requests", "0",
+             "--input-tokens", "uniform:40:60", "--output-tokens", "2", "--progress", "off",
+             "--out", str(tmp_path)],
+            capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["workload"]["tokenizer"] == dialect, result["workload"]
+    rows = list(csv.DictReader((tmp_path / "requests.csv").open()))
+    if dialect == "none":
+        assert "assumed: the server has no /tokenize brisk speaks" in proc.stdout + proc.stderr
+        return
+    assert f"measured via /tokenize, {dialect} fields" in proc.stdout + proc.stderr
+    # The lengths asked for, drawn with the seed; exact, since the words ratio was measured.
+    drawn = [int(row["prompt_tokens"]) for row in rows]
+    assert all(40 <= n <= 60 for n in drawn), drawn
+    assert len(set(drawn)) > 1, drawn

@@ -1,8 +1,12 @@
 // brisk plan's performance and queueing model: the directions a prediction must move in.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 
+#include "plan/calibration.h"
 #include "plan/capacity_planner.h"
 #include "plan/queueing_model.h"
 
@@ -63,6 +67,79 @@ TEST_F(PlanPrediction, NoCalibrationBeatsThePhysicalFloor) {
   const StepCost zero = deployment.step(1, 128, 64);
   EXPECT_TRUE(std::isfinite(zero.total_ms)) << zero.total_ms;
   EXPECT_GT(zero.total_ms, cost.total_ms);
+}
+
+TEST_F(PlanPrediction, PromptsInOneStepAttendEachToItsOwn) {
+  // A burst's step carrying two whole 256-token prompts: each token attends within its own
+  // prompt (mean context 128), not across one 512-token sequence (mean 256), as the burst model
+  // once costed it; and each prompt's last token goes through the output head.
+  const Deployment deployment = on(*catalog_.find("h100-sxm"));
+  const ModelProfile& model = deployment.model;
+  const StepCost two = deployment.step(0, 0, {PromptChunk{256, 0}, PromptChunk{256, 0}});
+  const StepCost one = deployment.step(0, 0, 512, 0);
+  const double layers = 2.0 * model.layers * model.layer_matmul_parameters();
+  const double head = 2.0 * model.hidden_size * model.vocab_size;
+  EXPECT_DOUBLE_EQ(two.prefill_flops,
+                   layers * 512 + 2 * head + 2 * 256 * model.attention_flops_per_token(128));
+  EXPECT_DOUBLE_EQ(one.prefill_flops,
+                   layers * 512 + head + 512 * model.attention_flops_per_token(256));
+  // A chunk later in its prompt attends to what came before it.
+  const StepCost later = deployment.step(0, 0, {PromptChunk{256, 256}});
+  EXPECT_DOUBLE_EQ(later.prefill_flops,
+                   layers * 256 + head + 256 * model.attention_flops_per_token(384));
+  // The one-chunk form is the same step.
+  EXPECT_DOUBLE_EQ(deployment.step(3, 100, 64, 32).total_ms,
+                   deployment.step(3, 100, {PromptChunk{64, 32}}).total_ms);
+}
+
+TEST_F(PlanPrediction, ABurstOfShortPromptsIsNotCostedAsOneLongSequence) {
+  // 8 prompts of 256 tokens with a 2048-token step: all prefill in one step, each attending to
+  // its own 256 tokens. The first token then comes after exactly that step.
+  Deployment deployment = on(*catalog_.find("h100-sxm"));
+  deployment.step_token_budget = 2048;
+  const LoadPrediction burst = predict_burst(deployment, 256, 16, 8);
+  std::vector<PromptChunk> prompts(8, PromptChunk{256, 0});
+  EXPECT_DOUBLE_EQ(burst.ttft_ms.p50, deployment.step(0, 256 + 8, prompts).total_ms);
+}
+
+TEST_F(PlanPrediction, CalibratedBatchScaleIsExactWhereTimedAndInterpolatedBetween) {
+  Deployment deployment = on(*catalog_.find("cpu-2vcpu"));
+  const Deployment roofline = deployment;
+  deployment.efficiency.decode_batch_scale = {{1, 1.0}, {4, 1.4}, {16, 0.8}};
+  const Efficiency& efficiency = deployment.efficiency;
+  EXPECT_DOUBLE_EQ(efficiency.decode_scale(1), 1.0);
+  EXPECT_DOUBLE_EQ(efficiency.decode_scale(4), 1.4);
+  EXPECT_DOUBLE_EQ(efficiency.decode_scale(2), 1.2);  // halfway in log(batch)
+  EXPECT_DOUBLE_EQ(efficiency.decode_scale(8), 1.1);
+  EXPECT_DOUBLE_EQ(efficiency.decode_scale(0.5), 1.0);  // held beyond the ends
+  EXPECT_DOUBLE_EQ(efficiency.decode_scale(64), 0.8);
+  EXPECT_DOUBLE_EQ(Efficiency{}.decode_scale(4), 1.0);
+  // A decode-only step is scaled whole; a mixed one only in its decode part.
+  EXPECT_DOUBLE_EQ(deployment.step(4, 256).total_ms, 1.4 * roofline.step(4, 256).total_ms);
+  const double prompt_extra_ms =
+      roofline.step(4, 256, 128, 0).total_ms - roofline.step(4, 256).total_ms;
+  EXPECT_NEAR(deployment.step(4, 256, 128, 0).total_ms,
+              1.4 * roofline.step(4, 256).total_ms + prompt_extra_ms, 1e-9);
+  EXPECT_DOUBLE_EQ(deployment.step(0, 0, 512, 0).total_ms, roofline.step(0, 0, 512, 0).total_ms);
+}
+
+TEST_F(PlanPrediction, TheBatchScaleSurvivesTheCalibrationFile) {
+  const std::filesystem::path file =
+      std::filesystem::temp_directory_path() / ("brisk-calibration-" + std::to_string(getpid()));
+  Calibration calibration;
+  calibration.device_id = "cpu-2vcpu";
+  calibration.efficiency = Efficiency::defaults_for(*catalog_.find("cpu-2vcpu"));
+  calibration.efficiency.decode_batch_scale = {{1, 0.98}, {2, 1.2}, {16, 0.81}};
+  std::string error;
+  ASSERT_TRUE(store_calibration(file, calibration, &error)) << error;
+  const auto loaded = load_calibrations(file);
+  std::filesystem::remove(file);
+  ASSERT_EQ(loaded.count("cpu-2vcpu"), 1u);
+  const auto& scale = loaded.at("cpu-2vcpu").decode_batch_scale;
+  ASSERT_EQ(scale.size(), 3u);
+  EXPECT_DOUBLE_EQ(scale[1].batch, 2);
+  EXPECT_DOUBLE_EQ(scale[1].scale, 1.2);
+  EXPECT_DOUBLE_EQ(scale[2].scale, 0.81);
 }
 
 TEST_F(PlanPrediction, MoreBandwidthNeverPredictsSlowerDecode) {
