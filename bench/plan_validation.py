@@ -121,7 +121,6 @@ def measure(brisk: Path, model: str, load: dict, isl: int, osl: int, runs: list[
     server = subprocess.Popen([str(brisk), "serve", "--model", model, "--port", str(port),
                                "--max-seqs", str(max_seqs), *serve_args],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ttft_ms, tpot_ms = [], []
     try:
         deadline = time.time() + 300
         while time.time() < deadline:
@@ -136,23 +135,61 @@ def measure(brisk: Path, model: str, load: dict, isl: int, osl: int, runs: list[
                             "--input-tokens", str(isl), "--output-tokens", str(osl),
                             "--out", str(run_dir)],
                            check=True, capture_output=True, text=True, timeout=3600)
-            with open(run_dir / "requests.csv") as rows:
-                requests = sorted(csv.DictReader(rows), key=lambda row: float(row["sent_ms"]))
-            if load["mode"] == "closed":
-                requests = requests[users:-users]
-            for row in requests:
-                first, end = float(row["first_token_ms"]), float(row["end_ms"])
-                ttft_ms.append(first - float(row["scheduled_ms"]))
-                tokens = int(row["completion_tokens"])
-                if tokens > 1:
-                    tpot_ms.append((end - first) / (tokens - 1))
+        steps = server_steps(port)
     finally:
         server.terminate()
         server.wait(timeout=60)
-    return {"ttft_ms": {"p50": percentile(ttft_ms, 50), "p95": percentile(ttft_ms, 95),
-                        "samples": len(ttft_ms)},
-            "tpot_ms": {"p50": percentile(tpot_ms, 50), "p95": percentile(tpot_ms, 95),
-                        "samples": len(tpot_ms)}}
+    return {**measured_statistics(load, [out_dir / f"run{i}" for i in range(len(runs))]),
+            "server_steps": steps}
+
+
+def measured_statistics(load: dict, run_dirs: list[Path]) -> dict:
+    """TTFT and TPOT over the measured requests of `run_dirs` (each a brisk bench --out): every
+    request, but a closed loop's first `users` and last `users` by send time."""
+    ttft_ms, tpot_ms = [], []
+    for run_dir in run_dirs:
+        with open(run_dir / "requests.csv") as rows:
+            requests = sorted(csv.DictReader(rows), key=lambda row: float(row["sent_ms"]))
+        if load["mode"] == "closed":
+            requests = requests[load["users"]:-load["users"]]
+        for row in requests:
+            first, end = float(row["first_token_ms"]), float(row["end_ms"])
+            ttft_ms.append(first - float(row["scheduled_ms"]))
+            tokens = int(row["completion_tokens"])
+            if tokens > 1:
+                tpot_ms.append((end - first) / (tokens - 1))
+
+    def summary(values):
+        return {"mean": sum(values) / len(values), "p50": percentile(values, 50),
+                "p95": percentile(values, 95), "samples": len(values)}
+
+    return {"ttft_ms": summary(ttft_ms), "tpot_ms": summary(tpot_ms)}
+
+
+def server_steps(port: int) -> dict:
+    """The server's own account of its engine steps (all of them, warm-ups included), from
+    /metrics: how many, their mean wall time and tokens, and the mean of each phase."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        match = re.match(r'^(brisk_(?:step_duration_seconds|batch_tokens|step_phase_seconds)'
+                         r'_(?:sum|count))(\{phase="(\w+)"\})? ([0-9.eE+-]+)$', line)
+        if match:
+            values[match.group(1) + (f".{match.group(3)}" if match.group(3) else "")] = \
+                float(match.group(4))
+    count = values.get("brisk_step_duration_seconds_count", 0)
+    if not count:
+        return {}
+    steps = {"count": count,
+             "mean_ms": 1000 * values["brisk_step_duration_seconds_sum"] / count,
+             "mean_tokens": values.get("brisk_batch_tokens_sum", 0) /
+             max(1, values.get("brisk_batch_tokens_count", 0))}
+    for phase in ("schedule", "decode", "sample", "commit"):
+        phase_count = values.get(f"brisk_step_phase_seconds_count.{phase}", 0)
+        if phase_count:
+            steps[f"{phase}_mean_ms"] = \
+                1000 * values[f"brisk_step_phase_seconds_sum.{phase}"] / phase_count
+    return steps
 
 
 def load_points(args, predict_at) -> list[dict]:
@@ -171,10 +208,18 @@ def load_points(args, predict_at) -> list[dict]:
     return points
 
 
+def point_tag(load: dict) -> str:
+    """The name of a load point's directory under --work."""
+    return load["mode"] + (f"-c{load['users']}" if "users" in load else f"-{load['load']:.2f}")
+
+
 def with_errors(row: dict) -> dict:
     for metric in ("ttft_ms", "tpot_ms"):
         p, m = row["predicted"][metric]["p50"], row["measured"][metric]["p50"]
         row[f"{metric}_error"] = (p - m) / m
+        if "mean" in row["measured"][metric]:
+            p, m = row["predicted"][metric]["mean"], row["measured"][metric]["mean"]
+            row[f"{metric}_mean_error"] = (p - m) / m
     return row
 
 
@@ -232,6 +277,11 @@ def main() -> int:
             if home is None and args.calibrate_each:  # files written before the field existed
                 home = str(Path(args.work) / f"home-{Path(row['model']).stem}")
             home = Path(home) if home else None
+            run_dirs = sorted((Path(args.work) / f"{Path(row['model']).stem}-{point_tag(row['load'])}")
+                              .glob("run*"))
+            if run_dirs:  # the statistics again from the requests, with today's definitions
+                row["measured"] = {**row["measured"],
+                                   **measured_statistics(row["load"], run_dirs)}
             row["predicted"] = predict(brisk, row["model"], args.device, row["load"], row["isl"],
                                        row["osl"], plan_args, home)
             rows.append(with_errors(row))
@@ -252,8 +302,7 @@ def main() -> int:
             predicted = predict_at(load)
             log(f"{model} {describe(load)}: predicted TTFT p50 {predicted['ttft_ms']['p50']:.0f} "
                 f"ms, TPOT p50 {predicted['tpot_ms']['p50']:.1f} ms; measuring")
-            tag = load["mode"] + (f"-c{load['users']}" if "users" in load
-                                  else f"-{load['load']:.2f}")
+            tag = point_tag(load)
             runs = bench_runs(load, args.bursts, args.closed_requests, args.poisson_requests,
                               args.seed)
             measured = measure(brisk, model, load, isl, osl, runs, args.serve_args.split(),
@@ -266,13 +315,15 @@ def main() -> int:
                 f"requests")
             rows.append(row)
     print("| model | ISL/OSL | load | TTFT p50 predicted | measured | error | TPOT p50 predicted "
-          "| measured | error |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| measured | error | TPOT mean: error |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
+        mean_error = (f"{r['tpot_ms_mean_error']:+.0%}" if "tpot_ms_mean_error" in r else "n/a")
         print(f"| {Path(r['model']).name} | {r['isl']}/{r['osl']} | {describe(r['load'])} | "
               f"{r['predicted']['ttft_ms']['p50']:.0f} ms | {r['measured']['ttft_ms']['p50']:.0f} ms"
               f" | {r['ttft_ms_error']:+.0%} | {r['predicted']['tpot_ms']['p50']:.1f} ms | "
-              f"{r['measured']['tpot_ms']['p50']:.1f} ms | {r['tpot_ms_error']:+.0%} |")
+              f"{r['measured']['tpot_ms']['p50']:.1f} ms | {r['tpot_ms_error']:+.0%} | "
+              f"{mean_error} |")
     for model in dict.fromkeys(r["model"] for r in rows):
         origin = next(r for r in rows if r["model"] == model)["predicted"]["efficiency"]
         print(f"\nefficiencies for {model}: {origin}")

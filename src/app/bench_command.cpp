@@ -117,13 +117,15 @@ std::string conflicting_flags(const BenchFlags& flags) {
     return "--find-max-rate starts with a burst of every request at once, which needs a count: "
            "use --num-requests instead of --duration";
   }
-  if (flags.no_stream) {
-    for (const char* metric : {"ttft", "tpot", "itl"}) {
-      if (flags.slo.find(metric) != std::string::npos) {
+  if (flags.no_stream && !flags.slo.empty()) {
+    std::string ignored;  // a malformed --slo is reported where it is parsed
+    for (const SloLimit& limit : parse_slo_limits(flags.slo, ignored).value_or(
+             std::vector<SloLimit>{})) {
+      if (limit.metric != "e2e") {
         return fmt::format(
             "--no-stream measures no first token, so no TTFT, TPOT or ITL: an SLO on {} could "
             "never be checked; limit e2e instead, or stream",
-            metric);
+            limit.metric);
       }
     }
   }

@@ -266,6 +266,13 @@ class EngineSimulation {
   double prefill_ms_ = 0;
 };
 
+// When request `index` of a burst reaches the server: one after another, a microsecond apart.
+// A client sends "all at once" one request after another, and the engine starts a step as soon
+// as it has work, so the first step carries the first prompt alone (seen in every measured
+// burst on the test VM: the first request's TTFT is one prompt's, the next ones wait for that
+// step). In a closed loop this sets the waves for good: users that share a step stay together.
+double burst_arrival_ms(int index) { return 1e-3 * index; }
+
 // Latency percentiles over the simulation's measured requests.
 LoadPrediction summarize(const EngineSimulation& simulation, int output_tokens) {
   std::vector<double> ttft_ms, tpot_ms, e2e_ms;
@@ -291,7 +298,9 @@ LoadPrediction predict_burst(const Deployment& deployment, int input_tokens, int
                              int requests) {
   const int count = std::max(1, requests);
   EngineSimulation simulation(deployment, input_tokens, output_tokens);
-  for (int user = 0; user < count; ++user) simulation.arrive(0, user, /*measured=*/true);
+  for (int user = 0; user < count; ++user) {
+    simulation.arrive(burst_arrival_ms(user), user, /*measured=*/true);
+  }
   simulation.run([](const SimulatedRequest&) {});
   LoadPrediction prediction = summarize(simulation, output_tokens);
   prediction.in_flight = prediction.in_flight_p99 = count;
@@ -337,13 +346,22 @@ LoadPrediction predict_closed_loop(const Deployment& deployment, int input_token
   const int users = std::max(1, concurrency);
   EngineSimulation simulation(deployment, input_tokens, output_tokens);
   std::vector<int> sent(users, 1);
-  for (int user = 0; user < users; ++user) simulation.arrive(0, user, /*measured=*/false);
+  for (int user = 0; user < users; ++user) {
+    simulation.arrive(burst_arrival_ms(user), user, /*measured=*/false);
+  }
+  double last_end_ms = -1;
+  int rank = 0;  // among the requests that ended in the same step
   simulation.run([&](const SimulatedRequest& ended) {
+    rank = ended.end_ms == last_end_ms ? rank + 1 : 0;
+    last_end_ms = ended.end_ms;
     int& count = sent[ended.user];
     if (count == kCycles) return;
     ++count;
-    // The user's next request reaches the server just after the answer left it.
-    simulation.arrive(ended.end_ms + 1e-6, ended.user, /*measured=*/count > 1 && count < kCycles);
+    // The user's next request reaches the server just after the answer left it; answers that
+    // end in one step leave one after another, so their users' next requests arrive in turn,
+    // and an idle engine starts its next step with the first alone (burst_arrival_ms).
+    simulation.arrive(ended.end_ms + burst_arrival_ms(rank + 1), ended.user,
+                      /*measured=*/count > 1 && count < kCycles);
   });
   LoadPrediction prediction = summarize(simulation, output_tokens);
   prediction.in_flight = prediction.in_flight_p99 = users;
