@@ -165,7 +165,6 @@ TokenCalibration calibrate_tokens(const TargetEndpoint& target, const std::strin
     calibration.header_tokens = *header_tokens;
     calibration.tokens_per_word =
         static_cast<double>(*whole_tokens - *header_tokens) / kSampleWords;
-    calibration.measured = true;
     return calibration;
   }
   return TokenCalibration{};

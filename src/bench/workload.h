@@ -30,11 +30,11 @@ std::string_view tokenizer_api_name(TokenizerApi api);
 
 // How filler words turn into tokens on the target's tokenizer.
 struct TokenCalibration {
-  double tokens_per_word = 1.3;  // a typical BPE rate for common English words
-  int header_tokens = 12;        // tokens of the unique id line that starts every prompt
-  bool measured = false;         // false: the defaults above, the server has no /tokenize
-  TokenizerApi api = TokenizerApi::none;
-  std::string model;  // sent with vLLM's fields
+  double tokens_per_word = 1.3;           // a typical BPE rate for common English words
+  int header_tokens = 12;                 // tokens of the unique id line that starts every prompt
+  TokenizerApi api = TokenizerApi::none;  // none: the defaults above, nothing was measured
+  std::string model;                      // sent with vLLM's fields
+  bool measured() const { return api != TokenizerApi::none; }
 };
 
 struct WorkloadOptions {

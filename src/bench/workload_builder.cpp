@@ -22,7 +22,7 @@ BuiltWorkload synthetic(const WorkloadSpec& spec, const TargetEndpoint& target,
       WorkloadOptions{spec.kind, spec.model, spec.input_tokens, spec.output_tokens, spec.seed,
                       spec.stream, spec.sampling},
       target, calibration);
-  if (calibration.measured && spec.kind == ApiKind::completions) {
+  if (calibration.measured() && spec.kind == ApiKind::completions) {
     // (Chat prompts are wrapped in the server's template, which /tokenize does not apply.)
     workload->fit_prompt_length([&](const std::string& text) {
       return count_tokens(target, calibration, text, /*add_special=*/true, timeout);
@@ -37,13 +37,13 @@ BuiltWorkload synthetic(const WorkloadSpec& spec, const TargetEndpoint& target,
   std::string summary = fmt::format(
       "input={} tokens ({} filler words at the mean, {:.2f} tokens/word {}) output={} tokens",
       spec.input_tokens.spec(), workload->filler_words(mean_tokens), calibration.tokens_per_word,
-      calibration.measured
+      calibration.measured()
           ? fmt::format("measured via /tokenize, {} fields", tokenizer_api_name(calibration.api))
           : std::string("assumed: the server has no /tokenize brisk speaks"),
       spec.output_tokens.spec());
   // Every prompt starts with its unique id line (so no prefix cache can answer it), plus BOS.
   const int shortest_tokens = calibration.header_tokens + 1;
-  if (calibration.measured && spec.input_tokens.mean() < shortest_tokens) {
+  if (calibration.measured() && spec.input_tokens.mean() < shortest_tokens) {
     summary += fmt::format(
         "\nwarning: prompts cannot be shorter than {} tokens here (the unique id line and BOS); "
         "ask --input-tokens {} or more for exact lengths",

@@ -18,6 +18,8 @@ double allreduce_ms(const DeviceSpec& device, int devices, double bytes) {
 
 }  // namespace
 
+double physical_efficiency(double fraction) { return std::clamp(fraction, kMinEfficiency, 1.0); }
+
 Efficiency Efficiency::defaults_for(const DeviceSpec& device) {
   if (device.is_gpu())
     return {0.80, 0.55, 0.55, 1.0, 0.0, "default for a GPU (not calibrated)", {}};
@@ -93,18 +95,16 @@ StepCost Deployment::roofline_step(double decode_batch, double decode_context,
                         2.0 * head_parameters * prompt_chunks + prefill_attention) /
                        devices;
   cost.flops = decode_flops / devices + cost.prefill_flops;
-  // Efficiencies come from the catalog or a calibration, which is a measurement and can be off
-  // (a noisy run, a catalog spec below this machine's). The physical limits hold whatever it
-  // says: no fraction above 1 (faster than the device's peak) and none at 0 (a division by
-  // zero), no negative overhead.
-  auto physical = [](double fraction) { return std::clamp(fraction, kMinEfficiency, 1.0); };
-  const double bytes_per_ms = device->memory_bandwidth_gb_s * 1e6 * physical(efficiency.bandwidth);
+  // Efficiencies within physical limits (physical_efficiency), and no negative overhead.
+  const double bytes_per_ms =
+      device->memory_bandwidth_gb_s * 1e6 * physical_efficiency(efficiency.bandwidth);
   const double peak_flops_per_ms = precision.dense_tflops(*device) * 1e9;
   cost.memory_ms = (cost.weight_bytes + cost.kv_bytes) / bytes_per_ms;
   // Small decode batches and large prompt chunks run different kernels at different efficiency.
   cost.compute_ms =
-      (cost.flops - cost.prefill_flops) / (peak_flops_per_ms * physical(efficiency.compute)) +
-      cost.prefill_flops / (peak_flops_per_ms * physical(efficiency.prefill_compute));
+      (cost.flops - cost.prefill_flops) /
+          (peak_flops_per_ms * physical_efficiency(efficiency.compute)) +
+      cost.prefill_flops / (peak_flops_per_ms * physical_efficiency(efficiency.prefill_compute));
   const double sampled_tokens = decode_batch + prompt_chunks;
   cost.overhead_ms =
       std::max(0.0, efficiency.step_overhead_ms) +

@@ -1,8 +1,7 @@
 #pragma once
 
-#include <vector>
-
 #include <string>
+#include <vector>
 
 #include "plan/hardware_catalog.h"
 #include "plan/model_profile.h"
@@ -37,10 +36,14 @@ struct Efficiency {
   double decode_scale(double batch) const;
 };
 
-// The time of one engine step and its parts, for --explain.
-// The smallest efficiency a prediction uses (1e-4 of a peak): see Deployment::step.
+// The smallest efficiency a prediction uses (1e-4 of a peak).
 constexpr double kMinEfficiency = 1e-4;
+// An efficiency as a prediction uses it: a calibration is a measurement and can be off (a noisy
+// run, a catalog spec below this machine's), but the physical limits hold whatever it says: no
+// fraction above 1 (faster than the device's peak) and none at 0 (a division by zero).
+double physical_efficiency(double fraction);
 
+// The time of one engine step and its parts, for --explain.
 struct StepCost {
   double weight_bytes = 0;   // per device
   double kv_bytes = 0;       // per device

@@ -3,8 +3,6 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
-#include <algorithm>
-
 namespace brisk::plan {
 namespace {
 
@@ -216,11 +214,10 @@ void print_explanation(std::ostream& out, const PlanRequest& request, const Cand
              "overhead + {:.2f} interconnect{} = {:.2f} ms ({} bound)\n",
              1 + std::max(0.0, load.decode_batch - 1), context, step.weight_bytes / 1e9,
              step.kv_bytes / 1e9,
-             device.memory_bandwidth_gb_s *
-                 std::clamp(deployment.efficiency.bandwidth, kMinEfficiency, 1.0),
+             device.memory_bandwidth_gb_s * physical_efficiency(deployment.efficiency.bandwidth),
              step.memory_ms, step.flops / 1e12,
              deployment.precision.dense_tflops(device) *
-                 std::clamp(deployment.efficiency.compute, kMinEfficiency, 1.0),
+                 physical_efficiency(deployment.efficiency.compute),
              step.compute_ms, step.overhead_ms, step.interconnect_ms,
              step.batch_correction_ms != 0
                  ? fmt::format(

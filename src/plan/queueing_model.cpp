@@ -36,98 +36,32 @@ double poisson_quantile(double mean, double q) {
 
 namespace {
 
-// Waiting time of an M/D/1 queue at utilisation rho with service time s: mean rho s/(2(1-rho)),
-// tail approximated as P(W > t) = rho exp(-rho t / mean), which keeps that mean.
-double md1_wait_mean(double rho, double service_ms) {
-  return rho <= 0 ? 0 : rho * service_ms / (2 * (1 - rho));
-}
-
-double md1_wait_quantile(double rho, double service_ms, double q) {
-  if (rho <= 0 || rho <= 1 - q) return 0;
-  return md1_wait_mean(rho, service_ms) / rho * std::log(rho / (1 - q));
-}
-
-// Everything that follows from a throughput and the decode batch a request sees.
-// `others_per_s` is the arrival rate of the other requests a tagged one shares the engine with:
-// the whole rate for Poisson arrivals, (C-1)/C of it for C closed-loop users.
-LoadPrediction evaluate(const Deployment& deployment, int input_tokens, int output_tokens,
-                        double requests_per_s, double others_per_s, double decode_batch_seen,
-                        double wait_cap_ms) {
-  LoadPrediction prediction;
+// Whether Poisson arrivals at `rate_per_s` outrun the replica, in closed form: prompts take a
+// share rho = rate x prefill_extra of engine time (decode steps stretch to step / (1 - rho)),
+// the prompts' own queue fills, or, by Little's law, the decode batch grows without bound.
+bool open_loop_saturates(const Deployment& deployment, int input_tokens, int output_tokens,
+                         double rate_per_s) {
   const double decode_context = input_tokens + output_tokens / 2.0;
-  const double step_ms = deployment.step(decode_batch_seen, decode_context).total_ms;
-  const double prompt_extra_ms =
-      deployment.prefill_extra_ms(input_tokens, decode_batch_seen, decode_context);
-  const int chunks = deployment.prefill_chunks(input_tokens, decode_batch_seen);
-  prediction.prefill_share = others_per_s * prompt_extra_ms / 1000;
-  if (prediction.prefill_share >= 1) {
-    prediction.saturated = true;
-    return prediction;
-  }
-  const double tpot_mean_ms = step_ms / (1 - prediction.prefill_share);
   const int decode_steps = std::max(1, output_tokens - 1);
-
-  // Prompt chunks of other requests that land inside this request's decode (Poisson).
-  const double chunk_extra_ms = prompt_extra_ms / chunks;
-  const double interleaved_mean = others_per_s * decode_steps * tpot_mean_ms / 1000 * chunks;
-  auto tpot_at = [&](double q) {
-    return step_ms + poisson_quantile(interleaved_mean, q) * chunk_extra_ms / decode_steps;
-  };
-  prediction.tpot_ms = {tpot_mean_ms, tpot_at(0.5), tpot_at(0.95), tpot_at(0.99)};
-
-  // The prompt itself: its chunks ride on decode steps; before it, other prompts queue (M/D/1).
-  const double prompt_service_ms = chunks * step_ms + prompt_extra_ms;
-  const double prompt_rho = others_per_s * prompt_service_ms / 1000;
-  if (prompt_rho >= 1 && wait_cap_ms <= 0) {
-    prediction.saturated = true;
-    return prediction;
-  }
-  const double rho = std::min(prompt_rho, 0.999);
-  auto capped = [&](double wait_ms) {
-    return wait_cap_ms > 0 ? std::min(wait_ms, wait_cap_ms) : wait_ms;
-  };
-  // A prompt that arrives while a step runs waits for its end (uniform residual); the engine is
-  // busy with others with probability 1 - exp(-others in flight).
-  const double busy = 1 - std::exp(-(decode_batch_seen - 1));
-  auto residual_ms = [&](double q) { return busy > 1 - q ? step_ms * (1 - (1 - q) / busy) : 0.0; };
-  auto ttft_at = [&](double q) {
-    return prompt_service_ms + residual_ms(q) +
-           capped(md1_wait_quantile(rho, prompt_service_ms, q));
-  };
-  prediction.ttft_ms = {
-      prompt_service_ms + busy * step_ms / 2 + capped(md1_wait_mean(rho, prompt_service_ms)),
-      ttft_at(0.5), ttft_at(0.95), ttft_at(0.99)};
-
-  prediction.e2e_ms = prediction.ttft_ms.mean + decode_steps * tpot_mean_ms;
-  prediction.request_throughput = requests_per_s;
-  prediction.output_token_throughput = requests_per_s * output_tokens;
-  return prediction;
-}
-
-// The closed form for Poisson arrivals (queueing_model.h), which tells a load the replica
-// cannot keep up with from one it can; the simulation below gives the percentiles.
-LoadPrediction open_loop_in_closed_form(const Deployment& deployment, int input_tokens,
-                                        int output_tokens, double rate_per_s) {
   double decode_batch = 0;
-  LoadPrediction prediction;
   for (int iteration = 0; iteration < 200; ++iteration) {
-    prediction = evaluate(deployment, input_tokens, output_tokens, rate_per_s, rate_per_s,
-                          1 + decode_batch, /*wait_cap_ms=*/0);
-    if (prediction.saturated) return prediction;
-    // Little's law on the decode stage.
-    const double next_batch =
-        rate_per_s * std::max(1, output_tokens - 1) * prediction.tpot_ms.mean / 1000;
-    if (next_batch > 1e5) {
-      prediction.saturated = true;
-      return prediction;
-    }
-    if (std::abs(next_batch - decode_batch) < 1e-6 * (1 + decode_batch)) break;
+    const double batch_seen = 1 + decode_batch;
+    const double step_ms = deployment.step(batch_seen, decode_context).total_ms;
+    const double prompt_extra_ms =
+        deployment.prefill_extra_ms(input_tokens, batch_seen, decode_context);
+    const double prefill_share = rate_per_s * prompt_extra_ms / 1000;
+    if (prefill_share >= 1) return true;
+    // A prompt's chunks ride on decode steps; the prompts queue for them.
+    const int chunks = deployment.prefill_chunks(input_tokens, batch_seen);
+    const double prompt_service_ms = chunks * step_ms + prompt_extra_ms;
+    if (rate_per_s * prompt_service_ms / 1000 >= 1) return true;
+    const double tpot_mean_ms = step_ms / (1 - prefill_share);
+    const double next_batch = rate_per_s * decode_steps * tpot_mean_ms / 1000;
+    if (next_batch > 1e5) return true;
+    if (std::abs(next_batch - decode_batch) < 1e-6 * (1 + decode_batch)) return false;
     decode_batch = 0.5 * decode_batch + 0.5 * next_batch;
   }
-  prediction.decode_batch = decode_batch;
-  prediction.in_flight = rate_per_s * prediction.e2e_ms / 1000;
-  prediction.in_flight_p99 = poisson_quantile(prediction.in_flight, 0.99);
-  return prediction;
+  return false;
 }
 
 // Simulated requests, summarized as brisk bench summarizes measured ones (linear between ranks).
@@ -311,9 +245,11 @@ LoadPrediction predict_burst(const Deployment& deployment, int input_tokens, int
 
 LoadPrediction predict_open_loop(const Deployment& deployment, int input_tokens, int output_tokens,
                                  double rate_per_s) {
-  LoadPrediction closed_form =
-      open_loop_in_closed_form(deployment, input_tokens, output_tokens, rate_per_s);
-  if (closed_form.saturated) return closed_form;
+  if (open_loop_saturates(deployment, input_tokens, output_tokens, rate_per_s)) {
+    LoadPrediction saturated;
+    saturated.saturated = true;
+    return saturated;
+  }
   // Seeded Poisson arrivals (a portable generator and transform, so every machine predicts the
   // same), the first tenth left out as the run's warm-up.
   constexpr int kRequests = 1500;
