@@ -230,18 +230,16 @@ void print_explanation(std::ostream& out, const PlanRequest& request, const Cand
   const bool open_loop = workload.rate_per_s > 0;
   fmt::print(
       out,
-      "load        {} per replica: {:.2f} requests/s, prompts take {:.0f}% of engine time, "
-      "so TPOT {} {:.2f} ms; TTFT mean {:.0f}, p95 {:.0f}, p99 {:.0f} ms ({})\n",
+      "load        {} per replica: {:.2f} requests/s, prompts take {:.0f}% of engine time; "
+      "TPOT mean {:.2f} ms; TTFT mean {:.0f}, p95 {:.0f}, p99 {:.0f} ms (simulated step by "
+      "step: {})\n",
       open_loop ? fmt::format("{:.3g} req/s", workload.rate_per_s / std::max(1, candidate.replicas))
                 : fmt::format("{:.0f} users", load.in_flight),
-      load.request_throughput, load.prefill_share * 100,
-      open_loop ? fmt::format("= step / (1 - {:.2f}) =", load.prefill_share)
-                : std::string("(simulated) is"),
-      load.tpot_ms.mean, load.ttft_ms.mean, load.ttft_ms.p95, load.ttft_ms.p99,
-      open_loop        ? "Poisson arrivals: prompt queue M/D/1"
-      : workload.burst ? "the burst simulated step by step: every prompt queued at once"
-                       : "the closed loop simulated step by step: each user's next request as "
-                         "the last one ends, after the first wave");
+      load.request_throughput, load.prefill_share * 100, load.tpot_ms.mean, load.ttft_ms.mean,
+      load.ttft_ms.p95, load.ttft_ms.p99,
+      open_loop        ? "1,500 seeded Poisson arrivals"
+      : workload.burst ? "every prompt queued at once"
+                       : "each user's next request as the last one ends, after the first wave");
   fmt::print(out,
              "capacity    {} users per replica within the SLO -> {:.0f} output tokens/s; "
              "{} replica(s) of {} device(s) for the target load\n",

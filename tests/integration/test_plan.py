@@ -150,3 +150,13 @@ def test_a_burst_plan_says_it_is_one_in_json_and_in_its_explanation():
                            "--json").stdout)["workload"]["burst"] is False
     explained = plan(*args, "--explain", "h100-sxm").stdout
     assert "simulated step by step" in explained and "M/D/1" not in explained, explained
+    assert "every prompt queued at once" in explained, explained
+
+
+def test_a_poisson_explanation_names_the_simulation_that_made_its_numbers():
+    # Poisson percentiles come from the step simulation; the explanation once still claimed an
+    # M/D/1 queue and TPOT = step / (1 - share) for them.
+    explained = plan("--model", "llama-3.1-8b", "--devices", "h100-sxm", "--rate", "2",
+                     "--explain", "h100-sxm").stdout
+    assert "simulated step by step: 1,500 seeded Poisson arrivals" in explained, explained
+    assert "M/D/1" not in explained and "step / (1 -" not in explained, explained
