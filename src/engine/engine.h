@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/chat_template.h"
+#include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/token.h"
 
@@ -34,29 +35,27 @@ struct EngineOptions {
   std::string chat_template;
 };
 
-enum class DecodeStatus { ok, no_kv_space, failed };
-
 // The only class that talks to llama.cpp. Tokenizer and template calls are safe from any
 // thread (the vocabulary is read-only); batch and decode calls belong to the engine thread.
-class Engine {
+class Engine final : public ModelRunner {
  public:
   static std::unique_ptr<Engine> load(const EngineOptions& options, std::string* error);
-  ~Engine();
+  ~Engine() override;
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
   TokenList tokenize(std::string_view text, bool add_special) const;
-  std::string token_piece(Token token) const;
-  bool is_end_of_generation(Token token) const;
+  std::string token_piece(Token token) const override;
+  bool is_end_of_generation(Token token) const override;
   // Renders messages with the model's chat template (see ChatTemplate).
   bool apply_chat_template(const std::vector<ChatMessage>& messages, std::string* prompt,
                            std::string* error) const;
 
-  int context_size() const { return context_size_; }
+  int context_size() const override { return context_size_; }
   // KV cells one sequence may use: the whole context when unified, else its share.
-  int sequence_context_size() const { return sequence_context_size_; }
+  int sequence_context_size() const override { return sequence_context_size_; }
   int train_context_size() const;
-  int vocabulary_size() const;
+  int vocabulary_size() const override;
   // The longest prompt + completion one request may have.
   int max_request_tokens() const;
   std::string description() const;
@@ -64,19 +63,15 @@ class Engine {
   const std::string& chat_template_origin() const { return chat_template_->origin(); }
 
   // Engine thread only.
-  void clear_batch();
-  int batch_size() const;
-  // Returns the token's index in the batch.
-  int add_to_batch(Token token, int position, int sequence, bool want_logits);
-  DecodeStatus decode();
-  // Waits until the last decode's work has finished on every backend (decode may return while
-  // a GPU still computes); for timing.
-  void synchronize();
-  // The logits of batch position `batch_index` of the last decode (vocabulary_size() floats);
-  // valid until the next decode, readable from any thread until then.
-  const float* logits(int batch_index);
+  void clear_batch() override;
+  int batch_size() const override;
+  int add_to_batch(Token token, int position, int sequence, bool want_logits) override;
+  DecodeStatus decode() override;
+  // decode may return while a GPU still computes.
+  void synchronize() override;
+  const float* logits(int batch_index) override;
   SampledToken sample(Sampler& sampler, int batch_index, int top_logprobs = -1);
-  void release_sequence(int sequence);
+  void release_sequence(int sequence) override;
 
  private:
   Engine() = default;

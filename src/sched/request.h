@@ -63,8 +63,6 @@ struct Request {
   UpdateSink on_update;
   // Set by any thread (a client that went away); the engine thread acts on it next step.
   std::atomic<bool> cancelled{false};
-
-  int reserved_kv_tokens() const { return static_cast<int>(prompt_tokens.size()) + max_tokens; }
 };
 
 }  // namespace brisk

@@ -20,37 +20,64 @@ const char* finish_reason_name(FinishReason reason) {
   return "none";
 }
 
-Sequence::Sequence(std::shared_ptr<Request> request, int slot, TimePoint scheduled_at)
+Sequence::Sequence(std::shared_ptr<Request> request, int slot, TimePoint scheduled_at,
+                   uint64_t admission_order)
     : request_(std::move(request)),
       slot_(slot),
+      admission_order_(admission_order),
       sampler_(request_->sampling),
       stop_matcher_(request_->stop),
+      prefill_target_(request_->prompt_tokens.size()),
       scheduled_at_(scheduled_at) {}
 
 int Sequence::prompt_remaining() const {
-  return static_cast<int>(request_->prompt_tokens.size() - prompt_cursor_);
+  return static_cast<int>(prefill_target_ - prompt_cursor_);
 }
 
-int Sequence::add_prefill_chunk(Engine& engine, int budget) {
-  const int chunk = std::min(budget, prompt_remaining());
+Token Sequence::replay_token(size_t index) const {
+  const TokenList& prompt = request_->prompt_tokens;
+  return index < prompt.size() ? prompt[index] : generated_[index - prompt.size()];
+}
+
+int Sequence::add_prefill_chunk(ModelRunner& engine, int budget) {
+  const int chunk = std::max(0, std::min(budget, prompt_remaining()));
   logits_index_ = -1;
+  // A replay ends on a token whose successor was sampled before the preemption: no logits.
+  const bool sample_at_end = completion_tokens_ == 0;
   for (int i = 0; i < chunk; ++i) {
-    const bool last_prompt_token = prompt_cursor_ + 1 == request_->prompt_tokens.size();
-    const int index = engine.add_to_batch(request_->prompt_tokens[prompt_cursor_], kv_tokens_,
-                                          slot_, last_prompt_token);
-    if (last_prompt_token) logits_index_ = index;
+    const bool last = prompt_cursor_ + 1 == prefill_target_;
+    const int index =
+        engine.add_to_batch(replay_token(prompt_cursor_), kv_tokens_, slot_, last && sample_at_end);
+    if (last && sample_at_end) logits_index_ = index;
     ++prompt_cursor_;
     ++kv_tokens_;
   }
   return chunk;
 }
 
-void Sequence::add_decode_token(Engine& engine) {
+void Sequence::preempt() {
+  // The cache held the prompt and every generated token but the last, which is the input of
+  // the next decode.
+  prefill_target_ = request_->prompt_tokens.size() +
+                    static_cast<size_t>(std::max(0, completion_tokens_ - 1));
+  prompt_cursor_ = 0;
+  kv_tokens_ = 0;
+  logits_index_ = -1;
+  slot_ = -1;
+}
+
+void Sequence::restore(Progress progress) {
+  prompt_cursor_ = progress.prompt_cursor;
+  kv_tokens_ = progress.kv_tokens;
+  logits_index_ = -1;
+}
+
+void Sequence::add_decode_token(ModelRunner& engine) {
   logits_index_ = engine.add_to_batch(last_token_, kv_tokens_, slot_, true);
   ++kv_tokens_;
 }
 
-void Sequence::accept_token(SampledToken sampled, const Engine& engine, ServingMetrics& metrics) {
+void Sequence::accept_token(SampledToken sampled, const ModelRunner& engine, ServingMetrics& metrics) {
   const Token token = sampled.token;
   const TimePoint now = Clock::now();
   if (completion_tokens_ == 0) {
@@ -61,6 +88,7 @@ void Sequence::accept_token(SampledToken sampled, const Engine& engine, ServingM
   }
   last_token_at_ = now;
   last_token_ = token;
+  generated_.push_back(token);
   ++completion_tokens_;
 
   if (!request_->ignore_eos && engine.is_end_of_generation(token)) {

@@ -3,7 +3,8 @@
 #include <memory>
 
 #include "common/clock.h"
-#include "engine/engine.h"
+#include "engine/model_runner.h"
+#include "engine/sampler.h"
 #include "sched/request.h"
 #include "sched/serving_metrics.h"
 #include "sched/stop_matcher.h"
@@ -14,24 +15,47 @@ namespace brisk {
 // sampler, stop matching and timeline. Lives on the engine thread only.
 class Sequence {
  public:
-  Sequence(std::shared_ptr<Request> request, int slot, TimePoint scheduled_at);
+  // `admission_order` ranks sequences by when they were first admitted (arrival order).
+  Sequence(std::shared_ptr<Request> request, int slot, TimePoint scheduled_at,
+           uint64_t admission_order);
 
   Request& request() { return *request_; }
   int slot() const { return slot_; }
+  uint64_t admission_order() const { return admission_order_; }
   int kv_tokens() const { return kv_tokens_; }
+  // Tokens still to put into the KV cache before the next decode: the prompt's rest, or after
+  // a preemption everything the sequence had in the cache (prompt + tokens generated so far).
   int prompt_remaining() const;
   bool prefill_done() const { return prompt_remaining() == 0; }
+  // KV cells this sequence will hold once its prompt (or replay) is in: what admission counts.
+  int committed_kv_tokens() const { return kv_tokens_ + prompt_remaining(); }
+
+  // Preemption: the sequence gives up its KV cells and slot, keeping everything else (sampler,
+  // stop matching, tokens generated). When it runs again it recomputes the cells it had from
+  // the prompt and its generated tokens, without sampling, then decodes the token it had
+  // sampled last: the stream goes on with no token repeated or lost.
+  void preempt();
+  void assign_slot(int slot) { slot_ = slot; }
+
+  // A step's batch is built before llama_decode; when the decode finds no KV room the step is
+  // rebuilt, so the prompt progress it added is taken back.
+  struct Progress {
+    size_t prompt_cursor;
+    int kv_tokens;
+  };
+  Progress progress() const { return {prompt_cursor_, kv_tokens_}; }
+  void restore(Progress progress);
   bool finished() const { return finish_reason_ != FinishReason::none; }
 
   // Adds up to `budget` prompt tokens to the engine's batch; returns how many were added.
-  int add_prefill_chunk(Engine& engine, int budget);
+  int add_prefill_chunk(ModelRunner& engine, int budget);
   // Adds the last sampled token to the batch.
-  void add_decode_token(Engine& engine);
+  void add_decode_token(ModelRunner& engine);
   int logits_index() const { return logits_index_; }
 
   Sampler& sampler() { return sampler_; }
   // Feeds a sampled token through EOS, stop strings and max_tokens, and reports new text.
-  void accept_token(SampledToken sampled, const Engine& engine, ServingMetrics& metrics);
+  void accept_token(SampledToken sampled, const ModelRunner& engine, ServingMetrics& metrics);
   void finish(FinishReason reason, ServingMetrics& metrics, std::string error = {});
 
  private:
@@ -40,9 +64,14 @@ class Sequence {
 
   std::shared_ptr<Request> request_;
   int slot_;
+  uint64_t admission_order_;
   Sampler sampler_;
   StopMatcher stop_matcher_;
-  size_t prompt_cursor_ = 0;  // prompt tokens already in a batch
+  Token replay_token(size_t index) const;
+
+  size_t prompt_cursor_ = 0;  // prompt (or replay) tokens already in a batch
+  size_t prefill_target_;     // tokens the prefill puts in the cache: the prompt, or the replay
+  TokenList generated_;       // every token accepted so far
   int kv_tokens_ = 0;         // tokens of this sequence in the KV cache
   int logits_index_ = -1;     // where this sequence's logits sit in the current batch
   Token last_token_ = 0;

@@ -68,6 +68,12 @@ std::string ServingMetrics::render_prometheus(const SchedulerStats& stats) const
   out += fmt::format("brisk_requests_running {}\n", stats.running);
   append_header(out, "brisk_requests_waiting", "gauge", "Requests admitted and waiting to run.");
   out += fmt::format("brisk_requests_waiting {}\n", stats.waiting);
+  append_header(out, "brisk_requests_preempted", "gauge",
+                "Of the waiting requests, those preempted to recompute their KV cache.");
+  out += fmt::format("brisk_requests_preempted {}\n", stats.preempted);
+  append_header(out, "brisk_preemptions_total", "counter",
+                "Running requests that gave up their KV cache for others, to recompute it later.");
+  out += fmt::format("brisk_preemptions_total {}\n", preemptions_.load());
   append_header(out, "brisk_kv_cache_usage_ratio", "gauge",
                 "Fraction of KV cache cells holding tokens of running requests.");
   out += fmt::format("brisk_kv_cache_usage_ratio {}\n", stats.kv_cache_usage_ratio);

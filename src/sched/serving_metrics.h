@@ -15,6 +15,7 @@ namespace brisk {
 struct SchedulerStats {
   int running = 0;
   int waiting = 0;
+  int preempted = 0;    // of `waiting`: preempted, waiting to recompute their KV
   int max_waiting = 0;  // --max-queued-requests: the queue is full at this many
   double kv_cache_usage_ratio = 0;
 
@@ -39,6 +40,7 @@ class ServingMetrics {
   void observe_step(int batch_tokens, double step_seconds, const StepPhases& phases);
   void observe_finished(const RequestTimings& timings, FinishReason reason);
   void count_rejection(const std::string& reason);
+  void count_preemption() { ++preemptions_; }
 
   std::string render_prometheus(const SchedulerStats& stats) const;
   // The gauges under vLLM's names (--metrics-compat vllm), with vLLM's meaning and its
@@ -61,6 +63,7 @@ class ServingMetrics {
   Histogram step_commit_;
   std::atomic<uint64_t> prompt_tokens_{0};
   std::atomic<uint64_t> generation_tokens_{0};
+  std::atomic<uint64_t> preemptions_{0};
   mutable std::mutex counters_mutex_;
   std::map<std::string, uint64_t> finished_by_reason_;
   std::map<std::string, uint64_t> rejected_by_reason_;

@@ -6,11 +6,13 @@
 
 namespace brisk {
 
-StepScheduler::StepScheduler(Engine& engine, SchedulerOptions options, ServingMetrics& metrics)
+StepScheduler::StepScheduler(ModelRunner& engine, SchedulerOptions options, ServingMetrics& metrics)
     : engine_(engine),
       options_(options),
       metrics_(metrics),
       kv_capacity_tokens_(engine.context_size()),
+      kv_watermark_tokens_(std::max(1, engine.context_size() / 100)),
+      kv_shared_(engine.sequence_context_size() == engine.context_size()),
       sampling_pool_(options.sampling_threads) {
   for (int slot = options_.max_seqs - 1; slot >= 0; --slot) free_slots_.push_back(slot);
 }
@@ -62,7 +64,8 @@ SchedulerStats StepScheduler::stats() const {
   {
     std::lock_guard lock(mutex_);  // with admit_waiting's: a request is waiting or running
     stats.running = running_count_.load();
-    stats.waiting = static_cast<int>(waiting_.size());
+    stats.waiting = static_cast<int>(waiting_.size()) + preempted_count_.load();
+    stats.preempted = preempted_count_.load();
     stats.max_waiting = options_.max_queued_requests;
   }
   stats.kv_cache_usage_ratio =
@@ -82,6 +85,9 @@ void StepScheduler::run_loop() {
   // The drain is over: cancel everything still here.
   for (auto& sequence : running_) sequence->finish(FinishReason::cancelled, metrics_);
   release_finished();
+  for (auto& sequence : preempted_) sequence->finish(FinishReason::cancelled, metrics_);
+  preempted_.clear();
+  preempted_count_ = 0;
   std::deque<std::shared_ptr<Request>> abandoned;
   {
     std::lock_guard lock(mutex_);
@@ -95,7 +101,7 @@ void StepScheduler::run_loop() {
 bool StepScheduler::wait_for_work() {
   std::unique_lock lock(mutex_);
   for (;;) {
-    const bool idle = running_.empty() && waiting_.empty();
+    const bool idle = running_.empty() && preempted_.empty() && waiting_.empty();
     if (draining_ && (idle || Clock::now() >= drain_deadline_)) return false;
     if (!idle || wake_pending_) break;
     if (draining_) {
@@ -111,28 +117,104 @@ bool StepScheduler::wait_for_work() {
 void StepScheduler::step() {
   const TimePoint step_started = Clock::now();
   reap_cancelled();
+  bool admit = true;
+  for (;;) {
+    const int decode_tokens = build_batch(admit);
+    if (engine_.batch_size() == 0) break;
+    const TimePoint started = Clock::now();
+    const DecodeStatus status = engine_.decode();
+    if (status == DecodeStatus::no_kv_space && running_.size() > 1) {
+      // llama.cpp applied nothing of the batch: take it back, make room, build it again
+      // without admitting anyone (that would refill the room just made).
+      for (size_t i = 0; i < in_batch_.size(); ++i) in_batch_[i]->restore(batch_progress_[i]);
+      preempt_latest();
+      admit = false;
+      continue;
+    }
+    if (status != DecodeStatus::ok) {
+      fail_batch(status == DecodeStatus::no_kv_space
+                     ? "the KV cache is full (raise --ctx-size or lower --max-seqs)"
+                     : "the engine failed to decode this batch");
+      break;
+    }
+    sample_and_commit(decode_tokens, step_started, started);
+    break;
+  }
+  release_finished();
+}
+
+// Decodes first: every running stream gets its next token in this step; then prompt chunks,
+// oldest first, up to the step's token budget and the free KV cells; then newcomers.
+int StepScheduler::build_batch(bool admit) {
   engine_.clear_batch();
   in_batch_.clear();
-
-  // Decodes first: every running stream gets its next token in this step.
+  batch_progress_.clear();
+  int kv_free = kv_free_cells();
+  if (kv_shared_) {
+    // Each decode takes a cell: the latest-arrived make room for the others.
+    for (;;) {
+      const auto decoders = std::count_if(running_.begin(), running_.end(),
+                                          [](const auto& s) { return s->prefill_done(); });
+      if (decoders <= kv_free || running_.size() <= 1) break;
+      preempt_latest();
+      kv_free = kv_free_cells();
+    }
+  }
   for (auto& sequence : running_) {
     if (!sequence->prefill_done()) continue;
+    batch_progress_.push_back(sequence->progress());
     sequence->add_decode_token(engine_);
     in_batch_.push_back(sequence.get());
+    --kv_free;
   }
-  // Then prompt chunks, oldest first, up to the step's token budget.
   const int decode_tokens = engine_.batch_size();
   int budget = prefill_budget(decode_tokens);
   for (auto& sequence : running_) {
-    if (budget <= 0) break;
+    if (budget <= 0 || kv_free <= 0) break;
     if (sequence->prefill_done()) continue;
-    budget -= sequence->add_prefill_chunk(engine_, budget);
-    in_batch_.push_back(sequence.get());
+    add_prefill(*sequence, budget, kv_free);
   }
-  admit_waiting(budget);
+  if (admit) admit_waiting(budget, kv_free);
+  return decode_tokens;
+}
 
-  if (engine_.batch_size() > 0) run_decode_and_sample(decode_tokens, step_started);
-  release_finished();
+void StepScheduler::add_prefill(Sequence& sequence, int& budget, int& kv_free) {
+  const Sequence::Progress before = sequence.progress();
+  const int added = sequence.add_prefill_chunk(engine_, std::min(budget, kv_free));
+  if (added == 0) return;
+  batch_progress_.push_back(before);
+  in_batch_.push_back(&sequence);
+  budget -= added;
+  kv_free -= added;
+}
+
+int StepScheduler::kv_free_cells() const {
+  if (!kv_shared_) return kv_capacity_tokens_;  // each sequence has its own share
+  int used = 0;
+  for (const auto& sequence : running_) used += sequence->kv_tokens();
+  return kv_capacity_tokens_ - used;
+}
+
+// The latest-arrived running sequence gives up its cells and slot and waits, ahead of every
+// request not yet started, to recompute them.
+void StepScheduler::preempt_latest() {
+  std::unique_ptr<Sequence> victim = std::move(running_.back());
+  running_.pop_back();
+  engine_.release_sequence(victim->slot());
+  free_slots_.push_back(victim->slot());
+  spdlog::debug("preempting request {} ({} KV cells, {} tokens generated)", victim->request().id,
+                victim->kv_tokens(), victim->completion_tokens_);
+  victim->preempt();
+  metrics_.count_preemption();
+  const auto at = std::find_if(preempted_.begin(), preempted_.end(), [&](const auto& other) {
+    return other->admission_order() > victim->admission_order();
+  });
+  preempted_.insert(at, std::move(victim));
+  {
+    std::lock_guard lock(mutex_);
+    running_count_ = static_cast<int>(running_.size());
+    preempted_count_ = static_cast<int>(preempted_.size());
+  }
 }
 
 int StepScheduler::prefill_budget(int decode_tokens) const {
@@ -166,6 +248,11 @@ void StepScheduler::reap_cancelled() {
     if (sequence->request().cancelled.load()) sequence->finish(FinishReason::cancelled, metrics_);
   }
   release_finished();
+  for (auto& sequence : preempted_) {
+    if (sequence->request().cancelled.load()) sequence->finish(FinishReason::cancelled, metrics_);
+  }
+  std::erase_if(preempted_, [](const auto& sequence) { return sequence->finished(); });
+  preempted_count_ = static_cast<int>(preempted_.size());
   std::vector<std::shared_ptr<Request>> cancelled;
   {
     std::lock_guard lock(mutex_);
@@ -181,42 +268,63 @@ void StepScheduler::reap_cancelled() {
   for (auto& request : cancelled) finish_unscheduled(*request, FinishReason::cancelled);
 }
 
-void StepScheduler::admit_waiting(int& budget) {
-  int reserved = reserved_kv_tokens();
-  while (budget > 0 && !free_slots_.empty()) {
+// Preempted sequences first, then the queue, each in arrival order; the one at the head waits
+// for room rather than being overtaken by smaller ones. A request is admitted when its prompt
+// (or replay) fits beside what the running ones hold or will hold once their prompts are in,
+// plus a watermark for their next tokens; alone, any request fits (its length was checked).
+void StepScheduler::admit_waiting(int& budget, int& kv_free) {
+  int committed = committed_kv_tokens();
+  auto fits = [&](int needed) {
+    return !kv_shared_ || running_.empty() ||
+           committed + needed + kv_watermark_tokens_ <= kv_capacity_tokens_;
+  };
+  while (budget > 0 && !free_slots_.empty() && !preempted_.empty()) {
+    if (!fits(preempted_.front()->prompt_remaining())) return;
+    std::unique_ptr<Sequence> sequence = std::move(preempted_.front());
+    preempted_.pop_front();
+    committed += sequence->committed_kv_tokens();
+    start_sequence(std::move(sequence), budget, kv_free);
+  }
+  while (budget > 0 && !free_slots_.empty() && preempted_.empty()) {
     std::shared_ptr<Request> request;
     {
       std::lock_guard lock(mutex_);
       if (waiting_.empty()) return;
-      // First come, first served: a large request at the head waits for room rather than
-      // being overtaken forever by small ones.
-      if (reserved + waiting_.front()->reserved_kv_tokens() > kv_capacity_tokens_) return;
+      if (!fits(static_cast<int>(waiting_.front()->prompt_tokens.size()))) return;
       request = std::move(waiting_.front());
       waiting_.pop_front();
       // Counted as running before it leaves the queue's count: stats() reads both under this
       // lock, so /metrics never sees the request nowhere (during a long first step it did).
       ++running_count_;
     }
-    reserved += request->reserved_kv_tokens();
-    const int slot = free_slots_.back();
-    free_slots_.pop_back();
-    auto sequence = std::make_unique<Sequence>(std::move(request), slot, Clock::now());
-    budget -= sequence->add_prefill_chunk(engine_, budget);
-    in_batch_.push_back(sequence.get());
-    running_.push_back(std::move(sequence));
+    auto sequence = std::make_unique<Sequence>(std::move(request), -1, Clock::now(),
+                                               next_admission_order_++);
+    committed += sequence->committed_kv_tokens();
+    start_sequence(std::move(sequence), budget, kv_free);
   }
 }
 
-void StepScheduler::run_decode_and_sample(int decode_tokens, TimePoint step_started) {
-  const int batch_tokens = engine_.batch_size();
-  const TimePoint started = Clock::now();
-  const DecodeStatus status = engine_.decode();
-  if (status != DecodeStatus::ok) {
-    fail_batch(status == DecodeStatus::no_kv_space
-                   ? "the KV cache is full (raise --ctx-size or lower --max-seqs)"
-                   : "the engine failed to decode this batch");
-    return;
+// Gives the sequence a slot, its first prompt chunk, and its place in arrival order.
+void StepScheduler::start_sequence(std::unique_ptr<Sequence> sequence, int& budget,
+                                   int& kv_free) {
+  sequence->assign_slot(free_slots_.back());
+  free_slots_.pop_back();
+  Sequence& started = *sequence;
+  const auto at = std::find_if(running_.begin(), running_.end(), [&](const auto& other) {
+    return other->admission_order() > started.admission_order();
+  });
+  running_.insert(at, std::move(sequence));
+  {
+    std::lock_guard lock(mutex_);
+    running_count_ = static_cast<int>(running_.size());
+    preempted_count_ = static_cast<int>(preempted_.size());
   }
+  if (kv_free > 0) add_prefill(started, budget, kv_free);
+}
+
+void StepScheduler::sample_and_commit(int decode_tokens, TimePoint step_started,
+                                      TimePoint started) {
+  const int batch_tokens = engine_.batch_size();
   engine_.synchronize();  // a GPU backend may still be computing; count that as decode time
   const TimePoint decoded = Clock::now();
   sample_batch();
@@ -301,10 +409,10 @@ void StepScheduler::finish_unscheduled(Request& request, FinishReason reason) {
   request.on_update(std::move(update));
 }
 
-int StepScheduler::reserved_kv_tokens() const {
-  int reserved = 0;
-  for (const auto& sequence : running_) reserved += sequence->request().reserved_kv_tokens();
-  return reserved;
+int StepScheduler::committed_kv_tokens() const {
+  int committed = 0;
+  for (const auto& sequence : running_) committed += sequence->committed_kv_tokens();
+  return committed;
 }
 
 }  // namespace brisk

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/worker_pool.h"
-#include "engine/engine.h"
+#include "engine/model_runner.h"
 #include "sched/request.h"
 #include "sched/sequence.h"
 #include "sched/serving_metrics.h"
@@ -34,11 +34,14 @@ enum class SubmitStatus { accepted, queue_full, shutting_down };
 // batch, fills the rest of the token budget with prompt chunks (chunked prefill), decodes,
 // samples and reports. Requests join and leave between steps (continuous batching).
 //
-// KV admission: a request starts only when the KV cells it may need (prompt + max_tokens) fit
-// beside those reserved by the running ones, so a running request never runs out of cache.
+// KV is counted as it is used, not reserved for max_tokens: a request starts when its prompt
+// fits beside the cells the running ones hold (or will hold once their prompts are in), so a
+// request without max_tokens runs beside others. When the running ones grow out of the cache,
+// or llama_decode finds no room, the latest-arrived is preempted: it gives up its cells and
+// later recomputes them (Sequence::preempt), ahead of every request still waiting.
 class StepScheduler {
  public:
-  StepScheduler(Engine& engine, SchedulerOptions options, ServingMetrics& metrics);
+  StepScheduler(ModelRunner& engine, SchedulerOptions options, ServingMetrics& metrics);
   ~StepScheduler();
 
   void start();
@@ -57,22 +60,33 @@ class StepScheduler {
   bool wait_for_work();
   void step();
   void reap_cancelled();
-  void admit_waiting(int& budget);
-  void run_decode_and_sample(int decode_tokens, TimePoint step_started);
+  int build_batch(bool admit);
+  void add_prefill(Sequence& sequence, int& budget, int& kv_free);
+  void admit_waiting(int& budget, int& kv_free);
+  void start_sequence(std::unique_ptr<Sequence> sequence, int& budget, int& kv_free);
+  int kv_free_cells() const;
+  void preempt_latest();
+  void sample_and_commit(int decode_tokens, TimePoint step_started, TimePoint decode_started);
   void sample_batch();
   void commit_samples();
   void release_finished();
   void fail_batch(const std::string& error);
   void fail_running(const std::string& what);
   void finish_unscheduled(Request& request, FinishReason reason);
-  int reserved_kv_tokens() const;
+  int committed_kv_tokens() const;
   int prefill_budget(int decode_tokens) const;
   void learn_step_cost(int decode_tokens, int prefill_tokens, double step_ms);
 
-  Engine& engine_;
+  ModelRunner& engine_;
   const SchedulerOptions options_;
   ServingMetrics& metrics_;
   const int kv_capacity_tokens_;
+  // Cells kept free at admission for the running requests' next tokens (vLLM's watermark), so
+  // a new request does not force a preemption at once.
+  const int kv_watermark_tokens_;
+  // One KV stream for all: requests compete for cells. With one stream per sequence each has
+  // its own share and nothing is ever preempted.
+  const bool kv_shared_;
 
   mutable std::mutex mutex_;
   std::condition_variable work_available_;
@@ -83,7 +97,10 @@ class StepScheduler {
   bool wake_pending_ = false;                     // guarded by mutex_
 
   // Engine thread only.
-  std::vector<std::unique_ptr<Sequence>> running_;
+  std::vector<std::unique_ptr<Sequence>> running_;    // in arrival order
+  std::deque<std::unique_ptr<Sequence>> preempted_;  // in arrival order; run before waiting_
+  std::vector<Sequence::Progress> batch_progress_;   // in_batch_'s, before this step
+  uint64_t next_admission_order_ = 0;
   std::vector<int> free_slots_;
   std::vector<Sequence*> in_batch_;
   WorkerPool sampling_pool_;
@@ -97,6 +114,7 @@ class StepScheduler {
   // Published for stats() by the engine thread.
   std::atomic<int> running_count_{0};
   std::atomic<int> kv_tokens_in_use_{0};
+  std::atomic<int> preempted_count_{0};
 
   std::thread engine_thread_;
 };

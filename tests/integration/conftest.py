@@ -173,7 +173,8 @@ def scripted_stream_server(args: list[str], wrap=lambda argv: argv):
 
 
 def _start_brisk(tmp_path_factory, name: str, extra: list[str], api_key: str | None,
-                 model: tuple[str, str] = (MODEL_NAME, MODEL_FILE)) -> Server:
+                 model: tuple[str, str] = (MODEL_NAME, MODEL_FILE),
+                 ctx_size: int = CTX_SIZE) -> Server:
     require_file(BRISK_BIN, "build brisk first (make)")
     require_file(model_path(model[1]), f"fetch the model first: {BRISK_BIN} pull {model[0]}")
     port = free_port()
@@ -182,7 +183,7 @@ def _start_brisk(tmp_path_factory, name: str, extra: list[str], api_key: str | N
         "--model", model[0],
         "--port", str(port),
         "--host", "127.0.0.1",
-        "--ctx-size", str(CTX_SIZE),
+        "--ctx-size", str(ctx_size),
         "--threads", str(THREADS),
         *extra,
     ]

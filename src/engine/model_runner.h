@@ -1,0 +1,42 @@
+#pragma once
+
+#include <string>
+
+#include "engine/token.h"
+
+namespace brisk {
+
+enum class DecodeStatus { ok, no_kv_space, failed };
+
+// What the scheduler needs from a model: a KV cache of sequences, one batch per step, logits,
+// and the vocabulary's text. Engine runs it on llama.cpp; the scheduler's unit tests run it on
+// a fake (tests/unit/fake_model_runner.h), so scheduling is tested without a model.
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+
+  // KV cells in all; cells one sequence may use (all of them when the cache is one stream).
+  virtual int context_size() const = 0;
+  virtual int sequence_context_size() const = 0;
+  virtual int vocabulary_size() const = 0;
+  virtual bool is_end_of_generation(Token token) const = 0;
+  virtual std::string token_piece(Token token) const = 0;
+
+  // Engine thread only.
+  virtual void clear_batch() = 0;
+  virtual int batch_size() const = 0;
+  // Returns the token's index in the batch.
+  virtual int add_to_batch(Token token, int position, int sequence, bool want_logits) = 0;
+  // no_kv_space: no room for the batch and nothing of it applied; the caller may free cells
+  // and try again.
+  virtual DecodeStatus decode() = 0;
+  // Waits until the last decode's work has finished on every backend; for timing.
+  virtual void synchronize() = 0;
+  // The logits of batch position `batch_index` of the last decode (vocabulary_size() floats);
+  // valid until the next decode, readable from any thread until then.
+  virtual const float* logits(int batch_index) = 0;
+  // Frees every KV cell of the sequence.
+  virtual void release_sequence(int sequence) = 0;
+};
+
+}  // namespace brisk

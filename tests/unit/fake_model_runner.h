@@ -1,0 +1,124 @@
+#pragma once
+
+// A ModelRunner without a model, for the scheduler's tests. Its KV cache stores each sequence's
+// tokens by position and checks that every token lands at the next position of its sequence.
+// The logits of a token are a function of its sequence's whole history, so a token the
+// scheduler lost, repeated or misplaced changes everything generated after it.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/model_runner.h"
+
+namespace brisk::testing {
+
+class FakeModelRunner final : public ModelRunner {
+ public:
+  // `context` cells are reported; decode finds room only for `usable_cells` (default: all),
+  // which plays llama.cpp answering "no KV slot" when the scheduler's count said there was one.
+  explicit FakeModelRunner(int context, int usable_cells = -1, int vocabulary = 97)
+      : context_(context),
+        usable_cells_(usable_cells < 0 ? context : usable_cells),
+        vocabulary_(vocabulary) {}
+
+  int context_size() const override { return context_; }
+  int sequence_context_size() const override { return context_; }
+  int vocabulary_size() const override { return vocabulary_; }
+  bool is_end_of_generation(Token token) const override { return token == end_token; }
+  std::string token_piece(Token token) const override { return std::to_string(token) + " "; }
+
+  void clear_batch() override {
+    batch_.clear();
+    logits_.clear();
+  }
+  int batch_size() const override { return static_cast<int>(batch_.size()); }
+  int add_to_batch(Token token, int position, int sequence, bool want_logits) override {
+    batch_.push_back({token, position, sequence, want_logits});
+    return static_cast<int>(batch_.size()) - 1;
+  }
+
+  DecodeStatus decode() override {
+    std::lock_guard lock(mutex_);
+    ++decodes_;
+    int used = 0;
+    for (const auto& [sequence, tokens] : cache_) used += static_cast<int>(tokens.size());
+    if (used + static_cast<int>(batch_.size()) > usable_cells_) {
+      ++no_kv_space_;
+      return DecodeStatus::no_kv_space;  // nothing applied, as llama_decode
+    }
+    std::set<int> sequences;
+    logits_.assign(batch_.size() * static_cast<size_t>(vocabulary_), 0.0f);
+    for (size_t i = 0; i < batch_.size(); ++i) {
+      const Entry& entry = batch_[i];
+      std::vector<Token>& tokens = cache_[entry.sequence];
+      if (entry.position != static_cast<int>(tokens.size())) ++misplaced_;
+      tokens.push_back(entry.token);
+      sequences.insert(entry.sequence);
+      if (!entry.want_logits) continue;
+      // One strong logit at a place set by the whole history, the rest spread a little so a
+      // seeded draw has choices too.
+      uint64_t hash = 1469598103934665603ull;
+      for (Token token : tokens) hash = (hash ^ static_cast<uint64_t>(token)) * 1099511628211ull;
+      float* row = &logits_[i * static_cast<size_t>(vocabulary_)];
+      for (int v = 0; v < vocabulary_; ++v) row[v] = static_cast<float>((hash >> (v % 48)) & 3);
+      row[hash % static_cast<uint64_t>(vocabulary_)] = 6.0f;
+    }
+    max_sequences_in_a_step_ = std::max(max_sequences_in_a_step_, static_cast<int>(sequences.size()));
+    max_cells_used_ = std::max(max_cells_used_, used + static_cast<int>(batch_.size()));
+    if (step_delay.count() > 0) std::this_thread::sleep_for(step_delay);
+    return DecodeStatus::ok;
+  }
+  void synchronize() override {}
+  const float* logits(int batch_index) override {
+    return &logits_[static_cast<size_t>(batch_index) * static_cast<size_t>(vocabulary_)];
+  }
+  void release_sequence(int sequence) override {
+    std::lock_guard lock(mutex_);
+    cache_.erase(sequence);
+  }
+
+  // Read after the work is done.
+  int no_kv_space_answers() const { std::lock_guard lock(mutex_); return no_kv_space_; }
+  int misplaced_tokens() const { std::lock_guard lock(mutex_); return misplaced_; }
+  int max_sequences_in_a_step() const { std::lock_guard lock(mutex_); return max_sequences_in_a_step_; }
+  int max_cells_used() const { std::lock_guard lock(mutex_); return max_cells_used_; }
+  int cells_in_use() const {
+    std::lock_guard lock(mutex_);
+    int used = 0;
+    for (const auto& [sequence, tokens] : cache_) used += static_cast<int>(tokens.size());
+    return used;
+  }
+
+  Token end_token = -1;  // none: generation stops at max_tokens
+  std::chrono::microseconds step_delay{0};
+
+ private:
+  struct Entry {
+    Token token;
+    int position;
+    int sequence;
+    bool want_logits;
+  };
+  const int context_;
+  const int usable_cells_;
+  const int vocabulary_;
+  std::vector<Entry> batch_;
+  std::vector<float> logits_;
+  mutable std::mutex mutex_;
+  std::map<int, std::vector<Token>> cache_;
+  int decodes_ = 0;
+  int no_kv_space_ = 0;
+  int misplaced_ = 0;
+  int max_sequences_in_a_step_ = 0;
+  int max_cells_used_ = 0;
+};
+
+}  // namespace brisk::testing
