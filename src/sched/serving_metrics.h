@@ -19,7 +19,8 @@ struct SchedulerStats {
   int max_waiting = 0;  // --max-queued-requests: the queue is full at this many
   double kv_cache_usage_ratio = 0;
 
-  bool queue_full() const { return max_waiting > 0 && waiting >= max_waiting; }
+  // As submit() decides: preempted requests do not take places in the queue.
+  bool queue_full() const { return max_waiting > 0 && waiting - preempted >= max_waiting; }
 };
 
 // Where one engine step's time went (brisk_step_phase_seconds).
