@@ -40,13 +40,13 @@ std::vector<std::string> differences_from_plan(const PlanRequest& request,
   std::vector<std::string> notes;
   const ModelProfile& model = request.model;
   if (model.gguf_path.empty()) {
-    notes.push_back(fmt::format("put a GGUF of {} in {} at {}", model.name,
-                                request.precision.name, settings.model_path));
+    notes.push_back(fmt::format("put a GGUF of {} in {} at {}", model.name, request.precision.name,
+                                settings.model_path));
   } else if (model.stored_precision && model.stored_precision->name != request.precision.name) {
-    notes.push_back(fmt::format("the plan assumed {} weights but the GGUF holds {}: deploy a GGUF "
-                                "in {}",
-                                request.precision.name, model.stored_precision->name,
-                                request.precision.name));
+    notes.push_back(
+        fmt::format("the plan assumed {} weights but the GGUF holds {}: deploy a GGUF "
+                    "in {}",
+                    request.precision.name, model.stored_precision->name, request.precision.name));
   }
   if (request.kv_bytes_per_element != 2) {
     notes.push_back(fmt::format(
@@ -55,8 +55,9 @@ std::vector<std::string> differences_from_plan(const PlanRequest& request,
         request.kv_bytes_per_element));
   }
   if (!candidate.deployment.device->is_gpu()) {
-    notes.push_back("the catalog does not count this CPU's cores: add a cpu request (and "
-                    "--threads) that match your nodes");
+    notes.push_back(
+        "the catalog does not count this CPU's cores: add a cpu request (and "
+        "--threads) that match your nodes");
   }
   if (candidate.deployment.devices > 1) {
     notes.push_back(fmt::format(
@@ -89,13 +90,15 @@ std::string header(const PlanRequest& request, const Candidate& candidate,
       "TPOT p50/p95/p99 {:.1f}/{:.1f}/{:.1f} ms",
       load.ttft_ms.p50, load.ttft_ms.p95, load.ttft_ms.p99, load.tpot_ms.p50, load.tpot_ms.p95,
       load.tpot_ms.p99));
-  line(fmt::format("--max-seqs {}: the users one replica serves within the SLO and its memory; "
-                   "more wait in brisk's queue",
-                   settings.max_seqs));
-  line(fmt::format("--ctx-size {} = {} x ({} + {}) tokens; --max-batched-tokens {} (the plan's "
-                   "--step-tokens)",
-                   settings.ctx_size_tokens, settings.max_seqs, workload.input_tokens,
-                   workload.output_tokens, settings.max_batched_tokens));
+  line(
+      fmt::format("--max-seqs {}: the users one replica serves within the SLO and its memory; "
+                  "more wait in brisk's queue",
+                  settings.max_seqs));
+  line(
+      fmt::format("--ctx-size {} = {} x ({} + {}) tokens; --max-batched-tokens {} (the plan's "
+                  "--step-tokens)",
+                  settings.ctx_size_tokens, settings.max_seqs, workload.input_tokens,
+                  workload.output_tokens, settings.max_batched_tokens));
   for (const std::string& note : settings.notes) line("note: " + note);
   return text;
 }
@@ -125,7 +128,8 @@ Json deployment_object(const ServeSettings& settings) {
       {"image", settings.gpus_per_replica > 0 ? "brisk:cuda" : "brisk:cpu"},
       {"command", Json::array({"brisk"})},
       {"args", arguments},
-      {"ports", Json::array({{{"name", "http"}, {"containerPort", kServePort}, {"protocol", "TCP"}}})},
+      {"ports",
+       Json::array({{{"name", "http"}, {"containerPort", kServePort}, {"protocol", "TCP"}}})},
       {"startupProbe", probe("/health", 5, 0, 60)},
       {"livenessProbe", probe("/health", 10, 5, 3)},
       {"readinessProbe", probe("/ready", 5, 2, 1)},
@@ -147,8 +151,7 @@ Json deployment_object(const ServeSettings& settings) {
        {{"replicas", settings.replicas},
         {"selector", {{"matchLabels", pod_labels()}}},
         {"strategy",
-         {{"type", "RollingUpdate"},
-          {"rollingUpdate", {{"maxUnavailable", 0}, {"maxSurge", 1}}}}},
+         {{"type", "RollingUpdate"}, {"rollingUpdate", {{"maxUnavailable", 0}, {"maxSurge", 1}}}}},
         {"template",
          {{"metadata",
            {{"labels", pod_labels()},
@@ -169,10 +172,11 @@ Json autoscaler_object(const ServeSettings& settings) {
         {"minReplicas", settings.replicas},
         {"maxReplicas", settings.max_replicas},
         {"metrics",
-         Json::array({{{"type", "Pods"},
-                       {"pods",
-                        {{"metric", {{"name", "brisk_requests_waiting"}}},
-                         {"target", {{"type", "AverageValue"}, {"averageValue", kWaitingTarget}}}}}}})},
+         Json::array(
+             {{{"type", "Pods"},
+               {"pods",
+                {{"metric", {{"name", "brisk_requests_waiting"}}},
+                 {"target", {{"type", "AverageValue"}, {"averageValue", kWaitingTarget}}}}}}})},
         {"behavior",
          {{"scaleUp", {{"stabilizationWindowSeconds", 30}}},
           {"scaleDown", {{"stabilizationWindowSeconds", 300}}}}}}}};
@@ -201,8 +205,7 @@ ServeSettings serve_settings_for(const PlanRequest& request, const Candidate& ca
       memory_for(deployment, 1, sequence_tokens(workload), request.headroom).max_sequences;
   if (memory_sequences > 0) sequences = std::min(sequences, memory_sequences);
   settings.max_seqs = std::max(1, sequences);
-  const long long context =
-      static_cast<long long>(settings.max_seqs) * sequence_tokens(workload);
+  const long long context = static_cast<long long>(settings.max_seqs) * sequence_tokens(workload);
   settings.ctx_size_tokens = static_cast<int>(std::min<long long>(context, INT_MAX));
   settings.max_batched_tokens = request.step_token_budget;
   settings.replicas = std::max(1, candidate.replicas);
@@ -283,8 +286,8 @@ std::string haproxy_backend(const PlanRequest& request, const Candidate& candida
       "    default-server check inter 2s fall 1 rise 2 maxconn {}\n",
       settings.max_seqs);
   for (int replica = 1; replica <= settings.replicas; ++replica) {
-    text += fmt::format("    server brisk-{} 10.0.{}.{}:{}\n", replica, replica / 256, replica % 256,
-                        kServePort);
+    text += fmt::format("    server brisk-{} 10.0.{}.{}:{}\n", replica, replica / 256,
+                        replica % 256, kServePort);
   }
   return text;
 }

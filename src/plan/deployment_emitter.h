@@ -19,9 +19,9 @@ struct ServeSettings {
   int ctx_size_tokens = 0;     // max_seqs x (isl + osl): each request reserves its whole length
   int max_batched_tokens = 0;  // --step-tokens
   int replicas = 1;
-  int max_replicas = 1;        // --max-devices / devices per replica
-  int gpus_per_replica = 0;    // 0 on a CPU device
-  int host_memory_gib = 1;     // the pod's memory request: model file, and the KV on a CPU
+  int max_replicas = 1;            // --max-devices / devices per replica
+  int gpus_per_replica = 0;        // 0 on a CPU device
+  int host_memory_gib = 1;         // the pod's memory request: model file, and the KV on a CPU
   std::vector<std::string> notes;  // where brisk serve cannot run exactly what was planned
 };
 

@@ -12,8 +12,8 @@ using Json = nlohmann::ordered_json;
 // Words YAML 1.1 (still read by many tools, kubectl's parser among them) takes for booleans
 // or null.
 bool is_yaml_keyword(std::string_view text) {
-  static constexpr std::string_view kKeywords[] = {"y",    "n",     "yes", "no",  "on", "off",
-                                                   "true", "false", "null", "~"};
+  static constexpr std::string_view kKeywords[] = {"y",   "n",    "yes",   "no",   "on",
+                                                   "off", "true", "false", "null", "~"};
   std::string lower(text);
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -54,9 +54,10 @@ void write_entry(const std::string& key, const Json& value, int indent, std::str
     // A list under a key sits at the key's own indentation, as kubectl writes it.
     write(value, value.is_array() ? indent : indent + 2, out);
   } else {
-    out += " " + (value.is_object() ? std::string("{}")
-                  : value.is_array() ? std::string("[]")
-                                     : scalar(value)) +
+    out += " " +
+           (value.is_object()  ? std::string("{}")
+            : value.is_array() ? std::string("[]")
+                               : scalar(value)) +
            "\n";
   }
 }
@@ -83,7 +84,7 @@ void write(const Json& value, int indent, std::string& out) {
         out += "\n";
         write(item, indent + 2, out);
       } else {
-        out += (item.is_object() ? std::string("{}")
+        out += (item.is_object()  ? std::string("{}")
                 : item.is_array() ? std::string("[]")
                                   : scalar(item)) +
                "\n";

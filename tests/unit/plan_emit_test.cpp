@@ -12,9 +12,9 @@ namespace {
 
 TEST(PlanEmitYaml, QuotesEveryStringYamlWouldReadAsSomethingElse) {
   const nlohmann::ordered_json value = {
-      {"name", "brisk"},   {"port", "8080"},         {"flag", "--model"}, {"yes", "yes"},
-      {"empty", ""},       {"path", "/models/a.gguf"}, {"number", 8080},   {"ratio", 0.5},
-      {"truth", true},     {"colon", "a: b"},        {"none", nullptr}};
+      {"name", "brisk"}, {"port", "8080"},           {"flag", "--model"}, {"yes", "yes"},
+      {"empty", ""},     {"path", "/models/a.gguf"}, {"number", 8080},    {"ratio", 0.5},
+      {"truth", true},   {"colon", "a: b"},          {"none", nullptr}};
   EXPECT_EQ(to_yaml(value),
             "name: brisk\nport: \"8080\"\nflag: \"--model\"\n\"yes\": \"yes\"\nempty: \"\"\n"
             "path: /models/a.gguf\nnumber: 8080\nratio: 0.5\ntruth: true\ncolon: \"a: b\"\n"
@@ -25,11 +25,10 @@ TEST(PlanEmitYaml, ListsOfMapsLineUpUnderTheirDash) {
   const nlohmann::ordered_json value = {
       {"spec",
        {{"containers",
-         nlohmann::ordered_json::array(
-             {{{"name", "brisk"},
-               {"args", {"serve", "--port", "8080"}},
-               {"resources", {{"limits", {{"nvidia.com/gpu", 2}}}}},
-               {"empty", nlohmann::ordered_json::object()}}})}}}};
+         nlohmann::ordered_json::array({{{"name", "brisk"},
+                                         {"args", {"serve", "--port", "8080"}},
+                                         {"resources", {{"limits", {{"nvidia.com/gpu", 2}}}}},
+                                         {"empty", nlohmann::ordered_json::object()}}})}}}};
   EXPECT_EQ(to_yaml(value),
             "spec:\n"
             "  containers:\n"
@@ -137,13 +136,12 @@ TEST_F(PlanEmit, ManifestsCarryReplicasArgsAndTheAutoscalerBounds) {
   EXPECT_NE(manifests.find("  minReplicas: " + std::to_string(settings.replicas) + "\n"),
             std::string::npos);
   EXPECT_NE(manifests.find("  maxReplicas: 6\n"), std::string::npos);
-  EXPECT_NE(manifests.find("- \"--max-seqs\"\n        - \"" + std::to_string(settings.max_seqs) +
-                           "\"\n"),
-            std::string::npos)
+  EXPECT_NE(
+      manifests.find("- \"--max-seqs\"\n        - \"" + std::to_string(settings.max_seqs) + "\"\n"),
+      std::string::npos)
       << manifests;
   const std::string haproxy = haproxy_backend(request, candidate);
-  EXPECT_NE(haproxy.find("maxconn " + std::to_string(settings.max_seqs) + "\n"),
-            std::string::npos);
+  EXPECT_NE(haproxy.find("maxconn " + std::to_string(settings.max_seqs) + "\n"), std::string::npos);
   EXPECT_NE(haproxy.find("server brisk-" + std::to_string(settings.replicas) + " "),
             std::string::npos);
   EXPECT_EQ(haproxy.find("server brisk-" + std::to_string(settings.replicas + 1) + " "),
