@@ -44,6 +44,13 @@ bool is_collection(const Json& value) {
   return (value.is_object() || value.is_array()) && !value.empty();
 }
 
+// What stands after `key:` or `- ` for anything but a non-empty collection.
+std::string leaf(const Json& value) {
+  if (value.is_object()) return "{}";
+  if (value.is_array()) return "[]";
+  return scalar(value);
+}
+
 void write(const Json& value, int indent, std::string& out);
 
 // `key: scalar`, or `key:` and the collection below it.
@@ -54,11 +61,7 @@ void write_entry(const std::string& key, const Json& value, int indent, std::str
     // A list under a key sits at the key's own indentation, as kubectl writes it.
     write(value, value.is_array() ? indent : indent + 2, out);
   } else {
-    out += " " +
-           (value.is_object()  ? std::string("{}")
-            : value.is_array() ? std::string("[]")
-                               : scalar(value)) +
-           "\n";
+    out += " " + leaf(value) + "\n";
   }
 }
 
@@ -84,10 +87,7 @@ void write(const Json& value, int indent, std::string& out) {
         out += "\n";
         write(item, indent + 2, out);
       } else {
-        out += (item.is_object()  ? std::string("{}")
-                : item.is_array() ? std::string("[]")
-                                  : scalar(item)) +
-               "\n";
+        out += leaf(item) + "\n";
       }
     }
   } else {
