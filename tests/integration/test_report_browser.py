@@ -224,9 +224,10 @@ def chart_problems(charts: list[dict]) -> list[str]:
     return problems
 
 
-def test_report_draws_every_chart_in_chromium(bench_report, tmp_path):
+def test_report_draws_every_chart_in_chromium(bench_report, tmp_path, capsys):
     charts, errors, screenshot = render(bench_report, tmp_path)
-    print(f"\nscreenshot of report.html: {screenshot}")
+    with capsys.disabled():  # shown even when pytest captures output
+        print(f"\nscreenshot of report.html: {screenshot}")
     assert chart_problems(charts) == [], charts
     assert errors == [], f"the page logged errors: {errors}"
     for chart in charts:
