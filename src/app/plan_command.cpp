@@ -11,6 +11,7 @@
 #include "common/model_store.h"
 #include "plan/calibration.h"
 #include "plan/capacity_planner.h"
+#include "plan/deployment_emitter.h"
 #include "plan/plan_report.h"
 
 namespace brisk {
@@ -36,6 +37,7 @@ struct PlanFlags {
   int step_token_budget = 512;
   std::string catalog;
   bool json = false;
+  std::string emit;  // "k8s" or "haproxy": deployment files instead of the table
   std::string explain;
   bool uncalibrated = false;
 };
@@ -142,7 +144,16 @@ int run_plan(PlanFlags flags) {
 
   const auto plan = plan::make_plan(request, *catalog, &error);
   if (!plan) return fail(error);
-  if (flags.json) {
+  if (!flags.emit.empty()) {
+    if (!plan->recommended) {
+      return fail("--emit " + flags.emit +
+                  ": no candidate serves this load within the SLO, so there is nothing to "
+                  "deploy (run without --emit to see why)");
+    }
+    const plan::Candidate& chosen = plan->candidates[*plan->recommended];
+    std::cout << (flags.emit == "k8s" ? plan::kubernetes_manifests(request, chosen)
+                                      : plan::haproxy_backend(request, chosen));
+  } else if (flags.json) {
     std::cout << plan::plan_json(request, *plan).dump(2) << "\n";
   } else {
     plan::print_plan(std::cout, request, *plan);
@@ -159,7 +170,8 @@ int run_plan(PlanFlags flags) {
       return fail("--explain " + flags.explain + ": not among the candidates (" + catalog->ids() +
                   ", or best)");
     }
-    plan::print_explanation(flags.json ? std::cerr : std::cout, request, *explained);
+    plan::print_explanation(flags.json || !flags.emit.empty() ? std::cerr : std::cout, request,
+                            *explained);
   }
   return 0;
 }
@@ -259,7 +271,12 @@ CommandRunner register_plan_command(CLI::App& app) {
                  "--max-batched-tokens)")
       ->check(CLI::PositiveNumber);
   app.add_option("--catalog", flags->catalog, "An edited copy of data/hardware.toml");
-  app.add_flag("--json", flags->json, "Print the plan as JSON");
+  CLI::Option* json = app.add_flag("--json", flags->json, "Print the plan as JSON");
+  app.add_option("--emit", flags->emit,
+                 "Print deployment files for the recommendation instead of the table: k8s (a "
+                 "Deployment and a HorizontalPodAutoscaler) or haproxy (a backend)")
+      ->check(CLI::IsMember({"k8s", "haproxy"}))
+      ->excludes(json);
   app.add_option("--explain", flags->explain,
                  "Print the arithmetic behind one candidate (a device id, or 'best')");
   app.add_flag("--uncalibrated", flags->uncalibrated,

@@ -200,6 +200,7 @@ std::optional<ModelProfile> profile_from_gguf(const std::string& path, std::stri
       metadata->string("general.name").empty() ? model.id : metadata->string("general.name");
   model.architecture = metadata->string("general.architecture");
   model.origin = "GGUF metadata of " + path;
+  model.gguf_path = path;
   std::string problem;  // the first key that holds no count
   auto arch_int = [&](const char* key, int fallback) {
     const auto value = metadata->arch_number(key);

@@ -17,6 +17,7 @@ struct ModelProfile {
   std::string name;
   std::string architecture;
   std::string origin;     // where the shape came from, for the report
+  std::string gguf_path;  // the file, when the shape came from a GGUF (brisk plan --emit)
   double parameters = 0;  // total; computed from the shape when the source does not say
   int layers = 0;
   int hidden_size = 0;

@@ -6,6 +6,20 @@
 namespace brisk::plan {
 namespace {
 
+// The statistic the table shows: the SLO's first percentile, else p95.
+std::string shown_stat(const PlanRequest& request) {
+  for (const SloLimit& limit : request.slo) {
+    if (limit.metric != "e2e") return limit.stat;
+  }
+  return "p95";
+}
+
+nlohmann::json percentiles_json(const Percentiles& values) {
+  return {{"mean", values.mean}, {"p50", values.p50}, {"p95", values.p95}, {"p99", values.p99}};
+}
+
+}  // namespace
+
 std::string load_text(const Workload& workload) {
   if (workload.rate_per_s > 0) return fmt::format("{:g} requests/s (Poisson)", workload.rate_per_s);
   if (workload.burst)
@@ -22,20 +36,6 @@ std::string slo_text(const std::vector<SloLimit>& slo) {
   }
   return text;
 }
-
-// The statistic the table shows: the SLO's first percentile, else p95.
-std::string shown_stat(const PlanRequest& request) {
-  for (const SloLimit& limit : request.slo) {
-    if (limit.metric != "e2e") return limit.stat;
-  }
-  return "p95";
-}
-
-nlohmann::json percentiles_json(const Percentiles& values) {
-  return {{"mean", values.mean}, {"p50", values.p50}, {"p95", values.p95}, {"p99", values.p99}};
-}
-
-}  // namespace
 
 void print_plan(std::ostream& out, const PlanRequest& request, const Plan& plan) {
   const ModelProfile& model = request.model;
