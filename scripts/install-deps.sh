@@ -14,6 +14,8 @@ PACKAGES=(
   libjs-chart.js          # Chart.js 3.9, inlined into brisk bench's report.html
   clang libclang-rt-14-dev  # clang 14 with libFuzzer, ASan and UBSan: tests/fuzz
   python3 python3-venv python3-pip
+  prometheus              # 2.42, with promtool: tests/integration/test_prometheus.py
+  haproxy                 # 2.6: tests/integration/test_haproxy.py
 )
 
 missing=()
