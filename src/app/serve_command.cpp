@@ -52,6 +52,7 @@ struct ServeFlags {
   int write_timeout_s = 60;
   int drain_timeout_s = 10;
   std::string log_format = "text";
+  std::string metrics_compat = "none";
   std::string log_level = "info";
   std::string generation_config = kGenerationConfigPresets[0];
   std::string override_generation_config;
@@ -116,6 +117,7 @@ int run_serve(ServeFlags& flags) {
 
   flags.server.model_name =
       flags.served_model_name.empty() ? model.served_name : flags.served_model_name;
+  flags.server.vllm_metrics = flags.metrics_compat == "vllm";
   flags.server.limits.read_timeout = std::chrono::seconds(flags.read_timeout_s);
   flags.server.limits.keep_alive_timeout = std::chrono::seconds(flags.keep_alive_timeout_s);
   flags.server.limits.write_timeout = std::chrono::seconds(flags.write_timeout_s);
@@ -249,6 +251,12 @@ CommandRunner register_serve_command(CLI::App& app) {
   app.add_option("--drain-timeout", flags->drain_timeout_s,
                  "Seconds to finish in-flight requests on SIGTERM/SIGINT before cancelling them")
       ->check(CLI::Range(0, 3600))
+      ->capture_default_str();
+  app.add_option("--metrics-compat", flags->metrics_compat,
+                 "Also expose the queue and KV gauges under another server's names: vllm "
+                 "(vllm:num_requests_waiting, vllm:kv_cache_usage_perc, ...; what Kubernetes' "
+                 "inference gateway reads), or none")
+      ->check(CLI::IsMember({"none", "vllm"}))
       ->capture_default_str();
   app.add_option("--io-threads", flags->server.io_threads, "HTTP I/O threads")
       ->check(CLI::Range(1, 64))

@@ -122,4 +122,33 @@ std::string ServingMetrics::render_prometheus(const SchedulerStats& stats) const
   return out;
 }
 
+std::string ServingMetrics::render_vllm_compat(const SchedulerStats& stats,
+                                              const std::string& model_name) {
+  // A label value escapes backslash, quote and newline (Prometheus text format).
+  std::string label;
+  for (char c : model_name) {
+    if (c == '\\' || c == '"') label += '\\';
+    if (c == '\n') {
+      label += "\\n";
+      continue;
+    }
+    label += c;
+  }
+  const std::string labels = fmt::format("{{model_name=\"{}\"}}", label);
+  std::string out;
+  append_header(out, "vllm:num_requests_running", "gauge",
+                "Requests in the running batch (brisk_requests_running).");
+  out += fmt::format("vllm:num_requests_running{} {}\n", labels, stats.running);
+  append_header(out, "vllm:num_requests_waiting", "gauge",
+                "Requests waiting to run (brisk_requests_waiting).");
+  out += fmt::format("vllm:num_requests_waiting{} {}\n", labels, stats.waiting);
+  // vLLM's "perc" is a fraction: 1 means the whole cache. The older name is kept for readers
+  // that still ask for it.
+  for (const char* name : {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"}) {
+    append_header(out, name, "gauge", "KV cache usage, 1 = full (brisk_kv_cache_usage_ratio).");
+    out += fmt::format("{}{} {}\n", name, labels, stats.kv_cache_usage_ratio);
+  }
+  return out;
+}
+
 }  // namespace brisk

@@ -15,7 +15,10 @@ namespace brisk {
 struct SchedulerStats {
   int running = 0;
   int waiting = 0;
+  int max_waiting = 0;  // --max-queued-requests: the queue is full at this many
   double kv_cache_usage_ratio = 0;
+
+  bool queue_full() const { return max_waiting > 0 && waiting >= max_waiting; }
 };
 
 // Where one engine step's time went (brisk_step_phase_seconds).
@@ -38,6 +41,10 @@ class ServingMetrics {
   void count_rejection(const std::string& reason);
 
   std::string render_prometheus(const SchedulerStats& stats) const;
+  // The gauges under vLLM's names (--metrics-compat vllm), with vLLM's meaning and its
+  // model_name label: what the Gateway API Inference Extension's endpoint picker reads.
+  static std::string render_vllm_compat(const SchedulerStats& stats,
+                                        const std::string& model_name);
 
  private:
   Histogram time_to_first_token_;

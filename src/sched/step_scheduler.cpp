@@ -63,6 +63,7 @@ SchedulerStats StepScheduler::stats() const {
     std::lock_guard lock(mutex_);  // with admit_waiting's: a request is waiting or running
     stats.running = running_count_.load();
     stats.waiting = static_cast<int>(waiting_.size());
+    stats.max_waiting = options_.max_queued_requests;
   }
   stats.kv_cache_usage_ratio =
       kv_capacity_tokens_ > 0 ? static_cast<double>(kv_tokens_in_use_.load()) / kv_capacity_tokens_

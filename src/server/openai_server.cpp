@@ -249,12 +249,21 @@ void OpenAiServer::handle(HttpRequest&& request, const std::shared_ptr<HttpSessi
       return session->respond(
           json_response(http::status::service_unavailable, {{"status", "draining"}}));
     }
+    // A full queue answers 429 to every new request: a balancer should send them elsewhere.
+    if (scheduler_.stats().queue_full()) {
+      return session->respond(
+          json_response(http::status::service_unavailable, {{"status", "queue_full"}}));
+    }
     return session->respond(json_response(http::status::ok, {{"status", "ready"}}));
   }
   if (path == "/metrics") {
     HttpResponse response{http::status::ok, 11};
     response.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-    response.body() = metrics_.render_prometheus(scheduler_.stats()) + connections_.render_prometheus();
+    const SchedulerStats stats = scheduler_.stats();
+    response.body() = metrics_.render_prometheus(stats) + connections_.render_prometheus();
+    if (options_.vllm_metrics) {
+      response.body() += ServingMetrics::render_vllm_compat(stats, options_.model_name);
+    }
     return session->respond(std::move(response));
   }
   if (path == "/v1/models") return session->respond(models_response());

@@ -28,7 +28,8 @@ struct ServerOptions {
   HttpLimits limits;
   int io_threads = 2;
   std::chrono::seconds drain_timeout{10};
-  GenerationDefaults generation;  // what requests that name no sampling parameter get
+  GenerationDefaults generation;
+  bool vllm_metrics = false;  // --metrics-compat vllm: the gauges under vLLM's names too  // what requests that name no sampling parameter get
 };
 
 // The OpenAI-compatible HTTP front: routes, authentication, validation and admission.

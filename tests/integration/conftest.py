@@ -210,13 +210,15 @@ def brisk(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def brisk_guarded(tmp_path_factory):
-    """A brisk server with an API key and a tiny admission queue (1 running + 2 waiting)."""
+    """A brisk server with an API key, a tiny admission queue (1 running + 2 waiting) and the
+    vLLM metric names."""
     server = _start_brisk(
         tmp_path_factory,
         "brisk-guarded",
         ["--api-key", API_KEY, "--max-queued-requests", "2", "--max-seqs", "1",
          "--read-timeout", str(GUARDED_READ_TIMEOUT_S),
-         "--keep-alive-timeout", str(GUARDED_READ_TIMEOUT_S), "--log-format", "json"],
+         "--keep-alive-timeout", str(GUARDED_READ_TIMEOUT_S), "--log-format", "json",
+         "--metrics-compat", "vllm"],
         api_key=API_KEY,
     )
     yield server

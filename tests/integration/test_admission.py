@@ -125,6 +125,51 @@ def test_queue_full_is_429_with_retry_after(brisk_guarded):
     assert elapsed < 120
 
 
+def test_ready_is_503_while_the_queue_is_full(brisk_guarded):
+    """A balancer's health check routes around a saturated replica: /ready answers 503
+    `queue_full` while 1 request runs and 2 wait, 200 once they are done. The vLLM gauges the
+    inference gateway reads say the same as brisk's own."""
+    def one(_):
+        with brisk_guarded.client(timeout=180) as c:
+            return c.post("/v1/completions",
+                          json={"prompt": "Tell me a long story.", "max_tokens": 64,
+                                "ignore_eos": True})
+
+    model_label = f'{{model_name="{MODEL_NAME}"}}'
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futures = [pool.submit(one, i) for i in range(3)]
+        deadline = time.monotonic() + 60
+        saturated = None
+        while time.monotonic() < deadline and saturated is None:
+            r = httpx.get(brisk_guarded.base_url + "/ready", timeout=10)
+            if r.status_code == 503:
+                metrics = get_metrics(brisk_guarded)
+                # Past the first request's first step, so its KV cells are counted.
+                if metrics["brisk_kv_cache_usage_ratio"] > 0:
+                    saturated = r
+            else:
+                assert r.status_code == 200, r.text
+            if saturated is None:
+                time.sleep(0.02)
+        assert saturated is not None, "/ready never said 503 with the queue full"
+        assert saturated.json() == {"status": "queue_full"}, saturated.text
+        assert metrics["brisk_requests_waiting"] == 2, metrics
+        assert metrics["vllm:num_requests_waiting" + model_label] == 2, metrics
+        assert metrics["vllm:num_requests_running" + model_label] == 1, metrics
+        assert 0 < metrics["vllm:kv_cache_usage_perc" + model_label] <= 1, metrics
+        assert (metrics["vllm:kv_cache_usage_perc" + model_label]
+                == metrics["vllm:gpu_cache_usage_perc" + model_label]
+                == metrics["brisk_kv_cache_usage_ratio"]), metrics
+        for f in futures:
+            assert f.result().status_code == 200, f.result().text
+    r = httpx.get(brisk_guarded.base_url + "/ready", timeout=10)
+    assert r.status_code == 200 and r.json() == {"status": "ready"}, r.text
+
+
+def test_vllm_names_only_when_asked(brisk):
+    assert not [k for k in get_metrics(brisk) if k.startswith("vllm:")]
+
+
 def test_rejected_client_can_retry_after_the_queue_drains(brisk_guarded):
     r = _chat(brisk_guarded.base_url, {"Authorization": f"Bearer {API_KEY}"})
     assert r.status_code == 200, r.text
