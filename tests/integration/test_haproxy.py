@@ -45,16 +45,19 @@ DRAIN_TIMEOUT_S = 20
 WAIT_S = 30
 COMPLETIONS = "/v1/completions"
 FINISHED = 'brisk_requests_finished_total{finished_reason="length"}'
+SHUTTING_DOWN = 'brisk_requests_rejected_total{reason="shutting_down"}'
+LONG_REQUEST_TOKENS = 200
+LONG_DRAIN_TIMEOUT_S = 60
 
 
-def _start_replica(tmp_path: Path, name: str) -> Server:
+def _start_replica(tmp_path: Path, name: str, drain_timeout_s: int = DRAIN_TIMEOUT_S) -> Server:
     """A small brisk serve: one compute thread each, so two fit on a small machine."""
     require_file(BRISK_BIN, "build brisk first (make)")
     require_file(model_path(MODEL_FILE), f"fetch the model first: {BRISK_BIN} pull {MODEL_NAME}")
     port = free_port()
     argv = [str(BRISK_BIN), "serve", "--model", MODEL_NAME, "--host", "127.0.0.1",
             "--port", str(port), "--ctx-size", "2048", "--max-seqs", "4", "--threads", "1",
-            "--drain-timeout", str(DRAIN_TIMEOUT_S)]
+            "--drain-timeout", str(drain_timeout_s)]
     server = Server(name=name, argv=argv, port=port, log_path=tmp_path / f"{name}.log")
     server.start("/ready")
     return server
@@ -251,7 +254,6 @@ def test_a_replica_drains_behind_haproxy_and_no_client_request_fails(tmp_path):
     assert survivor_at_end == by_server["replica2"], summary
 
 
-SHUTTING_DOWN = 'brisk_requests_rejected_total{reason="shutting_down"}'
 
 
 def get_metrics_via(client: httpx.Client) -> dict[str, float]:
@@ -274,36 +276,41 @@ def test_requests_that_reach_a_draining_replica_are_retried_on_another(tmp_path)
     its listener) or, on a kept-alive connection, a 503 `shutting_down`. Neither started, and
     HAProxy retries both on the other replica: the client sees only 200s."""
     replicas: list[Server] = []
+    clients: list[httpx.Client] = []
     long_request: dict = {}
     worker = None
     try:
-        replicas = [_start_replica(tmp_path, name) for name in ("replica1", "replica2")]
-        victim, survivor = replicas
+        # The long request below must outlast the requests sent while it drains, even on a fast
+        # machine, and finish within the drain on a slow one.
+        replicas = [_start_replica(tmp_path, name, drain_timeout_s=LONG_DRAIN_TIMEOUT_S)
+                    for name in ("replica1", "replica2")]
+        victim = replicas[0]
         with HAProxy(tmp_path, replicas) as haproxy:
             haproxy.wait_for_status({"replica1": "UP", "replica2": "UP"})
             clients = [httpx.Client(base_url=haproxy.url, timeout=30) for _ in range(2)]
             body = {"model": MODEL_NAME, "prompt": "Hi", "max_tokens": 1}
             for client in clients * 2:  # kept-alive connections to both replicas
                 assert client.post(COMPLETIONS, json=body).status_code == 200
-
-            def run_long_request():
-                r = httpx.post(victim.base_url + COMPLETIONS, timeout=60,
-                               json={"model": MODEL_NAME, "prompt": "Once", "max_tokens": 120,
-                                     "ignore_eos": True})
-                long_request.update(status=r.status_code, body=r.json())
-
             # A connection of the test's own to the victim, opened now: its /metrics stays
             # readable while it drains (its listener is closed then).
             victim_client = httpx.Client(base_url=victim.base_url, timeout=10)
+            clients.append(victim_client)
             get_metrics_via(victim_client)
+
+            def run_long_request():
+                r = httpx.post(victim.base_url + COMPLETIONS, timeout=LONG_DRAIN_TIMEOUT_S,
+                               json={"model": MODEL_NAME, "prompt": "Once",
+                                     "max_tokens": LONG_REQUEST_TOKENS, "ignore_eos": True})
+                long_request.update(status=r.status_code, body=r.json())
+
             worker = threading.Thread(target=run_long_request)
             worker.start()  # keeps the victim draining while the requests below arrive
             deadline = time.monotonic() + WAIT_S
-            while get_metrics(victim)["brisk_requests_running"] != 1:
+            while get_metrics_via(victim_client)["brisk_requests_running"] != 1:
                 assert time.monotonic() < deadline, "the long request never started"
                 time.sleep(0.05)
-            assert "brisk_replicas/replica1" not in haproxy.command(
-                "disable health brisk_replicas/replica1")  # no error message
+            answer = haproxy.command("disable health brisk_replicas/replica1")
+            assert not answer.strip(), f"haproxy: {answer}"
             victim.proc.send_signal(signal.SIGTERM)
             deadline = time.monotonic() + WAIT_S
             while not _refuses_connections(victim):
@@ -311,32 +318,31 @@ def test_requests_that_reach_a_draining_replica_are_retried_on_another(tmp_path)
                 time.sleep(0.05)
             statuses = [clients[i % 2].post(COMPLETIONS, json=body).status_code for i in range(8)]
             refused_while_draining = get_metrics_via(victim_client).get(SHUTTING_DOWN, 0)
-            victim_client.close()
-            worker.join(timeout=60)
-            victim_exit = victim.proc.wait(timeout=DRAIN_TIMEOUT_S + 10)
+            worker.join(timeout=LONG_DRAIN_TIMEOUT_S)
+            victim_exit = victim.proc.wait(timeout=LONG_DRAIN_TIMEOUT_S)
             stats = haproxy.servers()
-            served = haproxy.completion_log()[2 * len(clients):]
-            for client in clients:
-                client.close()
+            served = haproxy.completion_log()[4:]  # after the four that opened the connections
     finally:
+        for client in clients:
+            client.close()
         for replica in replicas:
             replica.terminate()
             replica.kill()
         if worker is not None:
-            worker.join(timeout=60)
+            worker.join(timeout=LONG_DRAIN_TIMEOUT_S)
 
     summary = (f"statuses {statuses}; served by {[(e['server'], e['retries']) for e in served]}; "
-               f"replica1 answered {refused_while_draining} with 503 shutting_down; "
+               f"replica1 answered {refused_while_draining:g} with 503 shutting_down; "
                + ", ".join(f"{name}: {row['hrsp_5xx']} 5xx, {row['wretr']} retries, "
                            f"{row['wredis']} redispatches" for name, row in stats.items()))
     print(summary)
     assert statuses == [200] * 8, summary
     assert all(e["server"] == "replica2" and e["status"] == 200 for e in served), summary
-    # HAProxy sent some to the draining replica (its stats count only final answers, so the
-    # retried 503s are not in its hrsp_5xx), which refused them with 503 on a kept-alive
-    # connection: each was retried elsewhere.
+    # HAProxy sent some to the draining replica, which refused them with 503 on a kept-alive
+    # connection, and retried each elsewhere (HAProxy's hrsp_5xx counts only final answers, so
+    # the victim's own counter tells).
     assert 0 < refused_while_draining <= int(stats["replica1"]["wredis"]), summary
-    # ... and the request it had admitted finished whole; then it exited cleanly.
+    # The request it had admitted finished whole; then it exited cleanly.
     assert long_request["status"] == 200, long_request
-    assert long_request["body"]["usage"]["completion_tokens"] == 120
+    assert long_request["body"]["usage"]["completion_tokens"] == LONG_REQUEST_TOKENS
     assert victim_exit == 0, victim.log_tail()
