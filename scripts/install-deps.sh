@@ -13,9 +13,10 @@ PACKAGES=(
   libtomlplusplus-dev     # 3.3, brisk plan's data/*.toml
   libjs-chart.js          # Chart.js 3.9, inlined into brisk bench's report.html
   chromium                # headless, opens report.html in tests/integration/test_report_browser.py
-  haproxy                 # haproxy -c checks `brisk plan --emit haproxy` (test_k8s_manifests.py)
   clang libclang-rt-14-dev  # clang 14 with libFuzzer, ASan and UBSan: tests/fuzz
   python3 python3-venv python3-pip
+  prometheus              # 2.42, with promtool: tests/integration/test_prometheus.py
+  haproxy                 # 2.6: tests/integration/test_haproxy.py; haproxy -c checks `brisk plan --emit haproxy`
 )
 
 missing=()
