@@ -61,7 +61,9 @@ void write_entry(const std::string& key, const Json& value, int indent, std::str
     // A list under a key sits at the key's own indentation, as kubectl writes it.
     write(value, value.is_array() ? indent : indent + 2, out);
   } else {
-    out += " " + leaf(value) + "\n";
+    out += ' ';
+    out += leaf(value);
+    out += '\n';
   }
 }
 
