@@ -81,12 +81,19 @@ void HttpSession::read_header() {
       [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
 }
 
+namespace {
+
+// The client went away or ran out of time: there is nobody to answer.
+bool connection_ended(const beast::error_code& ec) {
+  return ec == http::error::end_of_stream || ec == http::error::partial_message ||
+         ec == beast::error::timeout || ec == net::error::operation_aborted ||
+         ec == net::error::connection_reset || ec == net::error::eof;
+}
+
+}  // namespace
+
 void HttpSession::on_header(beast::error_code ec) {
-  if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
-      ec == net::error::operation_aborted || ec == net::error::connection_reset ||
-      ec == net::error::eof) {
-    return close();
-  }
+  if (connection_ended(ec)) return close();
   if (ec == http::error::body_limit) {
     return refuse_too_large();
   }
@@ -126,7 +133,11 @@ void HttpSession::on_body(beast::error_code ec) {
   if (ec == http::error::body_limit) {
     return refuse_too_large();
   }
-  if (ec) return close();
+  if (connection_ended(ec)) return close();
+  if (ec) {  // a bad chunk size or extension
+    return refuse_and_close(
+        protocol_error(400, "malformed HTTP request body: " + ec.message(), "bad_http_request"));
+  }
   // While the request is served, nothing is read: no timeout until a response is written.
   stream_.expires_never();
   HttpRequest request = parser_->release();

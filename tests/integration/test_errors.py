@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import select
 import socket
@@ -226,6 +227,25 @@ def test_100mb_body_is_rejected_with_413(brisk):
     )
     r = httpx.get(brisk.base_url + "/health", timeout=10)
     assert r.status_code == 200
+
+
+@pytest.mark.parametrize("body", [b"zz\r\n{}\r\n0\r\n\r\n", b"2;\x01\r\n{}\r\n0\r\n\r\n"],
+                         ids=["bad_chunk_size", "bad_chunk_extension"])
+def test_malformed_chunked_body_is_a_400(brisk, body):
+    """A chunked body the parser cannot read is answered, not just dropped."""
+    head = (
+        f"POST /v1/completions HTTP/1.1\r\nHost: {brisk.host_port}\r\n"
+        f"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    ).encode()
+    deadline = time.monotonic() + 30
+    with socket.create_connection(("127.0.0.1", brisk.port), timeout=30) as sock:
+        sock.sendall(head + body)
+        response = _read_http_response(sock, deadline)
+    status_line, _, rest = response.partition(b"\r\n")
+    assert re.match(rb"HTTP/1\.[01] 400\b", status_line), response[:300]
+    error = json.loads(rest.split(b"\r\n\r\n", 1)[1])["error"]
+    assert error["code"] == "bad_http_request" and "body" in error["message"], error
+    assert httpx.get(brisk.base_url + "/health", timeout=10).status_code == 200
 
 
 def test_100mb_body_via_httpx(brisk):
