@@ -176,10 +176,20 @@ CommandRunner register_serve_command(CLI::App& app) {
                  "Token budget of one engine step (decodes + prefill chunks)")
       ->check(CLI::Range(2, 1 << 16))
       ->capture_default_str();
-  app.add_option("--max-step-ms", flags->scheduler.max_step_ms,
-                 "While streams decode, cut prompt chunks so a step stays under this many ms "
+  app.add_option("--target-itl-ms,--max-step-ms", flags->scheduler.max_step_ms,
+                 "While streams decode, cut prompt chunks so a step (the gap between two tokens "
+                 "of every running stream) stays under this many ms, from measured step costs "
                  "(0: off; only --max-batched-tokens limits them)")
       ->check(CLI::Range(0.0, 60000.0))
+      ->capture_default_str();
+  app.add_option("--long-prefill-tokens", flags->scheduler.long_prefill_tokens,
+                 "A prompt with more tokens than this left to prefill is long: short prompts get "
+                 "each step's token budget first (0: oldest first, no distinction)")
+      ->check(CLI::Range(0, 1 << 22))
+      ->capture_default_str();
+  app.add_option("--max-long-prefills", flags->scheduler.max_long_prefills,
+                 "Long prompts prefilled at once; the others wait their turn")
+      ->check(CLI::Range(1, 256))
       ->capture_default_str();
   app.add_option("--max-queued-requests", flags->scheduler.max_queued_requests,
                  "Waiting requests beyond which new ones get 429")

@@ -169,13 +169,27 @@ int StepScheduler::build_batch(bool admit) {
   }
   const int decode_tokens = engine_.batch_size();
   int budget = prefill_budget(decode_tokens);
+  // Short prompts first, then newcomers (whose long prompts wait for the next pass), then the
+  // long ones with what is left, oldest first.
   for (auto& sequence : running_) {
     if (budget <= 0 || kv_free <= 0) break;
-    if (sequence->prefill_done()) continue;
+    if (sequence->prefill_done() || is_long_prefill(*sequence)) continue;
     add_prefill(*sequence, budget, kv_free);
   }
   if (admit) admit_waiting(budget, kv_free);
+  int long_prefills = 0;
+  for (auto& sequence : running_) {
+    if (budget <= 0 || kv_free <= 0 || long_prefills >= options_.max_long_prefills) break;
+    if (sequence->prefill_done() || !is_long_prefill(*sequence)) continue;
+    add_prefill(*sequence, budget, kv_free);
+    ++long_prefills;
+  }
   return decode_tokens;
+}
+
+bool StepScheduler::is_long_prefill(const Sequence& sequence) const {
+  return options_.long_prefill_tokens > 0 &&
+         sequence.prompt_remaining() > options_.long_prefill_tokens;
 }
 
 void StepScheduler::add_prefill(Sequence& sequence, int& budget, int& kv_free) {
@@ -319,7 +333,9 @@ void StepScheduler::start_sequence(std::unique_ptr<Sequence> sequence, int& budg
     running_count_ = static_cast<int>(running_.size());
     preempted_count_ = static_cast<int>(preempted_.size());
   }
-  if (kv_free > 0) add_prefill(started, budget, kv_free);
+  // A long prompt waits for the pass after admission, so short ones admitted later in this
+  // step still get their share of the budget.
+  if (kv_free > 0 && !is_long_prefill(started)) add_prefill(started, budget, kv_free);
 }
 
 void StepScheduler::sample_and_commit(int decode_tokens, TimePoint step_started,

@@ -24,6 +24,11 @@ struct SchedulerOptions {
   // (0: only max_batched_tokens limits them). Trades a later first token for newcomers
   // against smaller inter-token stalls for running streams.
   double max_step_ms = 0;
+  // A prompt with more than this many tokens still to prefill is long: short prompts get a
+  // step's budget first, so one long prompt does not hold back every short one behind it
+  // (0: no distinction, oldest first). At most max_long_prefills long prompts progress at once.
+  int long_prefill_tokens = 256;
+  int max_long_prefills = 1;
   // Threads that sample a step's sequences in parallel, the engine thread included.
   int sampling_threads = 1;
 };
@@ -62,6 +67,7 @@ class StepScheduler {
   void reap_cancelled();
   int build_batch(bool admit);
   void add_prefill(Sequence& sequence, int& budget, int& kv_free);
+  bool is_long_prefill(const Sequence& sequence) const;
   void admit_waiting(int& budget, int& kv_free);
   void start_sequence(std::unique_ptr<Sequence> sequence, int& budget, int& kv_free);
   int kv_free_cells() const;

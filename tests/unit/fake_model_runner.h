@@ -85,6 +85,7 @@ class FakeModelRunner final : public ModelRunner {
     cache_.erase(sequence);
   }
 
+  int decodes() const { std::lock_guard lock(mutex_); return decodes_; }
   // Read after the work is done.
   int no_kv_space_answers() const { std::lock_guard lock(mutex_); return no_kv_space_; }
   int misplaced_tokens() const { std::lock_guard lock(mutex_); return misplaced_; }

@@ -206,5 +206,54 @@ TEST(StepScheduler, DrainFinishesPreemptedRequests) {
   EXPECT_GT(run.metric("brisk_preemptions_total"), 0);
 }
 
+// The step (counted in the fake's decodes) at which a short prompt that arrives while a long one
+// is being prefilled gets its first token.
+int short_first_token_step(int long_prefill_tokens, int* long_first_token_step) {
+  FakeModelRunner runner(8192);
+  runner.step_delay = std::chrono::milliseconds(2);
+  SchedulerOptions opts = options(4, 256);
+  opts.long_prefill_tokens = long_prefill_tokens;
+  ServingMetrics metrics;
+  StepScheduler scheduler(runner, opts, metrics);
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<int> first_token_step(2, -1);
+  int finished = 0;
+  auto submit = [&](int index, int prompt_tokens) {
+    auto request = std::make_shared<Request>();
+    request->prompt_tokens.assign(static_cast<size_t>(prompt_tokens), 5 + index);
+    request->max_tokens = 4;
+    request->sampling = greedy();
+    request->arrival = Clock::now();
+    request->on_update = [&, index](GenerationUpdate&& update) {
+      std::lock_guard lock(mutex);
+      if (first_token_step[index] < 0 && update.completion_tokens > 0) {
+        first_token_step[index] = runner.decodes();
+      }
+      if (update.finished() && ++finished == 2) cv.notify_all();
+    };
+    EXPECT_EQ(scheduler.submit(std::move(request)), SubmitStatus::accepted);
+  };
+  submit(0, 2000);  // 8 steps of 256 tokens alone
+  scheduler.start();
+  while (runner.decodes() < 2) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  submit(1, 40);
+  std::unique_lock lock(mutex);
+  EXPECT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return finished == 2; }));
+  *long_first_token_step = first_token_step[0];
+  return first_token_step[1];
+}
+
+TEST(StepScheduler, ShortPromptsDoNotWaitForALongPrefill) {
+  int long_step = 0;
+  const int short_step = short_first_token_step(128, &long_step);
+  EXPECT_LE(short_step, 5) << "the short prompt waited for the long one's prefill";
+  EXPECT_LT(short_step, long_step);
+  // Oldest first: the short one's first token comes after the long prompt's prefill.
+  int long_step_fcfs = 0;
+  const int short_step_fcfs = short_first_token_step(0, &long_step_fcfs);
+  EXPECT_GE(short_step_fcfs, long_step_fcfs);
+}
+
 }  // namespace
 }  // namespace brisk
