@@ -195,6 +195,17 @@ CommandRunner register_serve_command(CLI::App& app) {
                  "Waiting requests beyond which new ones get 429")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
+  app.add_option("--max-queue-delay-ms", flags->scheduler.max_queue_delay_ms,
+                 "Refuse at once (429, Retry-After) a request whose estimated wait before its "
+                 "prompt starts, from the work ahead and measured step costs, is longer than "
+                 "this (0: off)")
+      ->check(CLI::Range(0.0, 3600000.0))
+      ->capture_default_str();
+  app.add_option("--max-queued-tokens", flags->scheduler.max_queued_tokens,
+                 "Prompt tokens waiting in the queue beyond which new requests get 429 (0: no "
+                 "limit)")
+      ->check(CLI::Range(0, 1 << 30))
+      ->capture_default_str();
   app.add_option("-t,--threads", flags->engine.threads, "CPU threads for llama.cpp (0: all cores)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace brisk {
 
@@ -23,17 +24,45 @@ void StepScheduler::start() {
   engine_thread_ = std::thread([this] { run_loop(); });
 }
 
-SubmitStatus StepScheduler::submit(std::shared_ptr<Request> request) {
+SubmitStatus StepScheduler::submit(std::shared_ptr<Request> request, double* estimated_wait_ms) {
+  const int prompt_tokens = static_cast<int>(request->prompt_tokens.size());
   {
     std::lock_guard lock(mutex_);
     if (!accepting_) return SubmitStatus::shutting_down;
     if (static_cast<int>(waiting_.size()) >= options_.max_queued_requests) {
       return SubmitStatus::queue_full;
     }
+    if (options_.max_queued_tokens > 0 && !waiting_.empty() &&
+        queued_prompt_tokens_ + prompt_tokens > options_.max_queued_tokens) {
+      return SubmitStatus::queued_tokens_full;
+    }
+    const double wait_ms =
+        estimate_queue_delay_ms(load_, queued_prompt_tokens_, static_cast<int>(waiting_.size()),
+                                options_.max_batched_tokens);
+    if (estimated_wait_ms) *estimated_wait_ms = wait_ms;
+    if (options_.max_queue_delay_ms > 0 && wait_ms > options_.max_queue_delay_ms) {
+      return SubmitStatus::queue_delay;
+    }
+    queued_prompt_tokens_ += prompt_tokens;
     waiting_.push_back(std::move(request));
   }
   work_available_.notify_one();
   return SubmitStatus::accepted;
+}
+
+double estimate_queue_delay_ms(const LoadEstimate& load, int queued_tokens, int queued_requests,
+                               int max_batched_tokens) {
+  if (load.prefill_ms_per_token <= 0) return 0;  // nothing measured yet
+  // Prompt work ahead, in steps shared with the running decodes.
+  const int tokens_ahead = queued_tokens + load.backlog_tokens;
+  double wait = tokens_ahead * load.prefill_ms_per_token;
+  if (load.decoders > 0 && tokens_ahead > 0) {
+    const int per_step = std::max(1, max_batched_tokens - load.decoders);
+    wait += std::ceil(static_cast<double>(tokens_ahead) / per_step) * load.decode_step_ms;
+  }
+  // No sequence free for it (nor for those ahead): it waits for a running request to finish.
+  if (queued_requests + 1 > load.free_slots) wait = std::max(wait, load.slot_wait_ms);
+  return wait;
 }
 
 void StepScheduler::wake() {
@@ -92,6 +121,7 @@ void StepScheduler::run_loop() {
   {
     std::lock_guard lock(mutex_);
     abandoned.swap(waiting_);
+    queued_prompt_tokens_ = 0;
   }
   for (auto& request : abandoned) finish_unscheduled(*request, FinishReason::cancelled);
 }
@@ -272,6 +302,7 @@ void StepScheduler::reap_cancelled() {
     std::lock_guard lock(mutex_);
     for (auto it = waiting_.begin(); it != waiting_.end();) {
       if ((*it)->cancelled.load()) {
+        queued_prompt_tokens_ -= static_cast<int>((*it)->prompt_tokens.size());
         cancelled.push_back(std::move(*it));
         it = waiting_.erase(it);
       } else {
@@ -299,14 +330,30 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
     committed += sequence->committed_kv_tokens();
     start_sequence(std::move(sequence), budget, kv_free);
   }
+  // Long prompts beyond --max-long-prefills would only hold a sequence while they wait for
+  // their turn to prefill: short ones behind them in the queue go first. Long ones keep their
+  // order among themselves, and each waits only while another long prompt is prefilled.
+  const auto is_long = [&](const Request& request) {
+    return options_.long_prefill_tokens > 0 &&
+           static_cast<int>(request.prompt_tokens.size()) > options_.long_prefill_tokens;
+  };
+  int long_prefills = static_cast<int>(std::count_if(
+      running_.begin(), running_.end(), [&](const auto& s) { return is_long_prefill(*s); }));
   while (budget > 0 && !free_slots_.empty() && preempted_.empty()) {
     std::shared_ptr<Request> request;
     {
       std::lock_guard lock(mutex_);
-      if (waiting_.empty()) return;
-      if (!fits(static_cast<int>(waiting_.front()->prompt_tokens.size()))) return;
-      request = std::move(waiting_.front());
-      waiting_.pop_front();
+      auto next = waiting_.begin();
+      if (long_prefills >= options_.max_long_prefills) {
+        next = std::find_if(waiting_.begin(), waiting_.end(),
+                            [&](const auto& r) { return !is_long(*r); });
+      }
+      if (next == waiting_.end()) return;
+      if (!fits(static_cast<int>((*next)->prompt_tokens.size()))) return;
+      request = std::move(*next);
+      waiting_.erase(next);
+      if (is_long(*request)) ++long_prefills;
+      queued_prompt_tokens_ -= static_cast<int>(request->prompt_tokens.size());
       // Counted as running before it leaves the queue's count: stats() reads both under this
       // lock, so /metrics never sees the request nowhere (during a long first step it did).
       ++running_count_;
@@ -405,12 +452,49 @@ void StepScheduler::release_finished() {
     if (!sequence->finished()) continue;
     engine_.release_sequence(sequence->slot());
     free_slots_.push_back(sequence->slot());
+    const FinishReason reason = sequence->finish_reason_;
+    if (reason != FinishReason::stop && reason != FinishReason::length) continue;
+    constexpr double kWeight = 0.1;
+    const double tokens = sequence->completion_tokens_;
+    mean_completion_tokens_ = mean_completion_tokens_ <= 0
+                                  ? tokens
+                                  : (1 - kWeight) * mean_completion_tokens_ + kWeight * tokens;
   }
   std::erase_if(running_, [](const auto& sequence) { return sequence->finished(); });
   int kv_tokens = 0;
   for (const auto& sequence : running_) kv_tokens += sequence->kv_tokens();
   running_count_ = static_cast<int>(running_.size());
   kv_tokens_in_use_ = kv_tokens;
+  publish_load();
+}
+
+// For submit()'s estimate: the learned costs, the prompt work the started requests still need,
+// and when the first running request should finish (its remaining tokens, expecting it to stop
+// near the average length of finished ones when that comes before its max_tokens).
+void StepScheduler::publish_load() {
+  LoadEstimate load;
+  load.decode_step_ms = decode_step_ms_;
+  load.prefill_ms_per_token = prefill_ms_per_token_;
+  load.free_slots = static_cast<int>(free_slots_.size());
+  double soonest_ms = 0;
+  bool first = true;
+  for (const auto& sequence : running_) {
+    load.backlog_tokens += sequence->prompt_remaining();
+    if (sequence->prefill_done()) ++load.decoders;
+    const int done = sequence->completion_tokens_;
+    int left = sequence->request().max_tokens - done;
+    if (mean_completion_tokens_ > done) {
+      left = std::min(left, static_cast<int>(std::ceil(mean_completion_tokens_)) - done);
+    }
+    const double ms = sequence->prompt_remaining() * prefill_ms_per_token_ +
+                      std::max(1, left) * decode_step_ms_;
+    if (first || ms < soonest_ms) soonest_ms = ms;
+    first = false;
+  }
+  for (const auto& sequence : preempted_) load.backlog_tokens += sequence->prompt_remaining();
+  load.slot_wait_ms = soonest_ms;
+  std::lock_guard lock(mutex_);
+  load_ = load;
 }
 
 void StepScheduler::finish_unscheduled(Request& request, FinishReason reason) {

@@ -20,10 +20,16 @@ struct SchedulerOptions {
   int max_seqs = 16;             // running sequences at once
   int max_batched_tokens = 512;  // tokens per engine step (decodes first, then prefill chunks)
   int max_queued_requests = 64;  // waiting requests before new ones are refused
+  // A request whose estimated wait before its prompt starts is longer than this is refused at
+  // once (429 with Retry-After) instead of waiting; estimated from the work ahead of it and the
+  // measured step costs (0: off).
+  double max_queue_delay_ms = 30000;
+  // Prompt tokens waiting in the queue beyond which new requests are refused (0: no limit).
+  int max_queued_tokens = 0;
   // While streams are decoding, prompt chunks are cut so one step stays under this many ms
   // (0: only max_batched_tokens limits them). Trades a later first token for newcomers
   // against smaller inter-token stalls for running streams.
-  double max_step_ms = 0;
+  double max_step_ms = 150;
   // A prompt with more than this many tokens still to prefill is long: short prompts get a
   // step's budget first, so one long prompt does not hold back every short one behind it
   // (0: no distinction, oldest first). At most max_long_prefills long prompts progress at once.
@@ -33,7 +39,22 @@ struct SchedulerOptions {
   int sampling_threads = 1;
 };
 
-enum class SubmitStatus { accepted, queue_full, shutting_down };
+enum class SubmitStatus { accepted, queue_full, queue_delay, queued_tokens_full, shutting_down };
+
+// What the engine thread last published about its load, for estimating a newcomer's wait.
+struct LoadEstimate {
+  double decode_step_ms = 0;        // learned cost of a step of decodes alone
+  double prefill_ms_per_token = 0;  // learned cost of one prompt token in a step
+  int backlog_tokens = 0;           // prompt (or replay) tokens the started requests still need
+  int decoders = 0;                 // running requests past their prompt
+  int free_slots = 0;
+  double slot_wait_ms = 0;  // until the first running request is expected to finish
+};
+
+// Milliseconds until a request arriving now would start its prompt, if `queued_tokens` prompt
+// tokens (of `queued_requests` requests) wait ahead of it; 0 while the costs are not yet known.
+double estimate_queue_delay_ms(const LoadEstimate& load, int queued_tokens, int queued_requests,
+                               int max_batched_tokens);
 
 // Owns the engine thread. Each step puts the next token of every running sequence into one
 // batch, fills the rest of the token budget with prompt chunks (chunked prefill), decodes,
@@ -50,8 +71,10 @@ class StepScheduler {
   ~StepScheduler();
 
   void start();
-  // Any thread. Refuses at once when the queue is full instead of letting latency grow.
-  SubmitStatus submit(std::shared_ptr<Request> request);
+  // Any thread. Refuses at once when the queue is full, or when the request would wait longer
+  // than max_queue_delay_ms to start, instead of letting latency grow; `estimated_wait_ms`
+  // (optional) receives the estimate.
+  SubmitStatus submit(std::shared_ptr<Request> request, double* estimated_wait_ms = nullptr);
   // Any thread: makes the engine thread look at cancelled flags now.
   void wake();
   // Stops admitting, lets in-flight work finish for up to `drain_timeout`, cancels the rest and
@@ -59,6 +82,7 @@ class StepScheduler {
   void shutdown(std::chrono::milliseconds drain_timeout);
 
   SchedulerStats stats() const;
+  const SchedulerOptions& options() const { return options_; }
 
  private:
   void run_loop();
@@ -82,6 +106,7 @@ class StepScheduler {
   int committed_kv_tokens() const;
   int prefill_budget(int decode_tokens) const;
   void learn_step_cost(int decode_tokens, int prefill_tokens, double step_ms);
+  void publish_load();
 
   ModelRunner& engine_;
   const SchedulerOptions options_;
@@ -121,6 +146,9 @@ class StepScheduler {
   std::atomic<int> running_count_{0};
   std::atomic<int> kv_tokens_in_use_{0};
   std::atomic<int> preempted_count_{0};
+  LoadEstimate load_;                // guarded by mutex_; written by publish_load()
+  int queued_prompt_tokens_ = 0;     // guarded by mutex_: prompt tokens in waiting_
+  double mean_completion_tokens_ = 0;  // engine thread: average of finished requests
 
   std::thread engine_thread_;
 };

@@ -1,5 +1,7 @@
 #include "server/openai_server.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -309,18 +311,37 @@ void OpenAiServer::handle_completion(const HttpRequest& http_request, Completion
   auto exchange = std::make_shared<CompletionExchange>(session, std::move(params),
                                                        options_.model_name, scheduler_, engine_);
   exchange->attach(request);
-  const SubmitStatus status = scheduler_.submit(request);
+  double estimated_wait_ms = 0;
+  const SubmitStatus status = scheduler_.submit(request, &estimated_wait_ms);
   if (status == SubmitStatus::accepted) return exchange->begin();
 
   request->on_update = nullptr;  // the exchange will never hear from this request
   ApiError error;
-  if (status == SubmitStatus::queue_full) {
+  if (status != SubmitStatus::shutting_down) {
     error.status = 429;
     error.type = "rate_limit_exceeded";
-    error.code = "queue_full";
-    error.message = "the server's request queue is full; retry after a short wait";
-    HttpResponse response = reject(error, "queue_full");
-    response.set(http::field::retry_after, "1");
+    int retry_after_s = 1;
+    if (status == SubmitStatus::queue_full) {
+      error.code = "queue_full";
+      error.message = "the server's request queue is full; retry after a short wait";
+    } else if (status == SubmitStatus::queued_tokens_full) {
+      error.code = "queued_tokens_full";
+      error.message = fmt::format(
+          "the prompts waiting in the server's queue already hold more than {} tokens "
+          "(--max-queued-tokens); retry after a short wait",
+          scheduler_.options().max_queued_tokens);
+    } else {
+      // When enough of the work ahead should be done for a new request to start in time.
+      const double over_ms = estimated_wait_ms - scheduler_.options().max_queue_delay_ms;
+      retry_after_s = std::max(1, static_cast<int>(std::ceil(over_ms / 1000.0)));
+      error.code = "queue_delay";
+      error.message = fmt::format(
+          "this request would wait about {:.0f} ms before it starts, more than the server's "
+          "limit of {:.0f} ms (--max-queue-delay-ms); retry in {} s",
+          estimated_wait_ms, scheduler_.options().max_queue_delay_ms, retry_after_s);
+    }
+    HttpResponse response = reject(error, error.code);
+    response.set(http::field::retry_after, std::to_string(retry_after_s));
     return session->respond(std::move(response));
   }
   error.status = 503;

@@ -94,3 +94,43 @@ def test_cache_running_out_preempts_and_every_request_finishes(brisk_small_cache
     assert after["brisk_requests_running"] == 0 and after["brisk_requests_waiting"] == 0
     assert after["brisk_kv_cache_usage_ratio"] == 0
     assert after.get('brisk_requests_finished_total{finished_reason="error"}', 0) == 0
+
+
+@pytest.fixture(scope="module")
+def brisk_short_delay(tmp_path_factory):
+    """One sequence and a 300 ms limit on the estimated wait before a prompt starts."""
+    server = _start_brisk(tmp_path_factory, "brisk-short-delay",
+                          ["--max-seqs", "1", "--max-queue-delay-ms", "300"], api_key=None)
+    yield server
+    _stop_and_check_clean_exit(server)
+
+
+def test_a_request_that_would_wait_too_long_is_refused_at_once(brisk_short_delay):
+    """SLO-aware admission: while one long request holds the only sequence, a newcomer whose
+    estimated wait passes --max-queue-delay-ms gets 429 queue_delay at once, with a Retry-After
+    from the estimate, instead of waiting."""
+    server = brisk_short_delay
+    with server.client(timeout=120) as c:
+        # Let the server measure its step costs and the length requests run to.
+        r = c.post("/v1/completions", json={"prompt": "warm up " * 60, "max_tokens": 120,
+                                            "ignore_eos": True})
+        assert r.status_code == 200, r.text
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        busy = pool.submit(lambda: httpx.post(
+            server.base_url + "/v1/completions", timeout=120,
+            json={"prompt": "Tell me a story.", "max_tokens": 120, "ignore_eos": True}))
+        deadline = time.monotonic() + 30
+        while get_metrics(server)["brisk_requests_running"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        t0 = time.monotonic()
+        r = httpx.post(server.base_url + "/v1/completions", timeout=30,
+                       json={"prompt": "And another one.", "max_tokens": 4})
+        answered_s = time.monotonic() - t0
+        assert busy.result().status_code == 200
+    assert r.status_code == 429, r.text
+    error = r.json()["error"]
+    assert error["code"] == "queue_delay" and "--max-queue-delay-ms" in error["message"], error
+    assert int(r.headers["Retry-After"]) >= 1, r.headers
+    assert answered_s < 1.0, f"the refusal took {answered_s:.2f} s"
+    key = 'brisk_requests_rejected_total{reason="queue_delay"}'
+    assert get_metrics(server)[key] >= 1

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -39,8 +40,10 @@ class SchedulerRun {
   SchedulerRun(FakeModelRunner& runner, SchedulerOptions options)
       : scheduler_(runner, options, metrics_) {}
 
+  // `on_token(i)` runs on the engine thread with each update of request i that carries tokens.
   std::vector<Outcome> all(const std::vector<Job>& jobs,
-                           std::chrono::milliseconds drain_after = std::chrono::milliseconds(-1)) {
+                           std::chrono::milliseconds drain_after = std::chrono::milliseconds(-1),
+                           std::function<void(size_t)> on_token = nullptr) {
     outcomes_.assign(jobs.size(), Outcome{});
     remaining_ = static_cast<int>(jobs.size());
     for (size_t i = 0; i < jobs.size(); ++i) {
@@ -50,7 +53,8 @@ class SchedulerRun {
       request->max_tokens = jobs[i].max_tokens;
       request->sampling = jobs[i].sampling;
       request->arrival = Clock::now();
-      request->on_update = [this, i](GenerationUpdate&& update) {
+      request->on_update = [this, i, on_token](GenerationUpdate&& update) {
+        if (on_token && update.completion_tokens > 0) on_token(i);
         std::lock_guard lock(mutex_);
         Outcome& outcome = outcomes_[i];
         outcome.text += update.text;
@@ -253,6 +257,90 @@ TEST(StepScheduler, ShortPromptsDoNotWaitForALongPrefill) {
   int long_step_fcfs = 0;
   const int short_step_fcfs = short_first_token_step(0, &long_step_fcfs);
   EXPECT_GE(short_step_fcfs, long_step_fcfs);
+}
+
+// Two long prompts and a short one queued, two sequences: the second long prompt would only hold
+// a sequence while the first is prefilled, so the short one behind it takes that sequence.
+TEST(StepScheduler, ShortPromptsOvertakeLongOnesWaitingForTheirTurn) {
+  const std::vector<Job> work = {jobs(1, 2000, 4, greedy())[0], jobs(1, 2000, 4, greedy())[0],
+                                 jobs(1, 40, 4, greedy())[0]};
+  FakeModelRunner runner(8192);
+  SchedulerOptions opts = options(2, 256);
+  opts.long_prefill_tokens = 128;
+  SchedulerRun run(runner, opts);
+  std::vector<int> first_token_step(3, -1);
+  const auto outcomes = run.all(work, std::chrono::milliseconds(-1), [&](size_t i) {
+    if (first_token_step[i] < 0) first_token_step[i] = runner.decodes();
+  });
+  for (const Outcome& outcome : outcomes) EXPECT_EQ(outcome.reason, FinishReason::length);
+  EXPECT_LE(first_token_step[2], 2) << "the short prompt waited behind a long one";
+  EXPECT_LT(first_token_step[0], first_token_step[1]) << "long prompts keep their order";
+}
+
+TEST(QueueDelayEstimate, IsTheWorkAheadAtTheMeasuredCosts) {
+  LoadEstimate load;
+  EXPECT_EQ(estimate_queue_delay_ms(load, 5000, 3, 512), 0) << "nothing measured: no estimate";
+  load.decode_step_ms = 20;
+  load.prefill_ms_per_token = 2;
+  load.backlog_tokens = 100;
+  load.decoders = 4;
+  load.free_slots = 2;
+  load.slot_wait_ms = 500;
+  // 400 queued + 100 started prompt tokens at 2 ms, in one step shared with 4 decodes (20 ms).
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 400, 1, 512), 1020);
+  // Two steps once the tokens ahead pass a step's budget (512 - 4 decodes).
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 500, 1, 512), 1200 + 2 * 20);
+  // No sequence free: it waits at least until a running request should finish.
+  load.slot_wait_ms = 3000;
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 400, 1, 512), 1020) << "a slot is free";
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 400, 2, 512), 3000);
+  load.decoders = 0;
+  load.backlog_tokens = 0;
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 0, 512), 0) << "an idle server";
+}
+
+// A request that would wait past --max-queue-delay-ms is refused at submit, with the estimate.
+TEST(StepScheduler, RefusesWhatWouldWaitTooLong) {
+  FakeModelRunner runner(100000);
+  runner.step_delay = std::chrono::milliseconds(3);
+  SchedulerOptions opts = options(1, 64);
+  opts.max_queue_delay_ms = 50;
+  ServingMetrics metrics;
+  StepScheduler scheduler(runner, opts, metrics);
+  std::mutex mutex;
+  std::condition_variable cv;
+  int finished = 0;
+  auto request_of = [&](int prompt_tokens, int max_tokens) {
+    auto request = std::make_shared<Request>();
+    request->prompt_tokens.assign(static_cast<size_t>(prompt_tokens), 3);
+    request->max_tokens = max_tokens;
+    request->sampling = greedy();
+    request->arrival = Clock::now();
+    request->on_update = [&](GenerationUpdate&& update) {
+      std::lock_guard lock(mutex);
+      if (update.finished()) ++finished;
+      cv.notify_all();
+    };
+    return request;
+  };
+  scheduler.start();
+  // Learn the costs: 64-token prompt chunks at ~3 ms per step.
+  ASSERT_EQ(scheduler.submit(request_of(640, 2)), SubmitStatus::accepted);
+  {
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return finished == 1; }));
+  }
+  // One sequence, busy for ~200 steps: the next request would wait ~600 ms.
+  ASSERT_EQ(scheduler.submit(request_of(8, 200)), SubmitStatus::accepted);
+  double wait_ms = 0;
+  SubmitStatus status = SubmitStatus::accepted;
+  for (int i = 0; i < 200 && status == SubmitStatus::accepted; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    status = scheduler.submit(request_of(640, 1), &wait_ms);
+  }
+  EXPECT_EQ(status, SubmitStatus::queue_delay);
+  EXPECT_GT(wait_ms, 50);
+  scheduler.shutdown(std::chrono::seconds(30));
 }
 
 }  // namespace
