@@ -192,13 +192,15 @@ def error_code(response: RawResponse) -> str | None:
     return None if code is None else str(code)
 
 
-OVERLOAD_CODES = {429: "queue_full", 503: "too_many_connections"}
+OVERLOAD_CODES = {429: {"queue_full", "queue_delay", "queued_tokens_full"},
+                  503: {"too_many_connections"}}
 
 
 def overload_refusal(status: int, code: str | None) -> bool:
-    """The server refusing work it has no room for (429 queue_full, 503 too_many_connections at
-    --max-connections): protection, not failure, as long as it says when to retry."""
-    return status in OVERLOAD_CODES and OVERLOAD_CODES[status] == code
+    """The server refusing work it has no room for (429 queue_full, or queue_delay when the
+    estimated wait passes --max-queue-delay-ms; 503 too_many_connections at --max-connections):
+    protection, not failure, as long as it says when to retry."""
+    return code in OVERLOAD_CODES.get(status, set())
 
 
 def judge_overload(response: RawResponse) -> str | None:

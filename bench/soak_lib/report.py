@@ -114,7 +114,8 @@ def figures_table(result: dict) -> str:
         ("client actions (all roles)", soak["actions"], ""),
         ("well-behaved: served OK / 429 / hangs",
          f"{wb.get('ok', 0) + wb.get('ok_without_content', 0)} / "
-         f"{wb.get('http_429:queue_full', 0)} / {wb.get('hang', 0) + wb.get('no_answer_head', 0)}", ""),
+         f"{sum(v for k, v in wb.items() if k.startswith('http_429:'))} / "
+         f"{wb.get('hang', 0) + wb.get('no_answer_head', 0)}", ""),
         ("503 at --max-connections (all roles)", soak["connection_limit_refusals"], ""),
         ("server: finished by reason", _kv(server["finished_by_reason"]), ""),
         ("server: rejected by reason", _kv(server["rejected_by_reason"]), ""),

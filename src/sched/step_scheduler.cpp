@@ -379,6 +379,9 @@ void StepScheduler::start_sequence(std::unique_ptr<Sequence> sequence, int& budg
     std::lock_guard lock(mutex_);
     running_count_ = static_cast<int>(running_.size());
     preempted_count_ = static_cast<int>(preempted_.size());
+    // Until the step's end publishes the whole picture, a newcomer's estimate sees this one.
+    load_.free_slots = static_cast<int>(free_slots_.size());
+    load_.backlog_tokens += started.prompt_remaining();
   }
   // A long prompt waits for the pass after admission, so short ones admitted later in this
   // step still get their share of the budget.
@@ -469,8 +472,7 @@ void StepScheduler::release_finished() {
 }
 
 // For submit()'s estimate: the learned costs, the prompt work the started requests still need,
-// and when the first running request should finish (its remaining tokens, expecting it to stop
-// near the average length of finished ones when that comes before its max_tokens).
+// and when the first running request should finish.
 void StepScheduler::publish_load() {
   LoadEstimate load;
   load.decode_step_ms = decode_step_ms_;
@@ -481,13 +483,13 @@ void StepScheduler::publish_load() {
   for (const auto& sequence : running_) {
     load.backlog_tokens += sequence->prompt_remaining();
     if (sequence->prefill_done()) ++load.decoders;
+    // Expected to stop near the average length of finished requests, not at its max_tokens
+    // (everything left of the context when a client sends none); unknown before any finished.
     const int done = sequence->completion_tokens_;
-    int left = sequence->request().max_tokens - done;
-    if (mean_completion_tokens_ > done) {
-      left = std::min(left, static_cast<int>(std::ceil(mean_completion_tokens_)) - done);
-    }
+    const int left = std::clamp(static_cast<int>(std::ceil(mean_completion_tokens_)) - done, 1,
+                                std::max(1, sequence->request().max_tokens - done));
     const double ms = sequence->prompt_remaining() * prefill_ms_per_token_ +
-                      std::max(1, left) * decode_step_ms_;
+                      (mean_completion_tokens_ > 0 ? left * decode_step_ms_ : 0);
     if (first || ms < soonest_ms) soonest_ms = ms;
     first = false;
   }

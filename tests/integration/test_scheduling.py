@@ -115,18 +115,26 @@ def test_a_request_that_would_wait_too_long_is_refused_at_once(brisk_short_delay
         r = c.post("/v1/completions", json={"prompt": "warm up " * 60, "max_tokens": 120,
                                             "ignore_eos": True})
         assert r.status_code == 200, r.text
+    streaming = threading.Event()
+
+    def busy_request() -> int:
+        body = {"prompt": "Tell me a story.", "max_tokens": 120, "ignore_eos": True,
+                "stream": True}
+        with httpx.stream("POST", server.base_url + "/v1/completions", json=body,
+                          timeout=120) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    streaming.set()
+            return r.status_code
+
     with ThreadPoolExecutor(max_workers=1) as pool:
-        busy = pool.submit(lambda: httpx.post(
-            server.base_url + "/v1/completions", timeout=120,
-            json={"prompt": "Tell me a story.", "max_tokens": 120, "ignore_eos": True}))
-        deadline = time.monotonic() + 30
-        while get_metrics(server)["brisk_requests_running"] < 1 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        busy = pool.submit(busy_request)
+        assert streaming.wait(30), "the busy request never streamed"
         t0 = time.monotonic()
         r = httpx.post(server.base_url + "/v1/completions", timeout=30,
                        json={"prompt": "And another one.", "max_tokens": 4})
         answered_s = time.monotonic() - t0
-        assert busy.result().status_code == 200
+        assert busy.result() == 200
     assert r.status_code == 429, r.text
     error = r.json()["error"]
     assert error["code"] == "queue_delay" and "--max-queue-delay-ms" in error["message"], error
