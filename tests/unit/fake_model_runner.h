@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -46,6 +47,7 @@ class FakeModelRunner final : public ModelRunner {
   }
 
   DecodeStatus decode() override {
+    if (before_decode) before_decode(decodes() + 1);
     std::lock_guard lock(mutex_);
     ++decodes_;
     int used = 0;
@@ -99,6 +101,8 @@ class FakeModelRunner final : public ModelRunner {
   }
 
   Token end_token = -1;  // none: generation stops at max_tokens
+  // Runs on the engine thread before decode number n (from 1): lets a test act at an exact step.
+  std::function<void(int n)> before_decode;
   std::chrono::microseconds step_delay{0};
 
  private:

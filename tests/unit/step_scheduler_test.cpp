@@ -214,7 +214,6 @@ TEST(StepScheduler, DrainFinishesPreemptedRequests) {
 // is being prefilled gets its first token.
 int short_first_token_step(int long_prefill_tokens, int* long_first_token_step) {
   FakeModelRunner runner(8192);
-  runner.step_delay = std::chrono::milliseconds(2);
   SchedulerOptions opts = options(4, 256);
   opts.long_prefill_tokens = long_prefill_tokens;
   ServingMetrics metrics;
@@ -238,10 +237,12 @@ int short_first_token_step(int long_prefill_tokens, int* long_first_token_step) 
     };
     EXPECT_EQ(scheduler.submit(std::move(request)), SubmitStatus::accepted);
   };
+  // The short prompt arrives during the long one's second prefill step, whatever the machine.
+  runner.before_decode = [&](int n) {
+    if (n == 2) submit(1, 40);
+  };
   submit(0, 2000);  // 8 steps of 256 tokens alone
   scheduler.start();
-  while (runner.decodes() < 2) std::this_thread::sleep_for(std::chrono::microseconds(100));
-  submit(1, 40);
   std::unique_lock lock(mutex);
   EXPECT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return finished == 2; }));
   *long_first_token_step = first_token_step[0];
