@@ -60,8 +60,16 @@ double estimate_queue_delay_ms(const LoadEstimate& load, int queued_tokens, int 
     const int per_step = std::max(1, max_batched_tokens - load.decoders);
     wait += std::ceil(static_cast<double>(tokens_ahead) / per_step) * load.decode_step_ms;
   }
-  // No sequence free for it (nor for those ahead): it waits for a running request to finish.
-  if (queued_requests + 1 > load.free_slots) wait = std::max(wait, load.slot_wait_ms);
+  // No sequence free for it (nor for those ahead): it waits for as many running requests to
+  // finish as stand ahead of it; past one round of the running set, each sequence frees again
+  // after the average hold.
+  const int releases = queued_requests + 1 - load.free_slots;
+  if (releases > 0 && load.hold_ms > 0 && !load.slot_release_ms.empty()) {
+    const int running = static_cast<int>(load.slot_release_ms.size());
+    const int round = (releases - 1) / running;
+    const double release = load.slot_release_ms[static_cast<size_t>((releases - 1) % running)];
+    wait = std::max(wait, release + round * load.hold_ms);
+  }
   return wait;
 }
 
@@ -198,7 +206,25 @@ int StepScheduler::build_batch(bool admit) {
     --kv_free;
   }
   const int decode_tokens = engine_.batch_size();
-  int budget = prefill_budget(decode_tokens);
+  // --target-itl-ms holds while a long prompt is being prefilled (what stalls streams for
+  // seconds) or while the prompts waiting fit in one step. When more short prompts wait than a
+  // step can carry (a burst), they keep the whole token budget: spread over many small steps
+  // they left the batch half empty, and a 16-stream burst lost throughput (BENCHMARKS.md).
+  bool long_prefill_running = false;
+  int prompt_backlog = 0;
+  for (const auto& sequence : running_) {
+    long_prefill_running = long_prefill_running || is_long_prefill(*sequence);
+    prompt_backlog += sequence->prompt_remaining();
+  }
+  {
+    std::lock_guard lock(mutex_);
+    prompt_backlog += queued_prompt_tokens_;
+  }
+  const int token_budget = options_.max_batched_tokens - decode_tokens;
+  int budget = long_prefill_running || prompt_backlog <= token_budget
+                   ? prefill_budget(decode_tokens)
+                   : token_budget;
+  const int step_budget = budget;
   // Short prompts first, then newcomers (whose long prompts wait for the next pass), then the
   // long ones with what is left, oldest first.
   for (auto& sequence : running_) {
@@ -207,11 +233,14 @@ int StepScheduler::build_batch(bool admit) {
     add_prefill(*sequence, budget, kv_free);
   }
   if (admit) admit_waiting(budget, kv_free);
+  // A long prompt's chunks always keep the step under the target, whatever the short ones took.
+  const int short_tokens = step_budget - budget;
+  int long_budget = std::min(budget, std::max(0, prefill_budget(decode_tokens) - short_tokens));
   int long_prefills = 0;
   for (auto& sequence : running_) {
-    if (budget <= 0 || kv_free <= 0 || long_prefills >= options_.max_long_prefills) break;
+    if (long_budget <= 0 || kv_free <= 0 || long_prefills >= options_.max_long_prefills) break;
     if (sequence->prefill_done() || !is_long_prefill(*sequence)) continue;
-    add_prefill(*sequence, budget, kv_free);
+    add_prefill(*sequence, long_budget, kv_free);
     ++long_prefills;
   }
   return decode_tokens;
@@ -458,10 +487,9 @@ void StepScheduler::release_finished() {
     const FinishReason reason = sequence->finish_reason_;
     if (reason != FinishReason::stop && reason != FinishReason::length) continue;
     constexpr double kWeight = 0.1;
-    const double tokens = sequence->completion_tokens_;
-    mean_completion_tokens_ = mean_completion_tokens_ <= 0
-                                  ? tokens
-                                  : (1 - kWeight) * mean_completion_tokens_ + kWeight * tokens;
+    const double held_ms = ms_between(sequence->scheduled_at_, Clock::now());
+    mean_hold_ms_ =
+        mean_hold_ms_ <= 0 ? held_ms : (1 - kWeight) * mean_hold_ms_ + kWeight * held_ms;
   }
   std::erase_if(running_, [](const auto& sequence) { return sequence->finished(); });
   int kv_tokens = 0;
@@ -472,31 +500,26 @@ void StepScheduler::release_finished() {
 }
 
 // For submit()'s estimate: the learned costs, the prompt work the started requests still need,
-// and when the first running request should finish.
+// and when each running request should give its sequence back.
 void StepScheduler::publish_load() {
   LoadEstimate load;
   load.decode_step_ms = decode_step_ms_;
   load.prefill_ms_per_token = prefill_ms_per_token_;
   load.free_slots = static_cast<int>(free_slots_.size());
-  double soonest_ms = 0;
-  bool first = true;
+  load.hold_ms = mean_hold_ms_;
+  const TimePoint now = Clock::now();
   for (const auto& sequence : running_) {
     load.backlog_tokens += sequence->prompt_remaining();
     if (sequence->prefill_done()) ++load.decoders;
-    // Expected to stop near the average length of finished requests, not at its max_tokens
-    // (everything left of the context when a client sends none); unknown before any finished.
-    const int done = sequence->completion_tokens_;
-    const int left = std::clamp(static_cast<int>(std::ceil(mean_completion_tokens_)) - done, 1,
-                                std::max(1, sequence->request().max_tokens - done));
-    const double ms = sequence->prompt_remaining() * prefill_ms_per_token_ +
-                      (mean_completion_tokens_ > 0 ? left * decode_step_ms_ : 0);
-    if (first || ms < soonest_ms) soonest_ms = ms;
-    first = false;
+    // Expected to hold it about as long as finished requests did, not until its max_tokens
+    // (everything left of the context when a client sends none); one past that is due now.
+    load.slot_release_ms.push_back(
+        std::max(0.0, mean_hold_ms_ - ms_between(sequence->scheduled_at_, now)));
   }
+  std::sort(load.slot_release_ms.begin(), load.slot_release_ms.end());
   for (const auto& sequence : preempted_) load.backlog_tokens += sequence->prompt_remaining();
-  load.slot_wait_ms = soonest_ms;
   std::lock_guard lock(mutex_);
-  load_ = load;
+  load_ = std::move(load);
 }
 
 void StepScheduler::finish_unscheduled(Request& request, FinishReason reason) {

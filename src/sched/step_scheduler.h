@@ -48,7 +48,10 @@ struct LoadEstimate {
   int backlog_tokens = 0;           // prompt (or replay) tokens the started requests still need
   int decoders = 0;                 // running requests past their prompt
   int free_slots = 0;
-  double slot_wait_ms = 0;  // until the first running request is expected to finish
+  // Until each running request is expected to give its sequence back, soonest first (each
+  // holds one for the measured average, counted from when it started), and that average.
+  std::vector<double> slot_release_ms;
+  double hold_ms = 0;
 };
 
 // Milliseconds until a request arriving now would start its prompt, if `queued_tokens` prompt
@@ -148,7 +151,7 @@ class StepScheduler {
   std::atomic<int> preempted_count_{0};
   LoadEstimate load_;                // guarded by mutex_; written by publish_load()
   int queued_prompt_tokens_ = 0;     // guarded by mutex_: prompt tokens in waiting_
-  double mean_completion_tokens_ = 0;  // engine thread: average of finished requests
+  double mean_hold_ms_ = 0;  // engine thread: how long finished requests held a sequence
 
   std::thread engine_thread_;
 };

@@ -75,7 +75,9 @@ class FakeModelRunner final : public ModelRunner {
     }
     max_sequences_in_a_step_ = std::max(max_sequences_in_a_step_, static_cast<int>(sequences.size()));
     max_cells_used_ = std::max(max_cells_used_, used + static_cast<int>(batch_.size()));
-    if (step_delay.count() > 0) std::this_thread::sleep_for(step_delay);
+    max_batch_ = std::max(max_batch_, static_cast<int>(batch_.size()));
+    const auto delay = step_delay + token_delay * static_cast<int>(batch_.size());
+    if (delay.count() > 0) std::this_thread::sleep_for(delay);
     return DecodeStatus::ok;
   }
   void synchronize() override {}
@@ -93,6 +95,8 @@ class FakeModelRunner final : public ModelRunner {
   int misplaced_tokens() const { std::lock_guard lock(mutex_); return misplaced_; }
   int max_sequences_in_a_step() const { std::lock_guard lock(mutex_); return max_sequences_in_a_step_; }
   int max_cells_used() const { std::lock_guard lock(mutex_); return max_cells_used_; }
+  int max_batch() const { std::lock_guard lock(mutex_); return max_batch_; }
+  void reset_max_batch() { std::lock_guard lock(mutex_); max_batch_ = 0; }
   int cells_in_use() const {
     std::lock_guard lock(mutex_);
     int used = 0;
@@ -103,7 +107,8 @@ class FakeModelRunner final : public ModelRunner {
   Token end_token = -1;  // none: generation stops at max_tokens
   // Runs on the engine thread before decode number n (from 1): lets a test act at an exact step.
   std::function<void(int n)> before_decode;
-  std::chrono::microseconds step_delay{0};
+  std::chrono::microseconds step_delay{0};   // each decode takes this
+  std::chrono::microseconds token_delay{0};  // and this per token of its batch
 
  private:
   struct Entry {
@@ -124,6 +129,7 @@ class FakeModelRunner final : public ModelRunner {
   int misplaced_ = 0;
   int max_sequences_in_a_step_ = 0;
   int max_cells_used_ = 0;
+  int max_batch_ = 0;
 };
 
 }  // namespace brisk::testing

@@ -278,6 +278,59 @@ TEST(StepScheduler, ShortPromptsOvertakeLongOnesWaitingForTheirTurn) {
   EXPECT_LT(first_token_step[0], first_token_step[1]) << "long prompts keep their order";
 }
 
+// --target-itl-ms cuts prompt chunks while a long prompt is prefilled or while the prompts
+// waiting fit in one step; a burst of short prompts larger than a step keeps the whole token
+// budget (spreading it over small steps cost throughput).
+TEST(StepScheduler, StepTargetHoldsExceptForABurstOfShortPrompts) {
+  enum class Arrival { long_prompt, one_short, burst };
+  for (const Arrival arrival : {Arrival::long_prompt, Arrival::one_short, Arrival::burst}) {
+    FakeModelRunner runner(16384);
+    runner.step_delay = std::chrono::milliseconds(2);
+    runner.token_delay = std::chrono::microseconds(100);
+    SchedulerOptions opts = options(12, 512);
+    opts.max_step_ms = 5;  // beside one decode, room for about 15 prompt tokens
+    opts.long_prefill_tokens = 256;
+    ServingMetrics metrics;
+    StepScheduler scheduler(runner, opts, metrics);
+    std::mutex mutex;
+    std::condition_variable cv;
+    int finished = 0;
+    const int total = arrival == Arrival::burst ? 9 : 2;
+    auto submit = [&](int prompt_tokens, int max_tokens) {
+      auto request = std::make_shared<Request>();
+      request->prompt_tokens.assign(static_cast<size_t>(prompt_tokens), 9);
+      request->max_tokens = max_tokens;
+      request->sampling = greedy();
+      request->arrival = Clock::now();
+      request->on_update = [&](GenerationUpdate&& update) {
+        std::lock_guard lock(mutex);
+        if (update.finished() && ++finished == total) cv.notify_all();
+      };
+      EXPECT_EQ(scheduler.submit(std::move(request)), SubmitStatus::accepted);
+    };
+    // The others arrive while the first one decodes (its costs measured by then).
+    runner.before_decode = [&](int n) {
+      if (n != 4) return;
+      runner.reset_max_batch();
+      if (arrival == Arrival::long_prompt) submit(2000, 2);
+      if (arrival == Arrival::one_short) submit(100, 2);
+      if (arrival == Arrival::burst) {
+        for (int i = 0; i < 8; ++i) submit(100, 2);
+      }
+    };
+    submit(20, 600);
+    scheduler.start();
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return finished == total; }));
+    if (arrival == Arrival::burst) {
+      EXPECT_GT(runner.max_batch(), 300) << "a burst of short prompts was cut to the target";
+    } else {
+      EXPECT_LT(runner.max_batch(), 60) << "a prompt's chunks ignored the step target (case "
+                                        << static_cast<int>(arrival) << ")";
+    }
+  }
+}
+
 TEST(QueueDelayEstimate, IsTheWorkAheadAtTheMeasuredCosts) {
   LoadEstimate load;
   EXPECT_EQ(estimate_queue_delay_ms(load, 5000, 3, 512), 0) << "nothing measured: no estimate";
@@ -286,17 +339,20 @@ TEST(QueueDelayEstimate, IsTheWorkAheadAtTheMeasuredCosts) {
   load.backlog_tokens = 100;
   load.decoders = 4;
   load.free_slots = 2;
-  load.slot_wait_ms = 500;
   // 400 queued + 100 started prompt tokens at 2 ms, in one step shared with 4 decodes (20 ms).
   EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 400, 1, 512), 1020);
   // Two steps once the tokens ahead pass a step's budget (512 - 4 decodes).
   EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 500, 1, 512), 1200 + 2 * 20);
-  // No sequence free: it waits at least until a running request should finish.
-  load.slot_wait_ms = 3000;
-  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 400, 1, 512), 1020) << "a slot is free";
-  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 400, 2, 512), 3000);
+  // Sequences: 2 free, 4 running that should free theirs in 100, 3000, 4000 and 5000 ms, each
+  // held 6000 ms on average.
+  load.slot_release_ms = {100, 3000, 4000, 5000};
+  load.hold_ms = 6000;
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 1, 512), 200 + 20) << "a sequence is free";
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 3, 512), 3000) << "second release";
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 6, 512), 100 + 6000) << "second round";
   load.decoders = 0;
   load.backlog_tokens = 0;
+  load.slot_release_ms.clear();
   EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 0, 512), 0) << "an idle server";
 }
 
