@@ -246,9 +246,12 @@ int StepScheduler::build_batch(bool admit) {
   return decode_tokens;
 }
 
+bool StepScheduler::is_long_prompt(int tokens_to_prefill) const {
+  return options_.long_prefill_tokens > 0 && tokens_to_prefill > options_.long_prefill_tokens;
+}
+
 bool StepScheduler::is_long_prefill(const Sequence& sequence) const {
-  return options_.long_prefill_tokens > 0 &&
-         sequence.prompt_remaining() > options_.long_prefill_tokens;
+  return is_long_prompt(sequence.prompt_remaining());
 }
 
 void StepScheduler::add_prefill(Sequence& sequence, int& budget, int& kv_free) {
@@ -363,8 +366,7 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
   // their turn to prefill: short ones behind them in the queue go first. Long ones keep their
   // order among themselves, and each waits only while another long prompt is prefilled.
   const auto is_long = [&](const Request& request) {
-    return options_.long_prefill_tokens > 0 &&
-           static_cast<int>(request.prompt_tokens.size()) > options_.long_prefill_tokens;
+    return is_long_prompt(static_cast<int>(request.prompt_tokens.size()));
   };
   int long_prefills = static_cast<int>(std::count_if(
       running_.begin(), running_.end(), [&](const auto& s) { return is_long_prefill(*s); }));

@@ -94,6 +94,7 @@ class StepScheduler {
   void reap_cancelled();
   int build_batch(bool admit);
   void add_prefill(Sequence& sequence, int& budget, int& kv_free);
+  bool is_long_prompt(int tokens_to_prefill) const;
   bool is_long_prefill(const Sequence& sequence) const;
   void admit_waiting(int& budget, int& kv_free);
   void start_sequence(std::unique_ptr<Sequence> sequence, int& budget, int& kv_free);
