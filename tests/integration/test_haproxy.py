@@ -337,7 +337,11 @@ def test_requests_that_reach_a_draining_replica_are_retried_on_another(tmp_path)
                            f"{row['wredis']} redispatches" for name, row in stats.items()))
     print(summary)
     assert statuses == [200] * 8, summary
-    assert all(e["server"] == "replica2" and e["status"] == 200 for e in served), summary
+    # The draining replica may still serve, whole, a request it admitted in the moment between
+    # the signal and its scheduler closing admission (seen once in CI); every other one is the
+    # survivor's.
+    assert all(e["status"] == 200 and (e["server"] == "replica2" or e["retries"] == "0")
+               for e in served), summary
     # HAProxy sent some to the draining replica, which refused them with 503 on a kept-alive
     # connection, and retried each elsewhere (HAProxy's hrsp_5xx counts only final answers, so
     # the victim's own counter tells).
