@@ -24,6 +24,7 @@ struct RequestTimings {
   double decode_ms = 0;   // first token → finish
   double e2e_ms = 0;      // arrival → finish
   int prompt_tokens = 0;
+  int cached_prompt_tokens = 0;  // of prompt_tokens: KV cells reused from the prefix cache
   int completion_tokens = 0;
 };
 

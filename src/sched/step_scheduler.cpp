@@ -14,9 +14,8 @@ StepScheduler::StepScheduler(ModelRunner& engine, SchedulerOptions options, Serv
       kv_capacity_tokens_(engine.context_size()),
       kv_watermark_tokens_(std::max(1, engine.context_size() / 100)),
       kv_shared_(engine.sequence_context_size() == engine.context_size()),
-      sampling_pool_(options.sampling_threads) {
-  for (int slot = options_.max_seqs - 1; slot >= 0; --slot) free_slots_.push_back(slot);
-}
+      kv_(engine, options.max_seqs, engine.sequence_ids(), options.prefix_cache, metrics),
+      sampling_pool_(options.sampling_threads) {}
 
 StepScheduler::~StepScheduler() { shutdown(std::chrono::milliseconds(0)); }
 
@@ -105,6 +104,8 @@ SchedulerStats StepScheduler::stats() const {
     stats.preempted = preempted_count_.load();
     stats.max_waiting = options_.max_queued_requests;
   }
+  stats.prefix_cache_cells = prefix_cache_cells_.load();
+  stats.prefix_cache_sequences = prefix_cache_sequences_.load();
   stats.kv_cache_usage_ratio =
       kv_capacity_tokens_ > 0 ? static_cast<double>(kv_tokens_in_use_.load()) / kv_capacity_tokens_
                               : 0.0;
@@ -161,11 +162,12 @@ void StepScheduler::step() {
     if (engine_.batch_size() == 0) break;
     const TimePoint started = Clock::now();
     const DecodeStatus status = engine_.decode();
-    if (status == DecodeStatus::no_kv_space && running_.size() > 1) {
-      // llama.cpp applied nothing of the batch: take it back, make room, build it again
-      // without admitting anyone (that would refill the room just made).
+    if (status == DecodeStatus::no_kv_space &&
+        (kv_.cached_sequences() > 0 || running_.size() > 1)) {
+      // llama.cpp applied nothing of the batch: take it back, make room (cached prefixes
+      // first), build it again without admitting anyone (that would refill the room just made).
       for (size_t i = 0; i < in_batch_.size(); ++i) in_batch_[i]->restore(batch_progress_[i]);
-      preempt_latest();
+      if (!kv_.evict_oldest()) preempt_latest();
       admit = false;
       continue;
     }
@@ -175,6 +177,7 @@ void StepScheduler::step() {
                      : "the engine failed to decode this batch");
       break;
     }
+    record_computed_cells();
     sample_and_commit(decode_tokens, step_started, started);
     break;
   }
@@ -189,12 +192,16 @@ int StepScheduler::build_batch(bool admit) {
   batch_progress_.clear();
   int kv_free = kv_free_cells();
   if (kv_shared_) {
-    // Each decode takes a cell: the latest-arrived make room for the others.
+    // Each decode takes a cell: cached prefixes go first, then the latest-arrived make room
+    // for the others.
     for (;;) {
       const auto decoders = std::count_if(running_.begin(), running_.end(),
                                           [](const auto& s) { return s->prefill_done(); });
-      if (decoders <= kv_free || running_.size() <= 1) break;
-      preempt_latest();
+      if (decoders <= kv_free) break;
+      if (!kv_.evict_oldest()) {
+        if (running_.size() <= 1) break;
+        preempt_latest();
+      }
       kv_free = kv_free_cells();
     }
   }
@@ -255,6 +262,9 @@ bool StepScheduler::is_long_prefill(const Sequence& sequence) const {
 }
 
 void StepScheduler::add_prefill(Sequence& sequence, int& budget, int& kv_free) {
+  // Cached prefixes give way to a running prompt.
+  const int wanted = std::min(budget, sequence.prompt_remaining());
+  while (kv_shared_ && kv_free < wanted && kv_.evict_oldest()) kv_free = kv_free_cells();
   const Sequence::Progress before = sequence.progress();
   const int added = sequence.add_prefill_chunk(engine_, std::min(budget, kv_free));
   if (added == 0) return;
@@ -266,9 +276,7 @@ void StepScheduler::add_prefill(Sequence& sequence, int& budget, int& kv_free) {
 
 int StepScheduler::kv_free_cells() const {
   if (!kv_shared_) return kv_capacity_tokens_;  // each sequence has its own share
-  int used = 0;
-  for (const auto& sequence : running_) used += sequence->kv_tokens();
-  return kv_capacity_tokens_ - used;
+  return kv_capacity_tokens_ - kv_.used_cells() - engine_.batch_size();
 }
 
 // The latest-arrived running sequence gives up its cells and slot and waits, ahead of every
@@ -276,8 +284,7 @@ int StepScheduler::kv_free_cells() const {
 void StepScheduler::preempt_latest() {
   std::unique_ptr<Sequence> victim = std::move(running_.back());
   running_.pop_back();
-  engine_.release_sequence(victim->slot());
-  free_slots_.push_back(victim->slot());
+  kv_.release(victim->slot());
   spdlog::debug("preempting request {} ({} KV cells, {} tokens generated)", victim->request().id,
                 victim->kv_tokens(), victim->completion_tokens_);
   victim->preempt();
@@ -346,21 +353,21 @@ void StepScheduler::reap_cancelled() {
 }
 
 // Preempted sequences first, then the queue, each in arrival order; the one at the head waits
-// for room rather than being overtaken by smaller ones. A request is admitted when its prompt
-// (or replay) fits beside what the running ones hold or will hold once their prompts are in,
-// plus a watermark for their next tokens; alone, any request fits (its length was checked).
+// for room rather than being overtaken by smaller ones. A request is admitted when what its
+// prompt (or replay) still needs after the prefix cache's hit fits beside what the running ones
+// hold or will hold once their prompts are in, plus a watermark for their next tokens; cached
+// prefixes are evicted for it when that makes it fit. Alone, any request fits (its length was
+// checked).
 void StepScheduler::admit_waiting(int& budget, int& kv_free) {
   int committed = committed_kv_tokens();
-  auto fits = [&](int needed) {
-    return !kv_shared_ || running_.empty() ||
-           committed + needed + kv_watermark_tokens_ <= kv_capacity_tokens_;
-  };
-  while (budget > 0 && !free_slots_.empty() && !preempted_.empty()) {
-    if (!fits(preempted_.front()->prompt_remaining())) return;
+  while (budget > 0 && has_running_room() && !preempted_.empty()) {
+    Sequence& next = *preempted_.front();
+    const PrefixLookup hit = kv_.lookup(next.prefill_tokens());
+    if (!make_room(next.prompt_remaining() - hit.tokens, hit.source, committed)) return;
     std::unique_ptr<Sequence> sequence = std::move(preempted_.front());
     preempted_.pop_front();
-    committed += sequence->committed_kv_tokens();
-    start_sequence(std::move(sequence), budget, kv_free);
+    start_sequence(std::move(sequence), hit, budget, kv_free);
+    committed = committed_kv_tokens();
   }
   // Long prompts beyond --max-long-prefills would only hold a sequence while they wait for
   // their turn to prefill: short ones behind them in the queue go first. Long ones keep their
@@ -370,8 +377,9 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
   };
   int long_prefills = static_cast<int>(std::count_if(
       running_.begin(), running_.end(), [&](const auto& s) { return is_long_prefill(*s); }));
-  while (budget > 0 && !free_slots_.empty() && preempted_.empty()) {
+  while (budget > 0 && has_running_room() && preempted_.empty()) {
     std::shared_ptr<Request> request;
+    PrefixLookup hit;
     {
       std::lock_guard lock(mutex_);
       auto next = waiting_.begin();
@@ -380,7 +388,9 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
                             [&](const auto& r) { return !is_long(*r); });
       }
       if (next == waiting_.end()) return;
-      if (!fits(static_cast<int>((*next)->prompt_tokens.size()))) return;
+      const TokenList& prompt = (*next)->prompt_tokens;
+      hit = kv_.lookup(prompt);
+      if (!make_room(static_cast<int>(prompt.size()) - hit.tokens, hit.source, committed)) return;
       request = std::move(*next);
       waiting_.erase(next);
       if (is_long(*request)) ++long_prefills;
@@ -391,27 +401,47 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
     }
     auto sequence = std::make_unique<Sequence>(std::move(request), -1, Clock::now(),
                                                next_admission_order_++);
-    committed += sequence->committed_kv_tokens();
-    start_sequence(std::move(sequence), budget, kv_free);
+    start_sequence(std::move(sequence), hit, budget, kv_free);
+    committed = committed_kv_tokens();
   }
 }
 
-// Gives the sequence a slot, its first prompt chunk, and its place in arrival order.
-void StepScheduler::start_sequence(std::unique_ptr<Sequence> sequence, int& budget,
-                                   int& kv_free) {
-  sequence->assign_slot(free_slots_.back());
-  free_slots_.pop_back();
+bool StepScheduler::has_running_room() const {
+  return static_cast<int>(running_.size()) < options_.max_seqs;
+}
+
+// Whether `needed` more cells fit beside `committed` and the watermark, evicting cached
+// prefixes (least recently used first, never `keep`: the newcomer's own hit) when that is
+// enough; evicts nothing when it is not.
+bool StepScheduler::make_room(int needed, int keep, int& committed) {
+  if (!kv_shared_ || running_.empty()) return true;
+  const int room = kv_capacity_tokens_ - kv_watermark_tokens_;
+  if (committed + needed <= room) return true;
+  if (committed - kv_.evictable_cells(keep) + needed > room) return false;
+  while (committed + needed > room && kv_.evict_oldest(keep)) committed = committed_kv_tokens();
+  return committed + needed <= room;
+}
+
+// Gives the sequence a sequence id (with the cells of its prefix-cache hit), its first prompt
+// chunk, and its place in arrival order.
+void StepScheduler::start_sequence(std::unique_ptr<Sequence> sequence, const PrefixLookup& hit,
+                                   int& budget, int& kv_free) {
+  const int id = kv_.acquire(hit.source);
+  sequence->assign_slot(id);
+  kv_.attach(id, hit, static_cast<int>(sequence->prefill_tokens().size()));
+  sequence->reuse_cached_prefix(hit.tokens);
   Sequence& started = *sequence;
   const auto at = std::find_if(running_.begin(), running_.end(), [&](const auto& other) {
     return other->admission_order() > started.admission_order();
   });
   running_.insert(at, std::move(sequence));
+  kv_free = kv_free_cells();
   {
     std::lock_guard lock(mutex_);
     running_count_ = static_cast<int>(running_.size());
     preempted_count_ = static_cast<int>(preempted_.size());
     // Until the step's end publishes the whole picture, a newcomer's estimate sees this one.
-    load_.free_slots = static_cast<int>(free_slots_.size());
+    load_.free_slots = options_.max_seqs - static_cast<int>(running_.size());
     load_.backlog_tokens += started.prompt_remaining();
   }
   // A long prompt waits for the pass after admission, so short ones admitted later in this
@@ -484,20 +514,23 @@ void StepScheduler::fail_batch(const std::string& error) {
 void StepScheduler::release_finished() {
   for (auto& sequence : running_) {
     if (!sequence->finished()) continue;
-    engine_.release_sequence(sequence->slot());
-    free_slots_.push_back(sequence->slot());
     const FinishReason reason = sequence->finish_reason_;
-    if (reason != FinishReason::stop && reason != FinishReason::length) continue;
+    if (reason != FinishReason::stop && reason != FinishReason::length) {
+      kv_.release(sequence->slot());
+      continue;
+    }
+    kv_.retire(sequence->slot());
     constexpr double kWeight = 0.1;
     const double held_ms = ms_between(sequence->scheduled_at_, Clock::now());
     mean_hold_ms_ =
         mean_hold_ms_ <= 0 ? held_ms : (1 - kWeight) * mean_hold_ms_ + kWeight * held_ms;
   }
   std::erase_if(running_, [](const auto& sequence) { return sequence->finished(); });
-  int kv_tokens = 0;
-  for (const auto& sequence : running_) kv_tokens += sequence->kv_tokens();
-  running_count_ = static_cast<int>(running_.size());
-  kv_tokens_in_use_ = kv_tokens;
+  const int cached_cells = kv_.cached_cells();
+  kv_tokens_in_use_ = kv_.used_cells() - cached_cells;
+  prefix_cache_cells_ = cached_cells;
+  prefix_cache_sequences_ = kv_.cached_sequences();
+  running_count_ = static_cast<int>(running_.size());  // last: who sees it sees the rest
   publish_load();
 }
 
@@ -507,7 +540,7 @@ void StepScheduler::publish_load() {
   LoadEstimate load;
   load.decode_step_ms = decode_step_ms_;
   load.prefill_ms_per_token = prefill_ms_per_token_;
-  load.free_slots = static_cast<int>(free_slots_.size());
+  load.free_slots = options_.max_seqs - static_cast<int>(running_.size());
   load.hold_ms = mean_hold_ms_;
   const TimePoint now = Clock::now();
   for (const auto& sequence : running_) {
@@ -536,10 +569,24 @@ void StepScheduler::finish_unscheduled(Request& request, FinishReason reason) {
   request.on_update(std::move(update));
 }
 
+// Cells held (cached prefixes included) or taken by this step's batch, and the prompt tokens
+// the running sequences still have to put in.
 int StepScheduler::committed_kv_tokens() const {
-  int committed = 0;
-  for (const auto& sequence : running_) committed += sequence->committed_kv_tokens();
+  int committed = kv_.used_cells() + engine_.batch_size();
+  for (const auto& sequence : running_) committed += sequence->prompt_remaining();
   return committed;
+}
+
+// The tokens this step's decode put in each sequence's cells, for the prefix tree.
+void StepScheduler::record_computed_cells() {
+  for (size_t i = 0; i < in_batch_.size(); ++i) {
+    Sequence& sequence = *in_batch_[i];
+    computed_.clear();
+    for (int p = batch_progress_[i].kv_tokens; p < sequence.kv_tokens(); ++p) {
+      computed_.push_back(sequence.token_at(static_cast<size_t>(p)));
+    }
+    kv_.record(sequence.slot(), computed_);
+  }
 }
 
 }  // namespace brisk
