@@ -56,6 +56,8 @@ struct ServeFlags {
   std::string log_level = "info";
   std::string generation_config = kGenerationConfigPresets[0];
   std::string override_generation_config;
+  std::string prefix_cache = "on";
+  int prefix_cache_seqs = -1;  // -1: as many as --max-seqs
 };
 
 int run_serve(ServeFlags& flags) {
@@ -94,7 +96,15 @@ int run_serve(ServeFlags& flags) {
     return 1;
   }
   flags.engine.model_path = model.path.string();
-  flags.engine.max_seqs = flags.scheduler.max_seqs;
+  flags.scheduler.prefix_cache.enabled = flags.prefix_cache == "on" && flags.engine.kv_unified;
+  // Sequence ids beyond the running ones hold finished requests' cells for reuse; in one KV
+  // buffer they cost no memory of their own (a sliding-window cache is capped at --ctx-size).
+  const int cache_seqs = flags.prefix_cache_seqs < 0 ? flags.scheduler.max_seqs
+                                                     : flags.prefix_cache_seqs;
+  flags.engine.max_seqs =
+      flags.scheduler.max_seqs +
+      (flags.scheduler.prefix_cache.enabled ? std::min(cache_seqs, 256 - flags.scheduler.max_seqs)
+                                            : 0);
   flags.engine.max_batched_tokens = flags.scheduler.max_batched_tokens;
 
   spdlog::info("loading {}", model.path.string());
@@ -243,7 +253,23 @@ CommandRunner register_serve_command(CLI::App& app) {
                "llama-server does, so attention reads only its own cells: faster with many "
                "concurrent requests, but a request is limited to its share");
   app.add_flag("--swa-full", flags->engine.swa_full,
-               "Keep full-size sliding-window KV caches (more memory)");
+               "Keep full-size sliding-window KV caches (more memory; on a sliding-window model "
+               "such as Gemma 3 every cached prefix then stays reusable)");
+  app.add_option("--prefix-cache", flags->prefix_cache,
+                 "Keep finished requests' KV cells and reuse them for prompts that start with "
+                 "the same tokens (shared system prompts, the next turn of a chat); needs "
+                 "--kv-unified")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  app.add_option("--prefix-cache-min-tokens", flags->scheduler.prefix_cache.min_tokens,
+                 "Shortest cached prefix reused (a shorter match is computed again)")
+      ->check(CLI::Range(1, 1 << 22))
+      ->capture_default_str();
+  app.add_option("--prefix-cache-seqs", flags->prefix_cache_seqs,
+                 "Finished requests whose cells are kept at most (default: --max-seqs; the "
+                 "least recently used is evicted first, and whenever running requests need "
+                 "the cells)")
+      ->check(CLI::Range(1, 255));
   app.add_option("--max-body-bytes", flags->server.limits.max_body_bytes,
                  "Largest request body accepted (413 beyond)")
       ->check(CLI::Range(size_t{1024}, size_t{1} << 32))
