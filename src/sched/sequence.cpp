@@ -14,6 +14,8 @@ const char* finish_reason_name(FinishReason reason) {
       return "cancelled";
     case FinishReason::error:
       return "error";
+    case FinishReason::deadline:
+      return "deadline";
     case FinishReason::none:
       break;
   }

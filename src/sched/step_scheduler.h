@@ -11,6 +11,7 @@
 #include "common/worker_pool.h"
 #include "engine/model_runner.h"
 #include "sched/kv_manager.h"
+#include "sched/queue_policy.h"
 #include "sched/request.h"
 #include "sched/sequence.h"
 #include "sched/serving_metrics.h"
@@ -40,6 +41,8 @@ struct SchedulerOptions {
   int sampling_threads = 1;
   // Finished requests' KV cells kept for prompts that start the same way (docs/scheduling.md).
   PrefixCacheOptions prefix_cache;
+  // Which waiting request starts next (--policy).
+  QueuePolicyOptions queue_policy;
 };
 
 enum class SubmitStatus { accepted, queue_full, queue_delay, queued_tokens_full, shutting_down };
@@ -106,14 +109,19 @@ class StepScheduler {
   bool make_room(int needed, int keep, int& committed);
   void record_computed_cells();
   int kv_free_cells() const;
-  void preempt_latest();
+  size_t preemption_victim() const;
+  void preempt_one();
+  void preempt(size_t index);
+  bool preempt_for_priority(TimePoint now);
+  std::deque<std::unique_ptr<Sequence>>::iterator next_preempted(TimePoint now);
   void sample_and_commit(int decode_tokens, TimePoint step_started, TimePoint decode_started);
   void sample_batch();
   void commit_samples();
   void release_finished();
   void fail_batch(const std::string& error);
   void fail_running(const std::string& what);
-  void finish_unscheduled(Request& request, FinishReason reason);
+  void finish_unscheduled(Request& request, FinishReason reason, std::string error = {});
+  static std::string deadline_message(const Request& request);
   int committed_kv_tokens() const;
   int prefill_budget(int decode_tokens) const;
   void learn_step_cost(int decode_tokens, int prefill_tokens, double step_ms);
@@ -144,6 +152,7 @@ class StepScheduler {
   std::vector<Sequence::Progress> batch_progress_;   // in_batch_'s, before this step
   uint64_t next_admission_order_ = 0;
   KvManager kv_;
+  QueuePolicy policy_;
   TokenList computed_;  // scratch for record_computed_cells
   std::vector<Sequence*> in_batch_;
   WorkerPool sampling_pool_;

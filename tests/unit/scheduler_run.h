@@ -26,19 +26,23 @@ struct Outcome {
   FinishReason reason = FinishReason::none;
   std::string error;
   int cached_prompt_tokens = 0;
+  int finish_order = -1;  // 0 for the first request to finish, 1 for the next...
 };
 
 struct Job {
   TokenList prompt;
   int max_tokens = 0;
   SamplingParams sampling;
+  int priority = 0;
+  double deadline_ms = 0;
+  int submit_before_decode = 0;  // all(): submitted on the engine thread before decode n (0: at once)
 };
 
 // A StepScheduler on a fake runner, and what each request's stream received.
 class SchedulerRun {
  public:
   SchedulerRun(FakeModelRunner& runner, SchedulerOptions options)
-      : scheduler_(runner, options, metrics_) {}
+      : runner_(runner), scheduler_(runner, options, metrics_) {}
 
   // Submits every job at once and waits until all have finished. `on_token(i)` runs on the
   // engine thread with each update of request i that carries tokens.
@@ -47,7 +51,16 @@ class SchedulerRun {
                            std::function<void(size_t)> on_token = nullptr) {
     outcomes_.assign(jobs.size(), Outcome{});
     remaining_ = static_cast<int>(jobs.size());
-    for (size_t i = 0; i < jobs.size(); ++i) submit(i, jobs[i], on_token);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      if (jobs[i].submit_before_decode == 0) submit(i, jobs[i], on_token);
+    }
+    if (std::any_of(jobs.begin(), jobs.end(), [](const Job& j) { return j.submit_before_decode > 0; })) {
+      runner_.before_decode = [this, jobs, on_token](int n) {
+        for (size_t i = 0; i < jobs.size(); ++i) {
+          if (jobs[i].submit_before_decode == n) submit(i, jobs[i], on_token);
+        }
+      };
+    }
     scheduler_.start();
     if (drain_after.count() >= 0) {
       std::this_thread::sleep_for(drain_after);
@@ -93,6 +106,8 @@ class SchedulerRun {
     request->prompt_tokens = job.prompt;
     request->max_tokens = job.max_tokens;
     request->sampling = job.sampling;
+    request->priority = job.priority;
+    request->deadline_ms = job.deadline_ms;
     request->arrival = Clock::now();
     request->on_update = [this, i, on_token](GenerationUpdate&& update) {
       if (on_token && update.completion_tokens > 0) on_token(i);
@@ -104,6 +119,7 @@ class SchedulerRun {
         outcome.reason = update.finish_reason;
         outcome.error = update.error;
         outcome.cached_prompt_tokens = update.timings.cached_prompt_tokens;
+        outcome.finish_order = finished_++;
         if (--remaining_ == 0) done_.notify_all();
       }
     };
@@ -122,12 +138,14 @@ class SchedulerRun {
     }
   }
 
+  FakeModelRunner& runner_;
   ServingMetrics metrics_;
   StepScheduler scheduler_;
   std::mutex mutex_;
   std::condition_variable done_;
   std::vector<Outcome> outcomes_;
   int remaining_ = 0;
+  int finished_ = 0;
 };
 
 inline std::vector<Job> jobs(int count, int prompt_tokens, int max_tokens, SamplingParams sampling) {
@@ -166,9 +184,10 @@ inline SchedulerOptions options(int max_seqs, int max_batched_tokens = 64) {
 // Each job on its own, with all the room it wants: what a request generates undisturbed.
 inline std::vector<Outcome> alone(const std::vector<Job>& all_jobs) {
   std::vector<Outcome> out;
-  for (const Job& job : all_jobs) {
+  for (Job job : all_jobs) {
     FakeModelRunner runner(100000);
     SchedulerRun run(runner, options(1));
+    job.submit_before_decode = 0;
     out.push_back(run.all({job})[0]);
   }
   return out;
