@@ -21,6 +21,7 @@ class Sequence {
            uint64_t admission_order);
 
   Request& request() { return *request_; }
+  const Request& request_ref() const { return *request_; }
   int slot() const { return slot_; }
   uint64_t admission_order() const { return admission_order_; }
   int kv_tokens() const { return kv_tokens_; }

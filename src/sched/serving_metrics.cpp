@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "sched/kv_manager.h"
 
 namespace brisk {
@@ -89,6 +91,30 @@ std::string ServingMetrics::render_prometheus(const SchedulerStats& stats) const
   append_header(out, "brisk_preemptions_total", "counter",
                 "Running requests that gave up their KV cache for others, to recompute it later.");
   out += fmt::format("brisk_preemptions_total {}\n", preemptions_.load());
+  append_header(out, "brisk_requests_waiting_by_reason", "gauge",
+                "Waiting requests by why they are not running: preempted, or the reason the "
+                "last admission pass stopped (docs/metrics.md).");
+  const int queued = stats.waiting - stats.preempted;
+  for (const AdmissionBlock block :
+       {AdmissionBlock::no_free_sequence, AdmissionBlock::kv_cache_full,
+        AdmissionBlock::long_prefill_turn, AdmissionBlock::step_budget}) {
+    out += fmt::format("brisk_requests_waiting_by_reason{{reason=\"{}\"}} {}\n",
+                       admission_block_name(block),
+                       stats.admission_blocked == block ? queued : 0);
+  }
+  out += fmt::format("brisk_requests_waiting_by_reason{{reason=\"preempted\"}} {}\n",
+                     stats.preempted);
+  append_header(out, "brisk_kv_cache_cells", "gauge",
+                "KV cells by holder: running requests, cached prefixes only, free.");
+  out += fmt::format("brisk_kv_cache_cells{{state=\"running\"}} {}\n", stats.kv_running_cells);
+  out += fmt::format("brisk_kv_cache_cells{{state=\"cached\"}} {}\n", stats.prefix_cache_cells);
+  out += fmt::format("brisk_kv_cache_cells{{state=\"free\"}} {}\n",
+                     std::max(0, stats.kv_capacity_cells - stats.kv_running_cells -
+                                     stats.prefix_cache_cells));
+  append_header(out, "brisk_kv_cache_committed_cells", "gauge",
+                "Cells the running requests hold plus what their prompts still need: what "
+                "admission counts (no max_tokens is reserved).");
+  out += fmt::format("brisk_kv_cache_committed_cells {}\n", stats.kv_committed_cells);
   append_header(out, "brisk_kv_cache_usage_ratio", "gauge",
                 "Fraction of KV cache cells holding tokens of running requests.");
   out += fmt::format("brisk_kv_cache_usage_ratio {}\n", stats.kv_cache_usage_ratio);

@@ -8,6 +8,7 @@
 
 #include "common/histogram.h"
 #include "sched/request.h"
+#include "sched/scheduler_snapshot.h"
 
 namespace brisk {
 
@@ -20,6 +21,10 @@ struct SchedulerStats {
   double kv_cache_usage_ratio = 0;
   int prefix_cache_cells = 0;      // KV cells only cached prefixes hold (evictable)
   int prefix_cache_sequences = 0;  // finished requests whose cells are kept for reuse
+  int kv_capacity_cells = 0;
+  int kv_running_cells = 0;    // held by running requests
+  int kv_committed_cells = 0;  // and what their prompts still need (as of the last step)
+  AdmissionBlock admission_blocked = AdmissionBlock::none;  // why the queue waits
 
   // As submit() decides: preempted requests do not take places in the queue.
   bool queue_full() const { return max_waiting > 0 && waiting - preempted >= max_waiting; }

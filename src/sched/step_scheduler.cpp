@@ -105,8 +105,12 @@ SchedulerStats StepScheduler::stats() const {
     stats.waiting = static_cast<int>(waiting_.size()) + preempted_count_.load();
     stats.preempted = preempted_count_.load();
     stats.max_waiting = options_.max_queued_requests;
+    stats.admission_blocked = published_.admission_blocked;
+    stats.kv_committed_cells = published_.kv.committed_cells;
   }
   stats.prefix_cache_cells = prefix_cache_cells_.load();
+  stats.kv_capacity_cells = kv_capacity_tokens_;
+  stats.kv_running_cells = kv_tokens_in_use_.load();
   stats.prefix_cache_sequences = prefix_cache_sequences_.load();
   stats.kv_cache_usage_ratio =
       kv_capacity_tokens_ > 0 ? static_cast<double>(kv_tokens_in_use_.load()) / kv_capacity_tokens_
@@ -408,6 +412,8 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
   int long_prefills = static_cast<int>(std::count_if(
       running_.begin(), running_.end(), [&](const auto& s) { return is_long_prefill(*s); }));
   const TimePoint now = Clock::now();
+  admission_blocked_ = AdmissionBlock::none;
+  const auto blocked = [&](AdmissionBlock why) { admission_blocked_ = why; };
   while (budget > 0 && has_running_room()) {
     const auto resumed = next_preempted(now);
     std::shared_ptr<Request> request;
@@ -423,12 +429,15 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
           (resumed == preempted_.end() ||
            (policy_.policy() == SchedulingPolicy::priority &&
             policy_.runs_before(*waiting_[static_cast<size_t>(index)], (*resumed)->request(), now)));
+      if (index < 0 && resumed == preempted_.end() && !waiting_.empty()) {
+        return blocked(AdmissionBlock::long_prefill_turn);
+      }
       if (waiting_first) {
         auto next = waiting_.begin() + index;
         const TokenList& prompt = (*next)->prompt_tokens;
         hit = kv_.lookup(prompt);
         if (!make_room(static_cast<int>(prompt.size()) - hit.tokens, hit.source, committed)) {
-          return;
+          return blocked(AdmissionBlock::kv_cache_full);
         }
         request = std::move(*next);
         waiting_.erase(next);
@@ -448,13 +457,16 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
       if (resumed == preempted_.end()) return;
       Sequence& next = **resumed;
       hit = kv_.lookup(next.prefill_tokens());
-      if (!make_room(next.prompt_remaining() - hit.tokens, hit.source, committed)) return;
+      if (!make_room(next.prompt_remaining() - hit.tokens, hit.source, committed)) {
+        return blocked(AdmissionBlock::kv_cache_full);
+      }
       std::unique_ptr<Sequence> sequence = std::move(*resumed);
       preempted_.erase(resumed);
       start_sequence(std::move(sequence), hit, budget, kv_free);
     }
     committed = committed_kv_tokens();
   }
+  blocked(budget <= 0 ? AdmissionBlock::step_budget : AdmissionBlock::no_free_sequence);
 }
 
 // The preempted sequence to resume next: the earliest admitted, or under --policy priority
@@ -634,8 +646,63 @@ void StepScheduler::publish_load() {
   }
   std::sort(load.slot_release_ms.begin(), load.slot_release_ms.end());
   for (const auto& sequence : preempted_) load.backlog_tokens += sequence->prompt_remaining();
+  SchedulerSnapshot published = describe();
   std::lock_guard lock(mutex_);
   load_ = std::move(load);
+  published_ = std::move(published);
+}
+
+// The engine thread's part of a snapshot: the running and preempted sequences and the KV map.
+SchedulerSnapshot StepScheduler::describe() const {
+  SchedulerSnapshot out;
+  out.policy = scheduling_policy_name(policy_.policy());
+  out.max_seqs = options_.max_seqs;
+  out.max_batched_tokens = options_.max_batched_tokens;
+  out.target_itl_ms = options_.max_step_ms;
+  out.decode_step_ms = decode_step_ms_;
+  out.prefill_ms_per_token = prefill_ms_per_token_;
+  out.admission_blocked = admission_blocked_;
+  const auto view = [](const Sequence& sequence) {
+    SequenceView v;
+    const Request& request = sequence.request_ref();
+    v.id = request.id;
+    v.priority = request.priority;
+    v.prompt_tokens = static_cast<int>(request.prompt_tokens.size());
+    v.cached_prompt_tokens = std::max(0, sequence.cached_prompt_tokens_);
+    v.prefill_remaining = sequence.prompt_remaining();
+    v.kv_tokens = sequence.kv_tokens();
+    v.generated_tokens = sequence.completion_tokens_;
+    v.max_tokens = request.max_tokens;
+    v.scheduled_at = sequence.scheduled_at_;
+    return v;
+  };
+  for (const auto& sequence : running_) out.running.push_back(view(*sequence));
+  for (const auto& sequence : preempted_) out.preempted.push_back(view(*sequence));
+  out.kv.prefix_cache = kv_.cache_enabled();
+  out.kv.capacity_cells = kv_capacity_tokens_;
+  out.kv.used_cells = kv_.used_cells();
+  out.kv.cached_cells = kv_.cached_cells();
+  out.kv.running_cells = out.kv.used_cells - out.kv.cached_cells;
+  out.kv.committed_cells = out.kv.running_cells;
+  for (const auto& sequence : running_) out.kv.committed_cells += sequence->prompt_remaining();
+  out.kv.watermark_cells = kv_watermark_tokens_;
+  out.kv.sequence_ids = engine_.sequence_ids();
+  out.kv.cached_sequences = kv_.cached_sequences();
+  return out;
+}
+
+SchedulerSnapshot StepScheduler::snapshot() const {
+  std::lock_guard lock(mutex_);
+  SchedulerSnapshot out = published_;
+  const TimePoint now = Clock::now();
+  out.waiting_total = static_cast<int>(waiting_.size());
+  for (const auto& request : waiting_) {
+    if (static_cast<int>(out.waiting.size()) >= SchedulerSnapshot::kMaxWaitingShown) break;
+    out.waiting.push_back({request->id, request->priority,
+                           static_cast<int>(request->prompt_tokens.size()),
+                           ms_between(request->arrival, now), request->deadline_ms});
+  }
+  return out;
 }
 
 void StepScheduler::finish_unscheduled(Request& request, FinishReason reason,

@@ -13,6 +13,7 @@
 #include "sched/kv_manager.h"
 #include "sched/queue_policy.h"
 #include "sched/request.h"
+#include "sched/scheduler_snapshot.h"
 #include "sched/sequence.h"
 #include "sched/serving_metrics.h"
 
@@ -91,6 +92,8 @@ class StepScheduler {
   void shutdown(std::chrono::milliseconds drain_timeout);
 
   SchedulerStats stats() const;
+  // Any thread: the queue now, the running set and KV map as of the last step.
+  SchedulerSnapshot snapshot() const;
   const SchedulerOptions& options() const { return options_; }
 
  private:
@@ -126,6 +129,7 @@ class StepScheduler {
   int prefill_budget(int decode_tokens) const;
   void learn_step_cost(int decode_tokens, int prefill_tokens, double step_ms);
   void publish_load();
+  SchedulerSnapshot describe() const;
 
   ModelRunner& engine_;
   const SchedulerOptions options_;
@@ -170,6 +174,8 @@ class StepScheduler {
   std::atomic<int> prefix_cache_cells_{0};
   std::atomic<int> prefix_cache_sequences_{0};
   LoadEstimate load_;                // guarded by mutex_; written by publish_load()
+  SchedulerSnapshot published_;      // guarded by mutex_; written by publish_load()
+  AdmissionBlock admission_blocked_ = AdmissionBlock::none;  // engine thread: the last pass's
   int queued_prompt_tokens_ = 0;     // guarded by mutex_: prompt tokens in waiting_
   double mean_hold_ms_ = 0;  // engine thread: how long finished requests held a sequence
 

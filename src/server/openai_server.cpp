@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "server/completion_exchange.h"
 #include "server/openai_json.h"
+#include "server/scheduler_json.h"
 
 namespace brisk {
 namespace {
@@ -52,6 +53,7 @@ constexpr Route kRoutes[] = {
     {"/health", http::verb::get},
     {"/ready", http::verb::get},
     {"/metrics", http::verb::get},
+    {"/debug/scheduler", http::verb::get},
     {"/v1/models", http::verb::get},
     {"/v1/chat/completions", http::verb::post},
     {"/v1/completions", http::verb::post},
@@ -269,6 +271,9 @@ void OpenAiServer::handle(HttpRequest&& request, const std::shared_ptr<HttpSessi
       response.body() += ServingMetrics::render_vllm_compat(stats, options_.model_name);
     }
     return session->respond(std::move(response));
+  }
+  if (path == "/debug/scheduler") {
+    return session->respond(json_response(http::status::ok, scheduler_json(scheduler_.snapshot())));
   }
   if (path == "/v1/models") return session->respond(models_response());
   if (path == "/tokenize") return session->respond(handle_tokenize(request));

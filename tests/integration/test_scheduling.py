@@ -230,3 +230,35 @@ def test_bad_scheduling_fields_get_a_400_naming_them(brisk, body, headers, param
                    json={"prompt": "Hi", "max_tokens": 2, **body})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param, r.text
+
+
+def test_debug_scheduler_shows_the_queue_the_running_set_and_the_kv_map(brisk_priority):
+    """GET /debug/scheduler (what brisk doctor reads): with the only sequence streaming, a second
+    request waits for a free sequence, and /metrics says so too."""
+    server = brisk_priority
+    started, running = _stream_in_background(
+        server, {"prompt": "Busy:", "max_tokens": 120, "ignore_eos": True, "stream": True,
+                 "priority": 2})
+    assert started.wait(60)
+    waiting = _stream_in_background(server, {"prompt": "Me next", "max_tokens": 2,
+                                             "stream": True, "priority": 2})[1]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        snapshot = httpx.get(server.base_url + "/debug/scheduler", timeout=10).json()
+        if snapshot["waiting_total"] == 1:
+            break
+        time.sleep(0.05)
+    metrics = get_metrics(server)
+    assert running.result(timeout=120)[0] == 200 and waiting.result(timeout=120)[0] == 200
+    assert snapshot["policy"] == "priority" and snapshot["limits"]["max_seqs"] == 1
+    assert snapshot["waiting_total"] == 1, snapshot
+    assert snapshot["waiting"][0]["prompt_tokens"] > 0 and snapshot["waiting"][0]["priority"] == 2
+    assert len(snapshot["running"]) == 1 and snapshot["running"][0]["phase"] == "decode", snapshot
+    assert snapshot["admission_blocked"] == "no_free_sequence", snapshot
+    kv = snapshot["kv"]
+    assert kv["running_cells"] >= snapshot["running"][0]["kv_cells"] > 0, kv
+    assert kv["capacity_cells"] == kv["used_cells"] + (kv["capacity_cells"] - kv["used_cells"])
+    assert metrics['brisk_requests_waiting_by_reason{reason="no_free_sequence"}'] == 1, metrics
+    assert (metrics['brisk_kv_cache_cells{state="running"}']
+            + metrics['brisk_kv_cache_cells{state="cached"}']
+            + metrics['brisk_kv_cache_cells{state="free"}']) == kv["capacity_cells"]

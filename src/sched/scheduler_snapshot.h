@@ -1,0 +1,72 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+
+namespace brisk {
+
+// Why the requests in the queue are not running yet: the reason the last admission pass stopped
+// (brisk_requests_waiting_by_reason, GET /debug/scheduler).
+enum class AdmissionBlock {
+  none,               // nothing waiting, or admitted in the last step
+  no_free_sequence,   // --max-seqs requests are running
+  kv_cache_full,      // the next prompt does not fit beside the running requests' cells
+  long_prefill_turn,  // only long prompts wait, and --max-long-prefills are being prefilled
+  step_budget,        // this step's token budget was spent; the next step admits more
+};
+const char* admission_block_name(AdmissionBlock block);
+
+// One running or preempted request as the engine thread last saw it.
+struct SequenceView {
+  uint64_t id = 0;
+  int priority = 0;
+  int prompt_tokens = 0;
+  int cached_prompt_tokens = 0;
+  int prefill_remaining = 0;  // prompt (or replay) tokens still to compute
+  int kv_tokens = 0;
+  int generated_tokens = 0;
+  int max_tokens = 0;
+  TimePoint scheduled_at;
+};
+
+struct WaitingView {
+  uint64_t id = 0;
+  int priority = 0;
+  int prompt_tokens = 0;
+  double waited_ms = 0;
+  double deadline_ms = 0;
+};
+
+// What GET /debug/scheduler shows: the queue, the running set and the KV map, published by the
+// engine thread after every step (the queue is read at the moment of the call).
+struct SchedulerSnapshot {
+  std::string policy;
+  int max_seqs = 0;
+  int max_batched_tokens = 0;
+  double target_itl_ms = 0;
+  double decode_step_ms = 0;        // learned
+  double prefill_ms_per_token = 0;  // learned
+  AdmissionBlock admission_blocked = AdmissionBlock::none;
+  std::vector<SequenceView> running;
+  std::vector<SequenceView> preempted;
+  std::vector<WaitingView> waiting;  // the first kMaxWaitingShown, in arrival order
+  int waiting_total = 0;
+  struct Kv {
+    bool prefix_cache = false;
+    int capacity_cells = 0;
+    int used_cells = 0;      // held by anyone
+    int running_cells = 0;   // held by running requests
+    int cached_cells = 0;    // held only by cached prefixes (evictable)
+    int committed_cells = 0; // running cells + the prompt tokens running requests still need
+    int watermark_cells = 0;
+    int sequence_ids = 0;
+    int cached_sequences = 0;
+  } kv;
+
+  static constexpr int kMaxWaitingShown = 100;
+};
+
+}  // namespace brisk
