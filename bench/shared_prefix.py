@@ -8,6 +8,11 @@ Configurations, each in its own fresh server, interleaved round by round (--roun
 the same build with the same model, threads, context and sequences (its per-slot prompt cache,
 `cache_prompt`, is on by default). brisk bench is the client for all of them.
 
+With --unique the same load has no shared prefix at all (every prompt opens with its own
+number, the same length): what keeping finished requests' cells costs when nothing is reused —
+in llama.cpp's unified KV buffer each step's attention spans the cells kept (benchmark 4's
+no-regression check for the cache).
+
 Reports per configuration (medians over rounds): TTFT mean / p50 / p99, output tokens/s, and the
 ratios of brisk's mean TTFT to llama-server's and to brisk with the cache off. --out writes every
 round's numbers as JSON; bench outputs (result.json, requests.csv) stay under --work.
@@ -49,6 +54,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=32)
     p.add_argument("--system-words", type=int, default=800, help="~1,000 tokens on Gemma 3")
     p.add_argument("--output-tokens", type=int, default=32)
+    p.add_argument("--unique", action="store_true",
+                   help="no shared prefix: each prompt opens with its own number")
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--configs", default="brisk,brisk-cache-off,llama-server")
     p.add_argument("--work", type=Path, default=None)
@@ -63,8 +70,13 @@ def write_dataset(path: Path, args: argparse.Namespace) -> None:
         for i in range(args.requests + 1):
             topic = FILLER_WORDS[(i * 11) % len(FILLER_WORDS)]
             question = QUESTIONS[i % len(QUESTIONS)].format(f"the {topic} number {i}")
-            f.write(json.dumps({"messages": [{"role": "system", "content": system},
-                                             {"role": "user", "content": question}]}) + "\n")
+            if args.unique:  # the same words, behind an opening of its own
+                messages = [{"role": "user", "content": f"Request {i * 104729 % 10**6}: "
+                             + system + " " + question}]
+            else:
+                messages = [{"role": "system", "content": system},
+                            {"role": "user", "content": question}]
+            f.write(json.dumps({"messages": messages}) + "\n")
 
 
 def server_argv(config: str, port: int, args: argparse.Namespace) -> tuple[list[str], str]:

@@ -285,6 +285,13 @@ CommandRunner register_serve_command(CLI::App& app) {
                  "Shortest cached prefix reused (a shorter match is computed again)")
       ->check(CLI::Range(1, 1 << 22))
       ->capture_default_str();
+  app.add_option("--prefix-cache-trial-seqs", flags->scheduler.prefix_cache.trial_sequences,
+                 "Cached prefixes no later prompt has reused yet, kept at most (oldest freed "
+                 "first): each step's attention spans every cell kept, so prompts that never "
+                 "repeat would slow all streams; raise it for chats whose next turn comes after "
+                 "many other requests")
+      ->check(CLI::Range(0, 255))
+      ->capture_default_str();
   app.add_option("--prefix-cache-seqs", flags->prefix_cache_seqs,
                  "Finished requests whose cells are kept at most (default: --max-seqs; the "
                  "least recently used is evicted first, and whenever running requests need "

@@ -47,7 +47,8 @@ KvManager::KvManager(ModelRunner& engine, int running_limit, int sequence_ids,
       }()),
       metrics_(metrics),
       state_(static_cast<size_t>(std::min(sequence_ids, PrefixTree::kMaxSequences)), State::free),
-      last_used_(state_.size(), 0) {
+      last_used_(state_.size(), 0),
+      reused_(state_.size(), false) {
   if (options.enabled && !options_.enabled) {
     spdlog::info(
         "prefix cache off: it needs one KV buffer for all requests (--kv-unified) and --max-seqs "
@@ -59,6 +60,7 @@ int KvManager::acquire(int keep) {
   for (size_t id = 0; id < state_.size(); ++id) {
     if (state_[id] == State::free) {
       state_[id] = State::running;
+      reused_[id] = false;
       return static_cast<int>(id);
     }
   }
@@ -106,6 +108,7 @@ void KvManager::attach(int id, const PrefixLookup& hit, int query_tokens) {
   if (hit.tokens <= 0) return;
   engine_.copy_sequence_prefix(hit.source, id, hit.tokens);
   tree_.share(id, hit.source, hit.tokens);
+  reused_[static_cast<size_t>(hit.source)] = true;
   if (state_[static_cast<size_t>(hit.source)] != State::cached) return;
   last_used_[static_cast<size_t>(hit.source)] = ++clock_;
   // A cached sequence whose every cell the newcomer now shares adds nothing: free its id.
@@ -131,6 +134,26 @@ void KvManager::retire(int id) {
   }
   state_[static_cast<size_t>(id)] = State::cached;
   last_used_[static_cast<size_t>(id)] = ++clock_;
+  end_oldest_trials();
+}
+
+// Frees the oldest cached sequences nobody has reused beyond options_.trial_sequences.
+void KvManager::end_oldest_trials() {
+  for (;;) {
+    int trials = 0;
+    int oldest = -1;
+    for (size_t id = 0; id < state_.size(); ++id) {
+      if (state_[id] != State::cached || reused_[id]) continue;
+      ++trials;
+      if (oldest < 0 || last_used_[id] < last_used_[static_cast<size_t>(oldest)]) {
+        oldest = static_cast<int>(id);
+      }
+    }
+    if (trials <= options_.trial_sequences) return;
+    remember_evicted(oldest);
+    release(oldest);
+    metrics_.count_prefix_eviction();
+  }
 }
 
 bool KvManager::evict_oldest(int keep) {

@@ -16,6 +16,11 @@ struct PrefixCacheOptions {
   bool enabled = true;
   // A shorter match is not reused: it saves little compute and splits the tree.
   int min_tokens = 32;
+  // Cached sequences no prompt has reused yet are kept at most this many, the oldest freed
+  // first: in one KV buffer every step's attention spans the cells kept, so prompts that never
+  // repeat would slow every running stream (docs/scheduling.md). A reused one stays until
+  // evicted for room.
+  int trial_sequences = 2;
 };
 
 // Why a request's prompt found no cached prefix to reuse (brisk_prefix_cache_misses_total).
@@ -70,6 +75,7 @@ class KvManager {
  private:
   enum class State { free, running, cached };
   bool window_allows(int source, int tokens) const;
+  void end_oldest_trials();
   void remember_evicted(int id);
   bool was_evicted(std::span<const Token> tokens, int matched) const;
   PrefixTree::Owners running_mask() const;
@@ -80,6 +86,7 @@ class KvManager {
   PrefixTree tree_;
   std::vector<State> state_;
   std::vector<uint64_t> last_used_;  // per id: when it last finished or served a hit
+  std::vector<bool> reused_;         // per id: its cells served a hit since it was acquired
   uint64_t clock_ = 0;
   // Hashes of evicted prefixes (every kEvictedBlockTokens tokens), oldest first, so a miss
   // on a prefix the cache once held is told apart from one it never saw.

@@ -231,5 +231,39 @@ TEST(PrefixCache, PreemptionAndSharingTogetherKeepStreamsExact) {
   }
 }
 
+// Prompts that never repeat would fill the buffer with cells every step's attention spans:
+// cached sequences nobody reused are kept on trial, a few at most; one reused stays.
+TEST(PrefixCache, PrefixesNobodyReusesAreFewAndAReusedOneStays) {
+  FakeModelRunner runner(100000);
+  SchedulerRun run(runner, options(4));
+  const TokenList system = range(1, 80);
+  const auto outcomes = run.one_by_one(8, [&](size_t i, const std::vector<Outcome>&) {
+    Job job;
+    job.max_tokens = 6;
+    job.sampling = greedy();
+    // 0 and 7 share a system prompt; 1..6 are unique.
+    job.prompt = (i == 0 || i == 7) ? concat(system, range(5000 + 10 * static_cast<Token>(i), 4))
+                                    : range(1000 * static_cast<Token>(i) + 1, 80);
+    return job;
+  });
+  EXPECT_EQ(run.metric("brisk_prefix_cache_sequences"), 2) << "the default trial allowance";
+  EXPECT_EQ(outcomes[7].cached_prompt_tokens, 0) << "0 was freed after two unique ones";
+  EXPECT_EQ(run.metric("brisk_prefix_cache_misses_total{reason=\"evicted\"}"), 1);
+
+  FakeModelRunner reuse_runner(100000);
+  SchedulerRun reuse(reuse_runner, options(4));
+  const auto reused = reuse.one_by_one(9, [&](size_t i, const std::vector<Outcome>&) {
+    Job job;
+    job.max_tokens = 6;
+    job.sampling = greedy();
+    // 0, 1 and 8 share the system prompt: 1 reuses 0's cells, so 0 is kept past the trials.
+    job.prompt = (i <= 1 || i == 8) ? concat(system, range(5000 + 10 * static_cast<Token>(i), 4))
+                                    : range(1000 * static_cast<Token>(i) + 1, 80);
+    return job;
+  });
+  EXPECT_EQ(reused[1].cached_prompt_tokens, 80);
+  EXPECT_EQ(reused[8].cached_prompt_tokens, 80) << "the reused prefix outlived the trials";
+}
+
 }  // namespace
 }  // namespace brisk
