@@ -68,6 +68,8 @@ class OwnedBatch {
 
 }  // namespace
 
+void ScoringModel::initialize_backend() { init_backend_once(); }
+
 std::unique_ptr<ScoringModel> ScoringModel::load(const ScoringModelOptions& options,
                                                  std::string* error) {
   init_backend_once();

@@ -40,6 +40,9 @@ class ScoringModel {
  public:
   static std::unique_ptr<ScoringModel> load(const ScoringModelOptions& options,
                                             std::string* error);
+  // llama.cpp's one-time process set-up (load() does it too): call it before a memory baseline
+  // so that the first model loaded is not billed for it.
+  static void initialize_backend();
   ~ScoringModel();
   ScoringModel(const ScoringModel&) = delete;
   ScoringModel& operator=(const ScoringModel&) = delete;

@@ -221,6 +221,7 @@ std::optional<QuantReport> run_quant(const QuantRunInputs& inputs, std::string* 
   bench::ProgressDisplay::mark_measured_start(progress.counters(), Clock::now());
   auto step_done = [&progress] { ++progress.counters().finished; };
 
+  ScoringModel::initialize_backend();
   const uint64_t before_reference = resident_bytes();
   auto reference = load_model(inputs.reference, inputs.settings, error);
   if (!reference) return std::nullopt;

@@ -18,25 +18,34 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BRISK_BIN, LLAMA_BIN_DIR, REPO_ROOT, SECOND_MODEL_FILE, THREADS, model_path, require_file
+from conftest import BRISK_BIN, LLAMA_BIN_DIR, REPO_ROOT, SECOND_MODEL_FILE, model_path, require_file
 
 LLAMA_PERPLEXITY_BIN = LLAMA_BIN_DIR / "llama-perplexity"
 RUN_TIMEOUT_S = 600
-# The CI-sized run: every built-in item, short answers, a small context.
-SMALL_RUN = ["--max-tokens", "12", "--ctx-size", "1024", "--concurrency", "2",
-             "--concurrent-tokens", "8", "--threads", str(THREADS), "--progress", "off"]
+# The CI-sized run: every built-in item, short answers, a small context. One compute thread:
+# the machine's cores are shared, and ggml's two threads spin at every barrier waiting for a
+# partner the scheduler has parked, which made a run 3.5x slower under load (figures identical:
+# the statistics do not depend on the thread count).
+QUANT_THREADS = "1"
+SMALL_RUN = ["--max-tokens", "8", "--ctx-size", "1024", "--concurrency", "2",
+             "--concurrent-tokens", "8", "--threads", QUANT_THREADS, "--progress", "off"]
 # llama-perplexity --kl-divergence agreement: the same text, 128-token chunks, 4 of them (252
 # scored tokens; llama-perplexity prints its summary only from 100 on).
 TEXT_CTX = 128
 TEXT_CHUNKS = 4
 # llama-perplexity stores the reference's log-probabilities as 16-bit integers over each
-# position's [min, max] range (a step of range/65535, ~5e-4 nats here) and skips vocabulary terms
-# with log p_ref <= -16; brisk sums every term in double precision from raw logits. Those two
-# differences bound the gap: KLD within 2e-3 nats + 3% of the value, same-top within 1.2
-# percentage points (3 of 252 positions, where a near-tie's argmax moved by the rounding).
-KLD_ABS_TOLERANCE = 2e-3
-KLD_REL_TOLERANCE = 0.03
-SAME_TOP_TOLERANCE = 0.012
+# position's [min, max] range (a step of range/65535, ~5e-4 to 1e-3 nats for this model's 262k
+# vocabulary) and skips vocabulary terms with log p_ref <= -16; brisk sums every term in double
+# precision from the float logits. Measured on 2026-12-02 (docs/scheduling.md, 252 positions):
+# Q8_0 KLD 0.008094 against 0.008072, Q2_K 0.57989 against 0.57908, same-top identical, PPL ratio
+# within 0.11%. The tolerances leave room for that rounding (5e-4 nats + 1% of the value), one
+# position of same-top in 252 where a near-tie's argmax can move, and 1% of the PPL ratio.
+KLD_ABS_TOLERANCE = 5e-4
+KLD_REL_TOLERANCE = 0.01
+SAME_TOP_TOLERANCE = 1 / 252 + 1e-9
+PPL_RATIO_REL_TOLERANCE = 0.01
+LLAMA_PERPLEXITY_ARGS = ["-c", str(TEXT_CTX), "--chunks", str(TEXT_CHUNKS), "-t", QUANT_THREADS,
+                         "-b", str(TEXT_CTX)]
 
 
 def reference_path() -> Path:
@@ -115,64 +124,70 @@ def test_report_has_the_documented_shape_and_says_the_reference_was_quantized(ma
     assert "## Quality against the reference" in (out / "report.md").read_text()
 
 
-def test_a_rerun_reuses_the_made_candidates(made_run, work_dir):
-    result = run_quant("--reference", str(reference_path()), "--make", "q2_k",
-                       "--allow-requantize", "--work-dir", str(work_dir), "--limit", "1",
+def test_a_rerun_reuses_the_made_candidates_and_the_reference_diverges_from_itself_by_zero(
+        made_run, work_dir):
+    ref = str(reference_path())
+    result = run_quant("--reference", ref, "--candidate", ref, "--make", "q2_k",
+                       "--allow-requantize", "--work-dir", str(work_dir), "--limit", "2",
                        "--json", *SMALL_RUN)
     assert result.returncode == 0, result.stderr
     assert "reusing" in result.stderr
     assert "making" not in result.stderr
-
-
-def test_the_reference_against_itself_diverges_by_exactly_zero():
-    ref = str(reference_path())
-    result = run_quant("--reference", ref, "--candidate", ref, "--limit", "4", "--json",
-                       *SMALL_RUN)
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
-    self_check = report["candidates"][0]
+    self_check = json.loads(result.stdout)["candidates"][0]
+    assert self_check["file"] == ref
     assert self_check["kld"]["tokens"] > 0
     assert self_check["kld"]["mean"] == 0.0
-    assert self_check["kld"]["p99"] == 0.0
+    assert self_check["kld"]["max"] == 0.0
     assert self_check["same_top"] == 1.0
     assert self_check["ppl_ratio"] == 1.0
     assert self_check["flips"]["lost"] == 0 and self_check["flips"]["gained"] == 0
 
 
-def llama_perplexity_kld(reference: Path, candidate_file: Path, text: Path, tmp: Path) -> dict:
-    base = tmp / "base.kld"
-    common = ["-c", str(TEXT_CTX), "--chunks", str(TEXT_CHUNKS), "-t", str(THREADS), "-b", "512"]
+def llama_perplexity_base(reference: Path, text: Path, base: Path) -> None:
     subprocess.run([str(LLAMA_PERPLEXITY_BIN), "-m", str(reference), "-f", str(text),
-                    "--kl-divergence-base", str(base), *common],
+                    "--kl-divergence-base", str(base), *LLAMA_PERPLEXITY_ARGS],
                    check=True, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+
+
+def llama_perplexity_kld(candidate_file: Path, base: Path) -> dict:
     scored = subprocess.run([str(LLAMA_PERPLEXITY_BIN), "-m", str(candidate_file),
-                             "--kl-divergence-base", str(base), "--kl-divergence", *common],
+                             "--kl-divergence-base", str(base), "--kl-divergence",
+                             *LLAMA_PERPLEXITY_ARGS],
                             check=True, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     output = scored.stdout + scored.stderr
     kld = re.search(r"Mean\s+KLD:\s+([-0-9.e]+)", output)
     same_top = re.search(r"Same top p:\s+([0-9.]+)", output)
-    median = re.search(r"Median\s+KLD:\s+([-0-9.e]+)", output)
-    assert kld and same_top and median, output[-3000:]
-    return {"kld_mean": float(kld.group(1)), "kld_median": float(median.group(1)),
-            "same_top": float(same_top.group(1)) / 100}
+    ppl_ratio = re.search(r"Mean PPL\(Q\)/PPL\(base\)\s+:\s+([0-9.]+)", output)
+    assert kld and same_top and ppl_ratio, output[-3000:]
+    return {"kld_mean": float(kld.group(1)), "same_top": float(same_top.group(1)) / 100,
+            "ppl_ratio": float(ppl_ratio.group(1))}
 
 
-@pytest.mark.parametrize("name", ["Q2_K", "Q8_0"])
-def test_divergence_agrees_with_llama_perplexity_on_the_same_text(made_run, name, tmp_path):
+def test_divergence_agrees_with_llama_perplexity_on_the_same_text(made_run, tmp_path):
     require_file(LLAMA_PERPLEXITY_BIN, "build with BRISK_BUILD_LLAMA_TOOLS=ON (make build)")
     _, report, _ = made_run
-    candidate_file = Path(candidate(report, name)["file"])
     text = REPO_ROOT / "docs" / "scheduling.md"
-    theirs = llama_perplexity_kld(reference_path(), candidate_file, text, tmp_path)
-    result = run_quant("--reference", str(reference_path()), "--candidate", str(candidate_file),
+    base = tmp_path / "base.kld"
+    llama_perplexity_base(reference_path(), text, base)
+    files = {name: candidate(report, name)["file"] for name in ("Q8_0", "Q2_K")}
+    theirs = {name: llama_perplexity_kld(Path(path), base) for name, path in files.items()}
+    result = run_quant("--reference", str(reference_path()),
+                       *[arg for path in files.values() for arg in ("--candidate", path)],
                        "--text", str(text), "--text-ctx", str(TEXT_CTX), "--text-chunks",
                        str(TEXT_CHUNKS), "--limit", "1", "--json", *SMALL_RUN)
     assert result.returncode == 0, result.stderr
-    ours = json.loads(result.stdout)["candidates"][0]
-    assert ours["kld"]["tokens"] == TEXT_CHUNKS * (TEXT_CTX - 1 - TEXT_CTX // 2)
-    tolerance = KLD_ABS_TOLERANCE + KLD_REL_TOLERANCE * theirs["kld_mean"]
-    assert abs(ours["kld"]["mean"] - theirs["kld_mean"]) <= tolerance, (ours["kld"], theirs)
-    assert abs(ours["same_top"] - theirs["same_top"]) <= SAME_TOP_TOLERANCE, (ours, theirs)
+    ours = {name: next(c for c in json.loads(result.stdout)["candidates"] if c["file"] == path)
+            for name, path in files.items()}
+    for name in files:
+        mine, llama = ours[name], theirs[name]
+        assert mine["kld"]["tokens"] == TEXT_CHUNKS * (TEXT_CTX - 1 - TEXT_CTX // 2)
+        tolerance = KLD_ABS_TOLERANCE + KLD_REL_TOLERANCE * llama["kld_mean"]
+        assert abs(mine["kld"]["mean"] - llama["kld_mean"]) <= tolerance, (name, mine["kld"], llama)
+        assert abs(mine["same_top"] - llama["same_top"]) <= SAME_TOP_TOLERANCE, (name, mine, llama)
+        assert abs(mine["ppl_ratio"] / llama["ppl_ratio"] - 1) <= PPL_RATIO_REL_TOLERANCE, (name, llama)
+    # Both tools tell the two apart: Q2_K diverges far more.
+    assert theirs["Q2_K"]["kld_mean"] > 10 * theirs["Q8_0"]["kld_mean"]
+    assert ours["Q2_K"]["kld"]["mean"] > 10 * ours["Q8_0"]["kld"]["mean"]
 
 
 def write(path: Path, text: str) -> Path:
@@ -209,6 +224,6 @@ def test_a_candidate_with_another_vocabulary_is_refused():
     require_file(other, "run `make test-models` (brisk pull smollm2-135m)")
     result = run_quant("--reference", str(reference_path()), "--candidate", str(other),
                        "--limit", "1", "--max-tokens", "2", "--ctx-size", "1024",
-                       "--progress", "off", timeout=300)
+                       "--threads", QUANT_THREADS, "--progress", "off", timeout=300)
     assert result.returncode == 2, result.stderr
     assert "another vocabulary" in result.stderr, result.stderr
