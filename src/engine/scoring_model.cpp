@@ -8,6 +8,9 @@
 #include <thread>
 
 #include "llama.h"
+#ifdef BRISK_HAVE_LLAMA_EXT
+#include "llama-ext.h"  // llama_get_memory_breakdown: staging API of the pinned source
+#endif
 
 namespace brisk {
 namespace {
@@ -118,6 +121,18 @@ ScoringModel::~ScoringModel() {
 }
 
 uint64_t ScoringModel::weights_bytes() const { return llama_model_size(model_); }
+
+AllocatedBytes ScoringModel::allocated_bytes() const {
+  AllocatedBytes bytes;
+#ifdef BRISK_HAVE_LLAMA_EXT
+  for (const auto& [buffer_type, data] : llama_get_memory_breakdown(context_)) {
+    bytes.model_bytes += data.model;
+    bytes.context_bytes += data.context;
+    bytes.compute_bytes += data.compute;
+  }
+#endif
+  return bytes;
+}
 
 int ScoringModel::vocabulary_size() const { return llama_vocab_n_tokens(vocab_); }
 

@@ -32,6 +32,15 @@ struct GreedyGeneration {
   double e2e_ms = 0;    // the whole continuation
 };
 
+// What llama.cpp allocated for a model and its context, over all devices (zero when the
+// linked llama.cpp cannot say: an installed one without the source's staging API).
+struct AllocatedBytes {
+  uint64_t model_bytes = 0;    // weights
+  uint64_t context_bytes = 0;  // KV cache and other per-context state
+  uint64_t compute_bytes = 0;  // graph compute buffers
+  uint64_t total() const { return model_bytes + context_bytes + compute_bytes; }
+};
+
 // One model with a context of its own, for brisk quant: greedy generation, teacher-forced
 // full-vocabulary logits, and the cost figures of the model (load time, weight bytes). It is
 // separate from Engine (the server's runner) on purpose: a quality check wants one sequence, all
@@ -50,6 +59,7 @@ class ScoringModel {
   // Model load plus context creation: what a server's cold start pays before its first request.
   double load_ms() const { return load_ms_; }
   uint64_t weights_bytes() const;
+  AllocatedBytes allocated_bytes() const;
   int context_size() const { return context_size_; }
   int vocabulary_size() const;
   std::string description() const;

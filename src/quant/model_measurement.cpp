@@ -107,6 +107,10 @@ void measure_model(ScoringModel& model, const std::vector<DatasetItem>& items,
   }
   run->description = model.description();
   run->memory.weights_bytes = model.weights_bytes();
+  const AllocatedBytes allocated = model.allocated_bytes();
+  run->memory.kv_bytes = allocated.context_bytes;
+  run->memory.compute_bytes = allocated.compute_bytes;
+  run->memory.allocated_bytes = allocated.total();
   run->memory.context_tokens = model.context_size();
 }
 

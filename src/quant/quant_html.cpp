@@ -44,8 +44,8 @@ bars('tasks', models, 'task checks passed (%)',
        .concat(DATA.candidates.map(c => 100 * c.tasks.candidate_pass_rate)), '%');
 bars('speed', models, 'decode tokens/s, concurrency 1',
      [DATA.reference.speed.decode_tokens_per_s].concat(DATA.candidates.map(c => c.speed.decode_tokens_per_s)), 'tokens/s');
-bars('memory', models, 'resident memory (MiB)',
-     [DATA.reference.memory.rss_bytes / 1048576].concat(DATA.candidates.map(c => c.memory.rss_bytes / 1048576)), 'MiB');
+bars('memory', models, 'memory allocated at the context (MiB)',
+     [DATA.reference.memory.allocated_bytes / 1048576].concat(DATA.candidates.map(c => c.memory.allocated_bytes / 1048576)), 'MiB');
 )JS";
 
 }  // namespace

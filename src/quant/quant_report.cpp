@@ -27,6 +27,9 @@ json memory_json(const MemoryFigures& memory) {
   return {{"file_bytes", memory.file_bytes},
           {"weights_bytes", memory.weights_bytes},
           {"context_tokens", memory.context_tokens},
+          {"kv_bytes", memory.kv_bytes},
+          {"compute_bytes", memory.compute_bytes},
+          {"allocated_bytes", memory.allocated_bytes},
           {"rss_bytes", memory.rss_bytes}};
 }
 
@@ -159,7 +162,7 @@ json report_json(const QuantReport& report) {
 void print_report_table(std::ostream& out, const QuantReport& report) {
   out << fmt::format("{:<24} {:>9} {:>9} {:>9} {:>8} {:>9} {:>7} {:>9} {:>9} {:>8} {:>9}  {}\n",
                      "model", "kld_mean", "kld_p99", "same_top", "ppl_x", "tasks", "flips",
-                     "ttft_ms", "decode/s", "load_ms", "rss_MiB", "gates");
+                     "ttft_ms", "decode/s", "load_ms", "mem_MiB", "gates");
   const ModelRun& reference = report.reference;
   out << fmt::format("{:<24} {:>9} {:>9} {:>9} {:>8} {:>9} {:>7} {:>9.1f} {:>9.1f} {:>8.0f} {:>9}  {}\n",
                      reference.name.substr(0, 24), "-", "-", "-", "-",
@@ -167,7 +170,7 @@ void print_report_table(std::ostream& out, const QuantReport& report) {
                          ? std::string("-")
                          : percent(report.candidates.front().tasks.reference_pass_rate),
                      "-", reference.speed.ttft_ms_mean, reference.speed.decode_tokens_per_s,
-                     reference.speed.load_ms, mib(reference.memory.rss_bytes), "(reference)");
+                     reference.speed.load_ms, mib(reference.memory.allocated_bytes), "(reference)");
   for (const CandidateResult& candidate : report.candidates) {
     const DivergenceSummary& divergence = candidate.divergence;
     std::string failed;
@@ -181,7 +184,7 @@ void print_report_table(std::ostream& out, const QuantReport& report) {
         percent(candidate.tasks.candidate_pass_rate),
         fmt::format("-{}/+{}", candidate.tasks.total.lost, candidate.tasks.total.gained),
         candidate.run.speed.ttft_ms_mean, candidate.run.speed.decode_tokens_per_s,
-        candidate.run.speed.load_ms, mib(candidate.run.memory.rss_bytes),
+        candidate.run.speed.load_ms, mib(candidate.run.memory.allocated_bytes),
         candidate.passed ? "pass" : "FAIL " + failed);
   }
   for (const std::string& note : report.notes) out << "note: " << note << "\n";
@@ -216,11 +219,15 @@ std::string report_markdown(const QuantReport& report) {
                     "second decode figure.\n\n",
                     report.settings.ctx_size, report.settings.max_tokens,
                     report.settings.concurrency);
-  md += "| model | file MiB | RSS MiB | load ms | TTFT ms | E2E ms | decode tok/s (1) | "
-        "decode tok/s (N) | errors |\n|---|---|---|---|---|---|---|---|---|\n";
+  md += "| model | file MiB | allocated MiB (weights + KV + compute) | RSS added MiB | load ms | "
+        "TTFT ms | E2E ms | decode tok/s (1) | decode tok/s (N) | errors |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n";
   auto speed_row = [&md](const ModelRun& run) {
-    md += fmt::format("| {} | {} | {} | {:.0f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {}/{} |\n",
-                      run.name, mib(run.memory.file_bytes), mib(run.memory.rss_bytes),
+    md += fmt::format("| {} | {} | {} ({} + {} + {}) | {} | {:.0f} | {:.1f} | {:.1f} | {:.1f} | "
+                      "{:.1f} | {}/{} |\n",
+                      run.name, mib(run.memory.file_bytes), mib(run.memory.allocated_bytes),
+                      mib(run.memory.weights_bytes), mib(run.memory.kv_bytes),
+                      mib(run.memory.compute_bytes), mib(run.memory.rss_bytes),
                       run.speed.load_ms, run.speed.ttft_ms_mean, run.speed.e2e_ms_mean,
                       run.speed.decode_tokens_per_s, run.speed.decode_tokens_per_s_concurrent,
                       run.speed.errors, run.speed.requests);

@@ -28,7 +28,12 @@ struct MemoryFigures {
   uint64_t file_bytes = 0;
   uint64_t weights_bytes = 0;    // tensors as loaded (llama_model_size)
   int context_tokens = 0;        // the KV cells of the measured context
+  // llama.cpp's allocations at that context: weights, KV cache, compute buffers, and their sum.
+  uint64_t kv_bytes = 0;
+  uint64_t compute_bytes = 0;
+  uint64_t allocated_bytes = 0;
   // Resident memory the model added to the process: after its runs, minus before its load.
+  // Informative only: the allocator reuses memory freed by earlier models.
   uint64_t rss_bytes = 0;
 };
 

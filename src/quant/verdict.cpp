@@ -13,8 +13,8 @@ double ratio(double numerator, double denominator) {
 
 bool better(const CandidateResult& a, const CandidateResult& b, bool prefer_memory) {
   if (prefer_memory) {
-    if (a.run.memory.rss_bytes != b.run.memory.rss_bytes) {
-      return a.run.memory.rss_bytes < b.run.memory.rss_bytes;
+    if (a.run.memory.allocated_bytes != b.run.memory.allocated_bytes) {
+      return a.run.memory.allocated_bytes < b.run.memory.allocated_bytes;
     }
     return a.run.memory.file_bytes < b.run.memory.file_bytes;
   }
@@ -56,13 +56,13 @@ Verdict choose_candidate(const ModelRun& reference, const std::vector<CandidateR
   const double speedup =
       ratio(chosen.run.speed.decode_tokens_per_s, reference.speed.decode_tokens_per_s);
   const double memory_saving =
-      1.0 - ratio(static_cast<double>(chosen.run.memory.rss_bytes),
-                  static_cast<double>(reference.memory.rss_bytes));
+      1.0 - ratio(static_cast<double>(chosen.run.memory.allocated_bytes),
+                  static_cast<double>(reference.memory.allocated_bytes));
   const double file_saving = 1.0 - ratio(static_cast<double>(chosen.run.memory.file_bytes),
                                          static_cast<double>(reference.memory.file_bytes));
   verdict.summary = fmt::format(
-      "ship {}: passes every gate; {}, decode {:.2f}x the reference's speed, {} resident "
-      "memory, a {} file",
+      "ship {}: passes every gate; {}, decode {:.2f}x the reference's speed, {} memory "
+      "at this context, a {} file",
       chosen.run.name, prefer_memory ? "the smallest that does" : "the fastest that does", speedup,
       change(memory_saving, "less", "more"),
       change(file_saving, "smaller", "larger"));

@@ -53,7 +53,7 @@ CandidateResult candidate(const std::string& name, bool passed, double tokens_pe
   result.passed = passed;
   if (!passed) result.failed_gates = {"kld_mean"};
   result.run.speed.decode_tokens_per_s = tokens_per_s;
-  result.run.memory.rss_bytes = rss_bytes;
+  result.run.memory.allocated_bytes = rss_bytes;
   result.run.memory.file_bytes = rss_bytes;
   return result;
 }
@@ -61,7 +61,7 @@ CandidateResult candidate(const std::string& name, bool passed, double tokens_pe
 TEST(QuantVerdict, FastestPassingOrSmallestWithPreferMemory) {
   ModelRun reference;
   reference.speed.decode_tokens_per_s = 50;
-  reference.memory.rss_bytes = 1000;
+  reference.memory.allocated_bytes = 1000;
   reference.memory.file_bytes = 1000;
   const std::vector<CandidateResult> candidates = {candidate("q8", true, 60, 600),
                                                    candidate("q4", true, 80, 400),
