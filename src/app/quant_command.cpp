@@ -90,8 +90,9 @@ int run_quant(const QuantFlags& flags) {
   }
   if (flags.max_tokens < 1 || flags.ctx_size < 16 || flags.concurrency < 1 ||
       flags.concurrent_tokens < 1 || flags.text_ctx < 8) {
-    return fail("--max-tokens, --concurrency and --concurrent-tokens must be positive, "
-                "--ctx-size at least 16 and --text-ctx at least 8");
+    return fail(
+        "--max-tokens, --concurrency and --concurrent-tokens must be positive, "
+        "--ctx-size at least 16 and --text-ctx at least 8");
   }
   std::string error;
   const ResolveResult resolved = ModelStore::from_environment().resolve(flags.reference);
@@ -108,6 +109,8 @@ int run_quant(const QuantFlags& flags) {
   inputs.reference_type = reference_type->name;
   for (const std::string& path : flags.candidates) {
     if (!fs::exists(path)) return fail("--candidate '" + path + "' does not exist");
+    // Read the header now, so a wrong file fails before minutes of measuring the reference.
+    if (!quant::read_file_type(path, &error)) return fail("--candidate: " + error);
     inputs.candidates.push_back(
         {unique_name(fs::path(path).stem().string(), inputs.candidates), path, ""});
   }
@@ -131,9 +134,10 @@ int run_quant(const QuantFlags& flags) {
   }
   inputs.items = std::move(*items);
   inputs.gates = *gates;
-  inputs.settings = {flags.ctx_size, flags.max_tokens, flags.concurrency, flags.threads,
-                     flags.prefer, flags.dataset.empty() ? "(built-in)" : flags.dataset,
-                     flags.text, flags.text_ctx};
+  inputs.settings = {flags.ctx_size,    flags.max_tokens,
+                     flags.concurrency, flags.threads,
+                     flags.prefer,      flags.dataset.empty() ? "(built-in)" : flags.dataset,
+                     flags.text,        flags.text_ctx};
   inputs.concurrent_tokens = flags.concurrent_tokens;
   inputs.text_chunks = flags.text_chunks;
   inputs.progress = bench::progress_style_for(flags.progress);
@@ -171,7 +175,8 @@ CommandRunner register_quant_command(CLI::App& app) {
                  "Check set, JSONL: prompt or messages plus expect_* checks (default: built in)");
   app.add_option("--limit", flags->limit, "Use only the dataset's first N items (0: all)");
   app.add_option("--max-tokens", flags->max_tokens, "New tokens per answer, unless an item says");
-  app.add_option("--ctx-size", flags->ctx_size, "KV context of every model (memory is measured at it)");
+  app.add_option("--ctx-size", flags->ctx_size,
+                 "KV context of every model (memory is measured at it)");
   app.add_option("--concurrency", flags->concurrency, "Streams of the concurrency-N decode figure");
   app.add_option("--concurrent-tokens", flags->concurrent_tokens,
                  "Tokens each stream decodes in the concurrency-N figure");

@@ -26,10 +26,10 @@ struct ScoringModelOptions {
 
 // A greedy continuation and how long it took.
 struct GreedyGeneration {
-  TokenList tokens;     // the continuation; its last token is the end-of-generation one if `ended`
-  bool ended = false;   // the model chose to stop before the token limit
-  double ttft_ms = 0;   // prompt prefill and the first token
-  double e2e_ms = 0;    // the whole continuation
+  TokenList tokens;    // the continuation; its last token is the end-of-generation one if `ended`
+  bool ended = false;  // the model chose to stop before the token limit
+  double ttft_ms = 0;  // prompt prefill and the first token
+  double e2e_ms = 0;   // the whole continuation
 };
 
 // What llama.cpp allocated for a model and its context, over all devices (zero when the
@@ -47,8 +47,7 @@ struct AllocatedBytes {
 // logits and no scheduler, and two of these (reference and candidate) live side by side.
 class ScoringModel {
  public:
-  static std::unique_ptr<ScoringModel> load(const ScoringModelOptions& options,
-                                            std::string* error);
+  static std::unique_ptr<ScoringModel> load(const ScoringModelOptions& options, std::string* error);
   // llama.cpp's one-time process set-up (load() does it too): call it before a memory baseline
   // so that the first model loaded is not billed for it.
   static void initialize_backend();
@@ -90,8 +89,8 @@ class ScoringModel {
 
  private:
   ScoringModel() = default;
-  bool decode_positions(const TokenList& tokens, int start, int end, int sequence,
-                        int first_output, std::vector<float>* logits, std::string* error);
+  bool decode_positions(const TokenList& tokens, int start, int end, int sequence, int first_output,
+                        std::vector<float>* logits, std::string* error);
 
   llama_model* model_ = nullptr;
   llama_context* context_ = nullptr;

@@ -31,8 +31,8 @@ const std::map<int, std::string>& file_type_names() {
 // What llama-quantize accepts that needs no importance matrix.
 const std::vector<std::string>& makeable_types() {
   static const std::vector<std::string> types = {
-      "F16",    "BF16",   "Q8_0",   "Q6_K",   "Q5_K_M", "Q5_K_S", "Q5_1", "Q5_0",
-      "Q4_K_M", "Q4_K_S", "Q4_1",   "Q4_0",   "Q3_K_L", "Q3_K_M", "Q3_K_S", "Q2_K"};
+      "F16",    "BF16",   "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_1",   "Q5_0",
+      "Q4_K_M", "Q4_K_S", "Q4_1", "Q4_0", "Q3_K_L", "Q3_K_M", "Q3_K_S", "Q2_K"};
   return types;
 }
 
@@ -98,7 +98,8 @@ std::optional<std::vector<std::string>> parse_make_types(const std::string& text
     const auto& known = makeable_types();
     if (std::find(known.begin(), known.end(), type) == known.end()) {
       std::string names;
-      for (const std::string& name : known) names.append(names.empty() ? "" : ",").append(lowercase(name));
+      for (const std::string& name : known)
+        names.append(names.empty() ? "" : ",").append(lowercase(name));
       *error = "--make: '" + part + "' is not a type brisk quant can make (one of " + names + ")";
       return std::nullopt;
     }
@@ -122,13 +123,13 @@ std::string llama_tool_path(const std::string& tool) {
 }
 
 std::optional<std::vector<MadeCandidate>> make_candidates(
-    const std::string& reference, const std::vector<std::string>& types,
-    const fs::path& work_dir, bool allow_requantize, std::ostream& progress, std::string* error) {
+    const std::string& reference, const std::vector<std::string>& types, const fs::path& work_dir,
+    bool allow_requantize, std::ostream& progress, std::string* error) {
   std::error_code failure;
   fs::create_directories(work_dir, failure);
   if (failure) {
-    *error = "cannot create the work directory '" + work_dir.string() + "' (" +
-             failure.message() + "); choose another with --work-dir";
+    *error = "cannot create the work directory '" + work_dir.string() + "' (" + failure.message() +
+             "); choose another with --work-dir";
     return std::nullopt;
   }
   const std::string stamp = source_stamp(reference);
@@ -154,8 +155,8 @@ std::optional<std::vector<MadeCandidate>> make_candidates(
     if (log_fd >= 0) ::close(log_fd);
     if (status != 0 || !fs::exists(partial)) {
       fs::remove(partial, failure);
-      *error = "llama-quantize could not make " + type + " (exit status " +
-               std::to_string(status) + (status == 127 ? ": is llama-quantize built?" : "") +
+      *error = "llama-quantize could not make " + type + " (exit status " + std::to_string(status) +
+               (status == 127 ? ": is llama-quantize built?" : "") +
                "); its log: " + log_path.string();
       return std::nullopt;
     }

@@ -29,10 +29,12 @@ struct MadeCandidate {
 // PATH) into `work_dir`, reusing a file an earlier run made from the same reference (same path,
 // size and modification time, recorded in FILE.source). `allow_requantize` is passed on and is
 // required when the reference is itself quantized. llama-quantize's output goes to FILE.log.
-std::optional<std::vector<MadeCandidate>> make_candidates(
-    const std::string& reference, const std::vector<std::string>& types,
-    const std::filesystem::path& work_dir, bool allow_requantize, std::ostream& progress,
-    std::string* error);
+std::optional<std::vector<MadeCandidate>> make_candidates(const std::string& reference,
+                                                          const std::vector<std::string>& types,
+                                                          const std::filesystem::path& work_dir,
+                                                          bool allow_requantize,
+                                                          std::ostream& progress,
+                                                          std::string* error);
 
 // Where a llama.cpp tool is: BRISK_LLAMA_BIN_DIR, else beside this executable, else the bare
 // name (looked up on PATH).

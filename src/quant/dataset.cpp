@@ -42,14 +42,14 @@ bool parse_messages(const json& value, DatasetItem* item, const LineContext& lin
         !message.contains("content") || !message["content"].is_string()) {
       return line.fail("each message needs string \"role\" and \"content\"");
     }
-    item->messages.push_back({message["role"].get<std::string>(),
-                              message["content"].get<std::string>()});
+    item->messages.push_back(
+        {message["role"].get<std::string>(), message["content"].get<std::string>()});
   }
   return true;
 }
 
-bool parse_check(const std::string& key, const json& value, const json& object,
-                 DatasetItem* item, const LineContext& line) {
+bool parse_check(const std::string& key, const json& value, const json& object, DatasetItem* item,
+                 const LineContext& line) {
   TaskCheck check;
   if (key == "expect_contains") {
     check.kind = CheckKind::contains;

@@ -12,11 +12,11 @@ namespace brisk::quant {
 // One input of the check set: a plain prompt (completed as text) or a chat (rendered with the
 // model's chat template), with the expectations on the answer.
 struct DatasetItem {
-  std::string id;        // the line's "id", else "line N"
-  std::string category;  // the line's "category" (facts, json, ...), for the report
-  std::string prompt;    // set for a plain prompt
+  std::string id;                     // the line's "id", else "line N"
+  std::string category;               // the line's "category" (facts, json, ...), for the report
+  std::string prompt;                 // set for a plain prompt
   std::vector<ChatMessage> messages;  // set for a chat
-  int max_tokens = 0;    // 0: the run's --max-tokens
+  int max_tokens = 0;                 // 0: the run's --max-tokens
   std::vector<TaskCheck> checks;
   bool is_chat() const { return !messages.empty(); }
 };

@@ -19,7 +19,8 @@ LogSoftmax log_softmax_of(const float* logits, int n_vocab) {
   result.top = static_cast<int>(std::max_element(logits, logits + n_vocab) - logits);
   result.max_logit = logits[result.top];
   double sum = 0;
-  for (int i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - result.max_logit);
+  for (int i = 0; i < n_vocab; ++i)
+    sum += std::exp(static_cast<double>(logits[i]) - result.max_logit);
   result.log_sum_exp = std::log(sum);
   return result;
 }

@@ -9,10 +9,10 @@ namespace brisk::quant {
 
 // How a candidate's next-token distribution differs from the reference's at one position.
 struct TokenDivergence {
-  double kld = 0;                 // KL(reference || candidate), nats, over the whole vocabulary
-  bool same_top = false;          // both put their highest logit on the same token
-  double reference_nll = 0;       // -log p_reference(actual next token)
-  double candidate_nll = 0;       // -log p_candidate(actual next token)
+  double kld = 0;            // KL(reference || candidate), nats, over the whole vocabulary
+  bool same_top = false;     // both put their highest logit on the same token
+  double reference_nll = 0;  // -log p_reference(actual next token)
+  double candidate_nll = 0;  // -log p_candidate(actual next token)
 };
 
 // Exact, in double precision: KL = sum_i p_ref(i) * (log p_ref(i) - log p_cand(i)), with both
@@ -29,10 +29,10 @@ struct DivergenceSummary {
   double kld_median = 0;  // the middle value, or the mean of the two middle ones
   double kld_p99 = 0;     // linear between closest ranks, as llama-perplexity's percentile
   double kld_max = 0;
-  double same_top = 0;    // fraction in [0, 1]
+  double same_top = 0;  // fraction in [0, 1]
   double reference_ppl = 0;
   double candidate_ppl = 0;
-  double ppl_ratio = 0;   // exp(mean candidate NLL - mean reference NLL): PPL(Q)/PPL(base)
+  double ppl_ratio = 0;  // exp(mean candidate NLL - mean reference NLL): PPL(Q)/PPL(base)
 };
 
 // Accumulates per-token results; summary() may be called at any time.

@@ -17,7 +17,8 @@ std::string trim(const std::string& text) {
 
 std::string known_metrics() {
   std::string names;
-  for (const std::string& name : gate_metric_names()) names.append(names.empty() ? "" : ", ").append(name);
+  for (const std::string& name : gate_metric_names())
+    names.append(names.empty() ? "" : ", ").append(name);
   return names;
 }
 
@@ -54,8 +55,8 @@ std::optional<std::vector<Gate>> parse_gates(const std::string& text, std::strin
     const std::string value = trim(part.substr(at + 2));
     const auto& names = gate_metric_names();
     if (std::find(names.begin(), names.end(), gate.metric) == names.end()) {
-      *error = "gate '" + part + "': unknown metric '" + gate.metric + "' (known: " +
-               known_metrics() + ")";
+      *error = "gate '" + part + "': unknown metric '" + gate.metric +
+               "' (known: " + known_metrics() + ")";
       return std::nullopt;
     }
     const auto [end, failure] =
@@ -87,8 +88,8 @@ std::vector<GateOutcome> apply_gates(const std::vector<Gate>& gates,
     const auto found = figures.find(gate.metric);
     if (found != figures.end() && found->second) {
       outcome.value = *found->second;
-      outcome.passed = gate.at_most ? *outcome.value <= gate.threshold
-                                    : *outcome.value >= gate.threshold;
+      outcome.passed =
+          gate.at_most ? *outcome.value <= gate.threshold : *outcome.value >= gate.threshold;
     }
     outcomes.push_back(outcome);
   }

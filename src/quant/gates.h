@@ -9,7 +9,7 @@ namespace brisk::quant {
 
 // One pass/fail rule on a candidate's figure, e.g. "kld_mean<=0.05".
 struct Gate {
-  std::string metric;  // one of gate_metric_names()
+  std::string metric;   // one of gate_metric_names()
   bool at_most = true;  // "<=" (true) or ">=" (false)
   double threshold = 0;
   std::string text() const;  // as the user writes it

@@ -100,8 +100,8 @@ void measure_model(ScoringModel& model, const std::vector<DatasetItem>& items,
   }
   std::string error;
   if (shortest != nullptr) {
-    if (const auto tokens_per_s = model.parallel_decode_tokens_per_s(
-            shortest->tokens, concurrency, concurrent_tokens, &error)) {
+    if (const auto tokens_per_s = model.parallel_decode_tokens_per_s(shortest->tokens, concurrency,
+                                                                     concurrent_tokens, &error)) {
       speed.decode_tokens_per_s_concurrent = *tokens_per_s;
     }
   }

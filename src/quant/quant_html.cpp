@@ -82,7 +82,8 @@ bool write_quant_html(const QuantReport& report, const std::filesystem::path& pa
          << bench::html_escape(gates) << "</td></tr>";
   }
   page << "</table><ul>";
-  for (const std::string& note : report.notes) page << "<li>" << bench::html_escape(note) << "</li>";
+  for (const std::string& note : report.notes)
+    page << "<li>" << bench::html_escape(note) << "</li>";
   page << "</ul><div class=\"grid\">";
   for (const char* id : {"kld", "kld99", "same", "tasks", "speed", "memory"}) {
     page << "<div><canvas id=\"" << id << "\"></canvas></div>";

@@ -55,7 +55,8 @@ json optional_number(const std::optional<double>& value) {
 
 json tasks_json(const TaskComparison& tasks) {
   json by_kind = json::object();
-  for (const auto& [kind, tally] : tasks.by_kind) by_kind[check_kind_name(kind)] = tally_json(tally);
+  for (const auto& [kind, tally] : tasks.by_kind)
+    by_kind[check_kind_name(kind)] = tally_json(tally);
   return {{"checks", tasks.total.checks},
           {"reference_pass_rate", tasks.reference_pass_rate},
           {"candidate_pass_rate", tasks.candidate_pass_rate},
@@ -83,27 +84,28 @@ json candidate_json(const CandidateResult& candidate) {
                      {"value", optional_number(outcome.value)},
                      {"passed", outcome.passed}});
   }
-  return {{"name", candidate.run.name},
-          {"file", candidate.run.file},
-          {"description", candidate.run.description},
-          {"made_as", candidate.made_as.empty() ? json(nullptr) : json(candidate.made_as)},
-          {"passed", candidate.passed},
-          {"failed_gates", candidate.failed_gates},
-          {"gates", gates},
-          {"kld",
-           {{"mean", divergence.kld_mean},
-            {"median", divergence.kld_median},
-            {"p99", divergence.kld_p99},
-            {"max", divergence.kld_max},
-            {"tokens", divergence.tokens}}},
-          {"same_top", divergence.same_top},
-          {"ppl_ratio", divergence.ppl_ratio},
-          {"ppl", {{"reference", divergence.reference_ppl}, {"candidate", divergence.candidate_ppl}}},
-          {"tasks", tasks_json(candidate.tasks)},
-          {"flips", flips_json(candidate.tasks)},
-          {"speed", speed_json(candidate.run.speed)},
-          {"memory", memory_json(candidate.run.memory)},
-          {"answers", answers_json(candidate.run)}};
+  return {
+      {"name", candidate.run.name},
+      {"file", candidate.run.file},
+      {"description", candidate.run.description},
+      {"made_as", candidate.made_as.empty() ? json(nullptr) : json(candidate.made_as)},
+      {"passed", candidate.passed},
+      {"failed_gates", candidate.failed_gates},
+      {"gates", gates},
+      {"kld",
+       {{"mean", divergence.kld_mean},
+        {"median", divergence.kld_median},
+        {"p99", divergence.kld_p99},
+        {"max", divergence.kld_max},
+        {"tokens", divergence.tokens}}},
+      {"same_top", divergence.same_top},
+      {"ppl_ratio", divergence.ppl_ratio},
+      {"ppl", {{"reference", divergence.reference_ppl}, {"candidate", divergence.candidate_ppl}}},
+      {"tasks", tasks_json(candidate.tasks)},
+      {"flips", flips_json(candidate.tasks)},
+      {"speed", speed_json(candidate.run.speed)},
+      {"memory", memory_json(candidate.run.memory)},
+      {"answers", answers_json(candidate.run)}};
 }
 
 std::string mib(uint64_t bytes) { return fmt::format("{:.1f}", bytes / 1048576.0); }
@@ -146,15 +148,14 @@ json report_json(const QuantReport& report) {
         {"threads", settings.threads},
         {"prefer", settings.prefer},
         {"dataset", settings.dataset},
-        {"divergence_source", settings.divergence_text.empty() ? "dataset continuations"
-                                                               : settings.divergence_text},
+        {"divergence_source",
+         settings.divergence_text.empty() ? "dataset continuations" : settings.divergence_text},
         {"text_ctx", settings.text_ctx}}},
       {"gates", gates},
       {"candidates", candidates},
       {"verdict",
-       {{"choice", report.verdict.choice
-                       ? json(report.candidates[*report.verdict.choice].run.name)
-                       : json(nullptr)},
+       {{"choice", report.verdict.choice ? json(report.candidates[*report.verdict.choice].run.name)
+                                         : json(nullptr)},
         {"summary", report.verdict.summary}}},
       {"notes", report.notes}};
 }
@@ -164,13 +165,13 @@ void print_report_table(std::ostream& out, const QuantReport& report) {
                      "model", "kld_mean", "kld_p99", "same_top", "ppl_x", "tasks", "flips",
                      "ttft_ms", "decode/s", "load_ms", "mem_MiB", "gates");
   const ModelRun& reference = report.reference;
-  out << fmt::format("{:<24} {:>9} {:>9} {:>9} {:>8} {:>9} {:>7} {:>9.1f} {:>9.1f} {:>8.0f} {:>9}  {}\n",
-                     reference.name.substr(0, 24), "-", "-", "-", "-",
-                     report.candidates.empty()
-                         ? std::string("-")
-                         : percent(report.candidates.front().tasks.reference_pass_rate),
-                     "-", reference.speed.ttft_ms_mean, reference.speed.decode_tokens_per_s,
-                     reference.speed.load_ms, mib(reference.memory.allocated_bytes), "(reference)");
+  out << fmt::format(
+      "{:<24} {:>9} {:>9} {:>9} {:>8} {:>9} {:>7} {:>9.1f} {:>9.1f} {:>8.0f} {:>9}  {}\n",
+      reference.name.substr(0, 24), "-", "-", "-", "-",
+      report.candidates.empty() ? std::string("-")
+                                : percent(report.candidates.front().tasks.reference_pass_rate),
+      "-", reference.speed.ttft_ms_mean, reference.speed.decode_tokens_per_s,
+      reference.speed.load_ms, mib(reference.memory.allocated_bytes), "(reference)");
   for (const CandidateResult& candidate : report.candidates) {
     const DivergenceSummary& divergence = candidate.divergence;
     std::string failed;
@@ -178,7 +179,8 @@ void print_report_table(std::ostream& out, const QuantReport& report) {
       failed.append(failed.empty() ? "" : ",").append(gate);
     }
     out << fmt::format(
-        "{:<24} {:>9.5f} {:>9.4f} {:>9} {:>8.4f} {:>9} {:>7} {:>9.1f} {:>9.1f} {:>8.0f} {:>9}  {}\n",
+        "{:<24} {:>9.5f} {:>9.4f} {:>9} {:>8.4f} {:>9} {:>7} {:>9.1f} {:>9.1f} {:>8.0f} {:>9}  "
+        "{}\n",
         candidate.run.name.substr(0, 24), divergence.kld_mean, divergence.kld_p99,
         percent(divergence.same_top), divergence.ppl_ratio,
         percent(candidate.tasks.candidate_pass_rate),
@@ -198,8 +200,9 @@ std::string report_markdown(const QuantReport& report) {
   md += "**Verdict:** " + report.verdict.summary + "\n\n";
   for (const std::string& note : report.notes) md += "- " + note + "\n";
   md += "\n## Quality against the reference\n\n";
-  md += "| candidate | KLD mean | KLD median | KLD p99 | same top | PPL ratio | task pass | "
-        "task drop | format kept | flips lost/gained | gates |\n";
+  md +=
+      "| candidate | KLD mean | KLD median | KLD p99 | same top | PPL ratio | task pass | "
+      "task drop | format kept | flips lost/gained | gates |\n";
   md += "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const CandidateResult& candidate : report.candidates) {
     const DivergenceSummary& divergence = candidate.divergence;
@@ -207,30 +210,32 @@ std::string report_markdown(const QuantReport& report) {
     for (const GateOutcome& outcome : candidate.gates) {
       gates.append(gates.empty() ? "" : "<br>").append(gate_cell(outcome));
     }
-    md += fmt::format("| {} | {:.5f} | {:.5f} | {:.5f} | {} | {:.4f} | {} | {:.3f} | {} | {}/{} | {} |\n",
-                      candidate.run.name, divergence.kld_mean, divergence.kld_median,
-                      divergence.kld_p99, percent(divergence.same_top), divergence.ppl_ratio,
-                      percent(candidate.tasks.candidate_pass_rate), candidate.tasks.task_drop,
-                      candidate.tasks.format_kept ? percent(*candidate.tasks.format_kept) : "n/a",
-                      candidate.tasks.total.lost, candidate.tasks.total.gained, gates);
+    md += fmt::format(
+        "| {} | {:.5f} | {:.5f} | {:.5f} | {} | {:.4f} | {} | {:.3f} | {} | {}/{} | {} |\n",
+        candidate.run.name, divergence.kld_mean, divergence.kld_median, divergence.kld_p99,
+        percent(divergence.same_top), divergence.ppl_ratio,
+        percent(candidate.tasks.candidate_pass_rate), candidate.tasks.task_drop,
+        candidate.tasks.format_kept ? percent(*candidate.tasks.format_kept) : "n/a",
+        candidate.tasks.total.lost, candidate.tasks.total.gained, gates);
   }
   md += "\n## Speed and memory (same settings for every model)\n\n";
-  md += fmt::format("Context {} tokens, up to {} new tokens per item, concurrency {} for the "
-                    "second decode figure.\n\n",
-                    report.settings.ctx_size, report.settings.max_tokens,
-                    report.settings.concurrency);
-  md += "| model | file MiB | allocated MiB (weights + KV + compute) | RSS added MiB | load ms | "
-        "TTFT ms | E2E ms | decode tok/s (1) | decode tok/s (N) | errors |\n"
-        "|---|---|---|---|---|---|---|---|---|---|\n";
+  md += fmt::format(
+      "Context {} tokens, up to {} new tokens per item, concurrency {} for the "
+      "second decode figure.\n\n",
+      report.settings.ctx_size, report.settings.max_tokens, report.settings.concurrency);
+  md +=
+      "| model | file MiB | allocated MiB (weights + KV + compute) | RSS added MiB | load ms | "
+      "TTFT ms | E2E ms | decode tok/s (1) | decode tok/s (N) | errors |\n"
+      "|---|---|---|---|---|---|---|---|---|---|\n";
   auto speed_row = [&md](const ModelRun& run) {
-    md += fmt::format("| {} | {} | {} ({} + {} + {}) | {} | {:.0f} | {:.1f} | {:.1f} | {:.1f} | "
-                      "{:.1f} | {}/{} |\n",
-                      run.name, mib(run.memory.file_bytes), mib(run.memory.allocated_bytes),
-                      mib(run.memory.weights_bytes), mib(run.memory.kv_bytes),
-                      mib(run.memory.compute_bytes), mib(run.memory.rss_bytes),
-                      run.speed.load_ms, run.speed.ttft_ms_mean, run.speed.e2e_ms_mean,
-                      run.speed.decode_tokens_per_s, run.speed.decode_tokens_per_s_concurrent,
-                      run.speed.errors, run.speed.requests);
+    md += fmt::format(
+        "| {} | {} | {} ({} + {} + {}) | {} | {:.0f} | {:.1f} | {:.1f} | {:.1f} | "
+        "{:.1f} | {}/{} |\n",
+        run.name, mib(run.memory.file_bytes), mib(run.memory.allocated_bytes),
+        mib(run.memory.weights_bytes), mib(run.memory.kv_bytes), mib(run.memory.compute_bytes),
+        mib(run.memory.rss_bytes), run.speed.load_ms, run.speed.ttft_ms_mean, run.speed.e2e_ms_mean,
+        run.speed.decode_tokens_per_s, run.speed.decode_tokens_per_s_concurrent, run.speed.errors,
+        run.speed.requests);
   };
   speed_row(report.reference);
   for (const CandidateResult& candidate : report.candidates) speed_row(candidate.run);
@@ -239,9 +244,9 @@ std::string report_markdown(const QuantReport& report) {
     if (candidate.tasks.flips.empty()) continue;
     md += "### " + candidate.run.name + "\n\n";
     for (const Flip& flip : candidate.tasks.flips) {
-      md += fmt::format("- `{}` ({}): {}\n", flip.item_id, check_kind_name(flip.kind),
-                        flip.lost ? "reference right, candidate wrong"
-                                  : "reference wrong, candidate right");
+      md += fmt::format(
+          "- `{}` ({}): {}\n", flip.item_id, check_kind_name(flip.kind),
+          flip.lost ? "reference right, candidate wrong" : "reference wrong, candidate right");
     }
     md += "\n";
   }

@@ -13,21 +13,21 @@ namespace brisk::quant {
 
 // Speed of one model under the run's settings, measured in-process on the dataset's prompts.
 struct SpeedFigures {
-  double load_ms = 0;            // model load + context creation (a server's cold start)
-  double ttft_ms_mean = 0;       // prompt prefill + first token, mean over the items
-  double e2e_ms_mean = 0;        // whole greedy answer, mean over the items
+  double load_ms = 0;              // model load + context creation (a server's cold start)
+  double ttft_ms_mean = 0;         // prompt prefill + first token, mean over the items
+  double e2e_ms_mean = 0;          // whole greedy answer, mean over the items
   double decode_tokens_per_s = 0;  // concurrency 1: tokens after the first / their time
-  int concurrency = 1;           // N of the next figure
+  int concurrency = 1;             // N of the next figure
   double decode_tokens_per_s_concurrent = 0;  // N streams decoding together, all their tokens
-  int requests = 0;              // generations attempted
-  int errors = 0;                // generations that failed
+  int requests = 0;                           // generations attempted
+  int errors = 0;                             // generations that failed
   double error_rate = 0;
 };
 
 struct MemoryFigures {
   uint64_t file_bytes = 0;
-  uint64_t weights_bytes = 0;    // tensors as loaded (llama_model_size)
-  int context_tokens = 0;        // the KV cells of the measured context
+  uint64_t weights_bytes = 0;  // tensors as loaded (llama_model_size)
+  int context_tokens = 0;      // the KV cells of the measured context
   // llama.cpp's allocations at that context: weights, KV cache, compute buffers, and their sum.
   uint64_t kv_bytes = 0;
   uint64_t compute_bytes = 0;
@@ -81,7 +81,7 @@ struct QuantReport {
   std::vector<Gate> gates;
   std::vector<CandidateResult> candidates;
   Verdict verdict;
-  std::vector<std::string> notes;    // what a reader must know to read the figures right
+  std::vector<std::string> notes;  // what a reader must know to read the figures right
 };
 
 }  // namespace brisk::quant

@@ -94,8 +94,7 @@ std::vector<ScoredSequence> continuation_sequences(const std::vector<PreparedPro
     ScoredSequence sequence;
     sequence.tokens = prompts[i].tokens;
     sequence.first_predicted = static_cast<int>(sequence.tokens.size());
-    sequence.tokens.insert(sequence.tokens.end(), continuations[i].begin(),
-                           continuations[i].end());
+    sequence.tokens.insert(sequence.tokens.end(), continuations[i].begin(), continuations[i].end());
     sequences.push_back(std::move(sequence));
   }
   return sequences;
@@ -107,8 +106,8 @@ size_t rows_of(const ScoredSequence& sequence) {
 
 // Feeds all but the last token (which is only predicted) and returns the logits that predict
 // the tokens from first_predicted on.
-bool score_sequence(ScoringModel& model, const ScoredSequence& sequence,
-                    std::vector<float>* logits, std::string* error) {
+bool score_sequence(ScoringModel& model, const ScoredSequence& sequence, std::vector<float>* logits,
+                    std::string* error) {
   const TokenList fed(sequence.tokens.begin(), sequence.tokens.end() - 1);
   return model.score(fed, sequence.first_predicted - 1, logits, error);
 }
@@ -226,8 +225,7 @@ std::optional<QuantReport> run_quant(const QuantRunInputs& inputs, std::string* 
   auto reference = load_model(inputs.reference, inputs.settings, error);
   if (!reference) return std::nullopt;
   report.reference.speed.load_ms = reference->load_ms();
-  const auto prompts =
-      prepare_prompts(*reference, inputs.items, inputs.settings.max_tokens, error);
+  const auto prompts = prepare_prompts(*reference, inputs.items, inputs.settings.max_tokens, error);
   if (!prompts) return std::nullopt;
   std::vector<TokenList> reference_continuations;
   measure_model(*reference, inputs.items, *prompts, inputs.settings.concurrency,

@@ -17,8 +17,8 @@ const std::vector<CheckKind>& all_check_kinds();
 // One expectation on a model's answer, from a dataset line's `expect_*` key.
 struct TaskCheck {
   CheckKind kind = CheckKind::contains;
-  std::vector<std::string> needles;        // contains: every one must appear (case-insensitive)
-  std::string pattern;                     // regex: ECMAScript, searched anywhere
+  std::vector<std::string> needles;  // contains: every one must appear (case-insensitive)
+  std::string pattern;               // regex: ECMAScript, searched anywhere
   std::shared_ptr<const std::regex> compiled;
   std::vector<std::string> required_keys;  // json: keys the first JSON object must have
   std::string label;                       // choice: the right label

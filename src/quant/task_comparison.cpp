@@ -25,7 +25,8 @@ TaskComparison compare_tasks(const std::vector<DatasetItem>& items,
         tally->lost += by_reference && !by_candidate ? 1 : 0;
         tally->gained += !by_reference && by_candidate ? 1 : 0;
       }
-      if (by_reference != by_candidate) comparison.flips.push_back({items[i].id, kind, by_reference});
+      if (by_reference != by_candidate)
+        comparison.flips.push_back({items[i].id, kind, by_reference});
     }
   }
   const KindTally& total = comparison.total;

@@ -38,7 +38,7 @@ struct TaskComparison {
   KindTally total;
   double reference_pass_rate = 0;  // over all checks; 0 when there are none
   double candidate_pass_rate = 0;
-  double task_drop = 0;            // reference_pass_rate - candidate_pass_rate
+  double task_drop = 0;  // reference_pass_rate - candidate_pass_rate
   // Format compliance kept: of the JSON checks the reference passes, the fraction the candidate
   // passes too. Nullopt when the reference passes none (nothing to keep).
   std::optional<double> format_kept;

@@ -55,17 +55,15 @@ Verdict choose_candidate(const ModelRun& reference, const std::vector<CandidateR
   const CandidateResult& chosen = candidates[*verdict.choice];
   const double speedup =
       ratio(chosen.run.speed.decode_tokens_per_s, reference.speed.decode_tokens_per_s);
-  const double memory_saving =
-      1.0 - ratio(static_cast<double>(chosen.run.memory.allocated_bytes),
-                  static_cast<double>(reference.memory.allocated_bytes));
+  const double memory_saving = 1.0 - ratio(static_cast<double>(chosen.run.memory.allocated_bytes),
+                                           static_cast<double>(reference.memory.allocated_bytes));
   const double file_saving = 1.0 - ratio(static_cast<double>(chosen.run.memory.file_bytes),
                                          static_cast<double>(reference.memory.file_bytes));
   verdict.summary = fmt::format(
       "ship {}: passes every gate; {}, decode {:.2f}x the reference's speed, {} memory "
       "at this context, a {} file",
       chosen.run.name, prefer_memory ? "the smallest that does" : "the fastest that does", speedup,
-      change(memory_saving, "less", "more"),
-      change(file_saving, "smaller", "larger"));
+      change(memory_saving, "less", "more"), change(file_saving, "smaller", "larger"));
   if (speedup < 1.0) {
     verdict.summary +=
         " (slower than the reference here: quantization is faster only where the kernels for "

@@ -197,7 +197,7 @@ def write(path: Path, text: str) -> Path:
 
 @pytest.mark.parametrize("case", ["missing candidate", "empty dataset", "malformed check",
                                   "missing dataset", "unknown gate", "requantize",
-                                  "no candidate", "unknown type"])
+                                  "no candidate", "unknown type", "not a gguf"])
 def test_bad_input_gets_a_clear_error(case, tmp_path):
     ref = str(reference_path())
     args, expected = {
@@ -213,6 +213,7 @@ def test_bad_input_gets_a_clear_error(case, tmp_path):
         "requantize": (["--make", "q8_0"], "--allow-requantize"),
         "no candidate": ([], "at least one --candidate"),
         "unknown type": (["--make", "q9_z", "--allow-requantize"], "not a type"),
+        "not a gguf": (["--candidate", str(REPO_ROOT / "README.md")], "not a readable GGUF"),
     }[case]
     result = run_quant("--reference", ref, *args, *SMALL_RUN, timeout=120)
     assert result.returncode == 2, (result.returncode, result.stderr)

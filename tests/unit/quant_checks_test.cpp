@@ -87,7 +87,8 @@ TaskCheck check_from(const std::string& line) {
 }
 
 TEST(QuantChecks, ContainsIsCaseInsensitiveAndNeedsEveryNeedle) {
-  const TaskCheck check = check_from("{\"prompt\": \"x\", \"expect_contains\": [\"paris\", \"France\"]}");
+  const TaskCheck check =
+      check_from("{\"prompt\": \"x\", \"expect_contains\": [\"paris\", \"France\"]}");
   EXPECT_TRUE(check_passes(check, "PARIS is in france."));
   EXPECT_FALSE(check_passes(check, "Paris."));
 }
@@ -118,7 +119,8 @@ TEST(QuantChecks, RefusalAndRegex) {
   EXPECT_FALSE(check_passes(refuse, "Step 1: buy a pipe."));
   const TaskCheck answer = check_from("{\"prompt\": \"x\", \"expect_refusal\": false}");
   EXPECT_TRUE(check_passes(answer, "Paris."));
-  const TaskCheck regex = check_from("{\"prompt\": \"x\", \"expect_regex\": \"\\\\b(8|eight)\\\\b\"}");
+  const TaskCheck regex =
+      check_from("{\"prompt\": \"x\", \"expect_regex\": \"\\\\b(8|eight)\\\\b\"}");
   EXPECT_TRUE(check_passes(regex, "A spider has 8 legs"));
   EXPECT_FALSE(check_passes(regex, "80 legs"));
 }
@@ -149,8 +151,8 @@ TEST(QuantTasks, FlipsCountBothDirectionsEvenWhenRatesAreEqual) {
 
 TEST(QuantTasks, FormatKeptIsUnmeasuredWhenTheReferencePassesNoJsonCheck) {
   const auto items = parse_ok("{\"prompt\": \"x\", \"expect_json\": true}\n");
-  const TaskComparison comparison = compare_tasks(items, {evaluate_answer(items[0], "no")},
-                                                  {evaluate_answer(items[0], "{}")});
+  const TaskComparison comparison =
+      compare_tasks(items, {evaluate_answer(items[0], "no")}, {evaluate_answer(items[0], "{}")});
   EXPECT_FALSE(comparison.format_kept);
   EXPECT_EQ(comparison.total.gained, 1);
 }

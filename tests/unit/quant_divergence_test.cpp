@@ -57,7 +57,7 @@ TEST(QuantDivergence, SummaryUsesLlamaPerplexityDefinitions) {
   const DivergenceSummary summary = accumulator.summary();
   EXPECT_EQ(summary.tokens, 10u);
   EXPECT_NEAR(summary.kld_mean, 0.45, 1e-12);
-  EXPECT_NEAR(summary.kld_median, 0.45, 1e-12);  // mean of the two middle values
+  EXPECT_NEAR(summary.kld_median, 0.45, 1e-12);           // mean of the two middle values
   EXPECT_NEAR(summary.kld_p99, 0.8 + 0.91 * 0.1, 1e-12);  // rank 0.99 * 9 = 8.91
   EXPECT_NEAR(summary.kld_max, 0.9, 1e-12);
   EXPECT_NEAR(summary.same_top, 0.7, 1e-12);

@@ -105,8 +105,8 @@ TEST(QuantReport, JsonHasTheDocumentedShape) {
   EXPECT_EQ(json["gates"]["kld_mean"]["op"], "<=");
   EXPECT_DOUBLE_EQ(json["gates"]["same_top"]["threshold"].get<double>(), 0.90);
   const nlohmann::json& first = json["candidates"][0];
-  for (const char* key : {"name", "file", "passed", "failed_gates", "kld", "same_top",
-                          "ppl_ratio", "tasks", "flips", "speed", "memory"}) {
+  for (const char* key : {"name", "file", "passed", "failed_gates", "kld", "same_top", "ppl_ratio",
+                          "tasks", "flips", "speed", "memory"}) {
     EXPECT_TRUE(first.contains(key)) << key;
   }
   for (const char* key : {"mean", "median", "p99"}) EXPECT_TRUE(first["kld"].contains(key)) << key;
