@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
       brisk::register_bench_command);
   add("plan", "Pick hardware: memory fit, predicted TTFT/TPOT, device count and $/1M tokens",
       brisk::register_plan_command);
+  add("quant", "Is the quantized model good enough, and faster? Gates, verdict, report",
+      brisk::register_quant_command);
   CLI11_PARSE(app, argc, argv);
   for (auto& [command, run] : runners) {
     if (!command->parsed()) continue;

@@ -16,7 +16,7 @@ std::string describe_command(const std::vector<std::string>& argv) {
   return text;
 }
 
-int run_process(const std::vector<std::string>& argv, int stdout_fd) {
+int run_process(const std::vector<std::string>& argv, int stdout_fd, int stderr_fd) {
   std::vector<char*> c_argv;
   c_argv.reserve(argv.size() + 1);
   for (const std::string& arg : argv) c_argv.push_back(const_cast<char*>(arg.c_str()));
@@ -26,6 +26,7 @@ int run_process(const std::vector<std::string>& argv, int stdout_fd) {
   if (pid < 0) return 127;
   if (pid == 0) {
     if (stdout_fd >= 0 && dup2(stdout_fd, STDOUT_FILENO) < 0) _exit(127);
+    if (stderr_fd >= 0 && dup2(stderr_fd, STDERR_FILENO) < 0) _exit(127);
     execvp(c_argv[0], c_argv.data());
     _exit(127);
   }

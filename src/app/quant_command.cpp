@@ -1,0 +1,200 @@
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "app/commands.h"
+#include "bench/progress.h"
+#include "common/log.h"
+#include "common/model_store.h"
+#include "quant/candidate_maker.h"
+#include "quant/dataset.h"
+#include "quant/default_dataset.h"
+#include "quant/gates.h"
+#include "quant/quant_report.h"
+#include "quant/quant_run.h"
+
+namespace brisk {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct QuantFlags {
+  std::string reference;
+  std::vector<std::string> candidates;
+  std::string make;
+  bool allow_requantize = false;
+  std::string work_dir;
+  std::string dataset;
+  int limit = 0;
+  int max_tokens = 48;
+  int ctx_size = 4096;
+  int concurrency = 4;
+  int concurrent_tokens = 16;
+  int threads = 0;
+  std::string gates = quant::kDefaultGates;
+  std::string prefer = "speed";
+  std::string text;
+  int text_ctx = 512;
+  int text_chunks = -1;
+  std::string out;
+  bool json = false;
+  std::string progress = "auto";
+  // llama.cpp warns about model quirks at every load; brisk quant loads many models.
+  std::string log_level = "error";
+};
+
+int fail(const std::string& message) {
+  std::cerr << "error: " << message << "\n";
+  return 2;
+}
+
+std::optional<std::vector<quant::DatasetItem>> dataset_items(const QuantFlags& flags,
+                                                             std::string* error) {
+  auto items = flags.dataset.empty()
+                   ? quant::parse_dataset(std::string(quant::default_dataset_jsonl()),
+                                          "the built-in dataset", error)
+                   : quant::load_dataset(flags.dataset, error);
+  if (items && flags.limit > 0 && static_cast<int>(items->size()) > flags.limit) {
+    items->resize(static_cast<size_t>(flags.limit));
+  }
+  return items;
+}
+
+fs::path work_dir_for(const QuantFlags& flags) {
+  if (!flags.work_dir.empty()) return flags.work_dir;
+  if (!flags.out.empty()) return fs::path(flags.out) / "models";
+  return ModelStore::from_environment().models_dir().parent_path() / "quant";
+}
+
+// Candidates named after their files, made ones after their type; a repeated name gets a suffix
+// so report rows stay distinct.
+std::string unique_name(std::string name, const std::vector<quant::CandidateFile>& taken) {
+  const std::string base = name;
+  for (int suffix = 2;; ++suffix) {
+    bool clash = false;
+    for (const auto& candidate : taken) clash = clash || candidate.name == name;
+    if (!clash) return name;
+    name = base + "-" + std::to_string(suffix);
+  }
+}
+
+int run_quant(const QuantFlags& flags) {
+  if (!configure_logging(LogFormat::text, flags.log_level)) {
+    return fail("unknown --log-level '" + flags.log_level + "'");
+  }
+  if (flags.candidates.empty() && flags.make.empty()) {
+    return fail("give at least one --candidate FILE.gguf, or --make q8_0,q4_k_m,... to make them");
+  }
+  if (flags.prefer != "speed" && flags.prefer != "memory") {
+    return fail("--prefer must be speed or memory");
+  }
+  if (flags.max_tokens < 1 || flags.ctx_size < 16 || flags.concurrency < 1 ||
+      flags.concurrent_tokens < 1 || flags.text_ctx < 8) {
+    return fail(
+        "--max-tokens, --concurrency and --concurrent-tokens must be positive, "
+        "--ctx-size at least 16 and --text-ctx at least 8");
+  }
+  std::string error;
+  const ResolveResult resolved = ModelStore::from_environment().resolve(flags.reference);
+  if (!resolved.ok()) return fail("--reference: " + resolved.error);
+  const auto gates = quant::parse_gates(flags.gates, &error);
+  if (!gates) return fail("--gate: " + error);
+  auto items = dataset_items(flags, &error);
+  if (!items) return fail(error);
+  const auto reference_type = quant::read_file_type(resolved.path.string(), &error);
+  if (!reference_type) return fail("--reference: " + error);
+
+  quant::QuantRunInputs inputs;
+  inputs.reference = resolved.path.string();
+  inputs.reference_type = reference_type->name;
+  for (const std::string& path : flags.candidates) {
+    if (!fs::exists(path)) return fail("--candidate '" + path + "' does not exist");
+    // Read the header now, so a wrong file fails before minutes of measuring the reference.
+    if (!quant::read_file_type(path, &error)) return fail("--candidate: " + error);
+    inputs.candidates.push_back(
+        {unique_name(fs::path(path).stem().string(), inputs.candidates), path, ""});
+  }
+  if (!flags.make.empty()) {
+    const auto types = quant::parse_make_types(flags.make, &error);
+    if (!types) return fail(error);
+    if (reference_type->quantized && !flags.allow_requantize) {
+      return fail("the reference is already quantized (" + reference_type->name +
+                  "); add --allow-requantize to make candidates from it (quality is then "
+                  "measured against this reference, not the original weights), or give an "
+                  "F16/BF16 reference");
+    }
+    inputs.reference_quantized = reference_type->quantized;
+    const auto made = quant::make_candidates(inputs.reference, *types, work_dir_for(flags),
+                                             flags.allow_requantize, std::cerr, &error);
+    if (!made) return fail(error);
+    for (const auto& candidate : *made) {
+      inputs.candidates.push_back({unique_name(candidate.type, inputs.candidates),
+                                   candidate.path.string(), candidate.type});
+    }
+  }
+  inputs.items = std::move(*items);
+  inputs.gates = *gates;
+  inputs.settings = {flags.ctx_size,    flags.max_tokens,
+                     flags.concurrency, flags.threads,
+                     flags.prefer,      flags.dataset.empty() ? "(built-in)" : flags.dataset,
+                     flags.text,        flags.text_ctx};
+  inputs.concurrent_tokens = flags.concurrent_tokens;
+  inputs.text_chunks = flags.text_chunks;
+  inputs.progress = bench::progress_style_for(flags.progress);
+
+  const auto report = quant::run_quant(inputs, &error);
+  if (!report) return fail(error);
+  if (flags.json) {
+    std::cout << quant::report_json(*report).dump(2) << "\n";
+  } else {
+    quant::print_report_table(std::cout, *report);
+  }
+  if (!flags.out.empty()) {
+    if (!quant::write_report_files(*report, flags.out, &error)) return fail(error);
+    std::cerr << "wrote " << (fs::path(flags.out) / "report.{json,md,html}").string() << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+CommandRunner register_quant_command(CLI::App& app) {
+  auto flags = std::make_shared<QuantFlags>();
+  app.add_option("--reference", flags->reference,
+                 "The reference model: a GGUF file or a catalog name (e.g. gemma3-270m)")
+      ->required();
+  app.add_option("--candidate", flags->candidates, "A quantized GGUF to check (repeatable)");
+  app.add_option("--make", flags->make,
+                 "Make candidates from the reference with llama-quantize, e.g. q8_0,q4_k_m,q2_k");
+  app.add_flag("--allow-requantize", flags->allow_requantize,
+               "Let --make requantize an already-quantized reference");
+  app.add_option("--work-dir", flags->work_dir,
+                 "Where --make puts (and reuses) its files (default: OUT/models, else "
+                 "$BRISK_HOME/quant)");
+  app.add_option("--dataset", flags->dataset,
+                 "Check set, JSONL: prompt or messages plus expect_* checks (default: built in)");
+  app.add_option("--limit", flags->limit, "Use only the dataset's first N items (0: all)");
+  app.add_option("--max-tokens", flags->max_tokens, "New tokens per answer, unless an item says");
+  app.add_option("--ctx-size", flags->ctx_size,
+                 "KV context of every model (memory is measured at it)");
+  app.add_option("--concurrency", flags->concurrency, "Streams of the concurrency-N decode figure");
+  app.add_option("--concurrent-tokens", flags->concurrent_tokens,
+                 "Tokens each stream decodes in the concurrency-N figure");
+  app.add_option("--threads", flags->threads, "CPU threads (0: all cores)");
+  app.add_option("--gate", flags->gates, "Pass/fail rules, replacing the defaults")
+      ->default_str(quant::kDefaultGates);
+  app.add_option("--prefer", flags->prefer, "Verdict among passing candidates: speed or memory");
+  app.add_option("--text", flags->text,
+                 "Measure divergence over this text, chunked as llama-perplexity "
+                 "--kl-divergence, instead of over the reference's continuations");
+  app.add_option("--text-ctx", flags->text_ctx, "Chunk size for --text (llama-perplexity -c)");
+  app.add_option("--text-chunks", flags->text_chunks,
+                 "Chunks of --text to score (-1: all; llama-perplexity --chunks)");
+  app.add_option("--out", flags->out, "Write report.json, report.md and report.html here");
+  app.add_flag("--json", flags->json, "Print report.json instead of the table");
+  app.add_option("--progress", flags->progress, "auto, bar, lines or off");
+  app.add_option("--log-level", flags->log_level, "trace, debug, info, warn, error");
+  return [flags] { return run_quant(*flags); };
+}
+
+}  // namespace brisk
