@@ -6,42 +6,14 @@
 #include <mutex>
 #include <thread>
 
+#include "engine/llama_backend.h"
 #include "ggml-backend.h"
 #include "llama.h"
 
 namespace brisk {
-namespace {
-
-// llama.cpp logs every tensor at load time; keep its chatter at debug level and let only its
-// warnings and errors through at the levels they deserve.
-void forward_llama_log(ggml_log_level level, const char* text, void* /*user_data*/) {
-  std::string_view line(text);
-  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
-  if (line.empty()) return;
-  switch (level) {
-    case GGML_LOG_LEVEL_ERROR:
-      spdlog::error("llama.cpp: {}", line);
-      break;
-    case GGML_LOG_LEVEL_WARN:
-      spdlog::warn("llama.cpp: {}", line);
-      break;
-    default:
-      spdlog::debug("llama.cpp: {}", line);
-  }
-}
-
-void init_backend_once() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    llama_log_set(forward_llama_log, nullptr);
-    llama_backend_init();
-  });
-}
-
-}  // namespace
 
 std::unique_ptr<Engine> Engine::load(const EngineOptions& options, std::string* error) {
-  init_backend_once();
+  init_llama_backend_once();
   std::unique_ptr<Engine> engine(new Engine());
 
   llama_model_params model_params = llama_model_default_params();
@@ -122,28 +94,10 @@ void Engine::attach_cpu_threadpool(int threads, int poll) {
 
 TokenList Engine::tokenize(std::string_view text, bool add_special) const {
   // Parse special tokens like llama-server does, so templated prompts keep their markers.
-  const int32_t length = static_cast<int32_t>(text.size());
-  TokenList tokens(text.size() + 2);
-  int32_t count = llama_tokenize(vocab_, text.data(), length, tokens.data(),
-                                 static_cast<int32_t>(tokens.size()), add_special, true);
-  if (count < 0) {
-    tokens.resize(static_cast<size_t>(-count));
-    count = llama_tokenize(vocab_, text.data(), length, tokens.data(),
-                           static_cast<int32_t>(tokens.size()), add_special, true);
-  }
-  tokens.resize(static_cast<size_t>(std::max(count, 0)));
-  return tokens;
+  return tokenize_text(vocab_, text, add_special, true);
 }
 
-std::string Engine::token_piece(Token token) const {
-  char buffer[256];
-  int32_t length = llama_token_to_piece(vocab_, token, buffer, sizeof(buffer), 0, false);
-  if (length >= 0) return std::string(buffer, static_cast<size_t>(length));
-  std::string piece(static_cast<size_t>(-length), '\0');
-  length = llama_token_to_piece(vocab_, token, piece.data(), -length, 0, false);
-  piece.resize(static_cast<size_t>(std::max(length, 0)));
-  return piece;
-}
+std::string Engine::token_piece(Token token) const { return token_text(vocab_, token); }
 
 bool Engine::is_end_of_generation(Token token) const { return llama_vocab_is_eog(vocab_, token); }
 

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "engine/llama_backend.h"
 #include "llama.h"
 #ifdef BRISK_HAVE_LLAMA_EXT
 #include "llama-ext.h"  // llama_get_memory_breakdown: staging API of the pinned source
@@ -19,28 +20,6 @@ using SteadyClock = std::chrono::steady_clock;
 
 double elapsed_ms(SteadyClock::time_point since) {
   return std::chrono::duration<double, std::milli>(SteadyClock::now() - since).count();
-}
-
-// llama.cpp's per-tensor load chatter goes to debug; its warnings and errors keep their level.
-void forward_llama_log(ggml_log_level level, const char* text, void* /*user_data*/) {
-  std::string_view line(text);
-  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
-  if (line.empty()) return;
-  if (level == GGML_LOG_LEVEL_ERROR) {
-    spdlog::error("llama.cpp: {}", line);
-  } else if (level == GGML_LOG_LEVEL_WARN) {
-    spdlog::warn("llama.cpp: {}", line);
-  } else {
-    spdlog::debug("llama.cpp: {}", line);
-  }
-}
-
-void init_backend_once() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    llama_log_set(forward_llama_log, nullptr);
-    llama_backend_init();
-  });
 }
 
 Token argmax(const float* logits, int n_vocab) {
@@ -71,11 +50,11 @@ class OwnedBatch {
 
 }  // namespace
 
-void ScoringModel::initialize_backend() { init_backend_once(); }
+void ScoringModel::initialize_backend() { init_llama_backend_once(); }
 
 std::unique_ptr<ScoringModel> ScoringModel::load(const ScoringModelOptions& options,
                                                  std::string* error) {
-  init_backend_once();
+  init_llama_backend_once();
   std::unique_ptr<ScoringModel> scorer(new ScoringModel());
   const auto started = SteadyClock::now();
   llama_model_params model_params = llama_model_default_params();
@@ -159,17 +138,7 @@ uint64_t ScoringModel::vocabulary_fingerprint() const {
 
 TokenList ScoringModel::tokenize(std::string_view text, bool add_special,
                                  bool parse_special) const {
-  const int32_t length = static_cast<int32_t>(text.size());
-  TokenList tokens(text.size() + 2);
-  int32_t count = llama_tokenize(vocab_, text.data(), length, tokens.data(),
-                                 static_cast<int32_t>(tokens.size()), add_special, parse_special);
-  if (count < 0) {
-    tokens.resize(static_cast<size_t>(-count));
-    count = llama_tokenize(vocab_, text.data(), length, tokens.data(),
-                           static_cast<int32_t>(tokens.size()), add_special, parse_special);
-  }
-  tokens.resize(static_cast<size_t>(std::max(count, 0)));
-  return tokens;
+  return tokenize_text(vocab_, text, add_special, parse_special);
 }
 
 std::string ScoringModel::detokenize(const TokenList& tokens) const {

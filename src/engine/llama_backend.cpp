@@ -1,0 +1,64 @@
+#include "engine/llama_backend.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "llama.h"
+
+namespace brisk {
+namespace {
+
+void forward_llama_log(ggml_log_level level, const char* text, void* /*user_data*/) {
+  std::string_view line(text);
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+  if (line.empty()) return;
+  switch (level) {
+    case GGML_LOG_LEVEL_ERROR:
+      spdlog::error("llama.cpp: {}", line);
+      break;
+    case GGML_LOG_LEVEL_WARN:
+      spdlog::warn("llama.cpp: {}", line);
+      break;
+    default:
+      spdlog::debug("llama.cpp: {}", line);
+  }
+}
+
+}  // namespace
+
+void init_llama_backend_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llama_log_set(forward_llama_log, nullptr);
+    llama_backend_init();
+  });
+}
+
+TokenList tokenize_text(const llama_vocab* vocab, std::string_view text, bool add_special,
+                        bool parse_special) {
+  const int32_t length = static_cast<int32_t>(text.size());
+  TokenList tokens(text.size() + 2);
+  int32_t count = llama_tokenize(vocab, text.data(), length, tokens.data(),
+                                 static_cast<int32_t>(tokens.size()), add_special, parse_special);
+  if (count < 0) {
+    tokens.resize(static_cast<size_t>(-count));
+    count = llama_tokenize(vocab, text.data(), length, tokens.data(),
+                           static_cast<int32_t>(tokens.size()), add_special, parse_special);
+  }
+  tokens.resize(static_cast<size_t>(std::max(count, 0)));
+  return tokens;
+}
+
+std::string token_text(const llama_vocab* vocab, Token token) {
+  char buffer[256];
+  int32_t length = llama_token_to_piece(vocab, token, buffer, sizeof(buffer), 0, false);
+  if (length >= 0) return std::string(buffer, static_cast<size_t>(length));
+  std::string piece(static_cast<size_t>(-length), '\0');
+  length = llama_token_to_piece(vocab, token, piece.data(), -length, 0, false);
+  piece.resize(static_cast<size_t>(std::max(length, 0)));
+  return piece;
+}
+
+}  // namespace brisk
