@@ -11,5 +11,6 @@ CommandRunner register_serve_command(CLI::App& app);
 CommandRunner register_pull_command(CLI::App& app);
 CommandRunner register_bench_command(CLI::App& app);
 CommandRunner register_plan_command(CLI::App& app);
+CommandRunner register_doctor_command(CLI::App& app);
 
 }  // namespace brisk

@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
       brisk::register_bench_command);
   add("plan", "Pick hardware: memory fit, predicted TTFT/TPOT, device count and $/1M tokens",
       brisk::register_plan_command);
+  add("doctor", "Name the bottleneck of an inference endpoint, with evidence and a prescription",
+      brisk::register_doctor_command);
   CLI11_PARSE(app, argc, argv);
   for (auto& [command, run] : runners) {
     if (!command->parsed()) continue;
