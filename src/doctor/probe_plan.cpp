@@ -17,8 +17,9 @@ namespace {
 
 // The prefix probe: this share of each prompt is the same text in every request.
 constexpr double kSharedPrefixFraction = 0.85;
-// Time kept back from the ramp for the stages after it, in long-prompt requests.
-constexpr double kLongRequestsAfterRamp = 7;
+// Time kept back from the ramp for the stages after it, in long-prompt requests (the prefix
+// probe sends three, the mixed one two among short streams).
+constexpr double kLongRequestsAfterRamp = 5;
 
 class Stages {
  public:
@@ -59,6 +60,12 @@ class Stages {
   int run_index_ = 0;
 };
 
+// As many of `wanted` requests (at least `minimum`) as fit in `remaining_s` at `each_s` apiece.
+int fit_requests(int wanted, double each_s, double remaining_s, int minimum) {
+  if (each_s <= 0) return wanted;
+  return std::clamp(static_cast<int>(remaining_s / each_s), minimum, wanted);
+}
+
 std::vector<std::string> slo_misses(const std::optional<bench::Slo>& slo,
                                     const bench::RunResult& run) {
   if (!slo) return {};
@@ -79,8 +86,9 @@ void run_ramp(const ProbeOptions& options, Stages& stages, const bench::Workload
       return;
     }
     // Twice the requests at twice the concurrency: at worst (no batching) twice as long.
+    // The first doubling always runs: without it no rule can tell whether the server batches.
     const double estimate_s = 2 * std::max(previous_duration_s, 0.1);
-    if (estimate_s > stages.remaining_s() - reserve_s) {
+    if (concurrency > 2 && estimate_s > stages.remaining_s() - reserve_s) {
       evidence.ramp_stop_reason = "budget";
       return;
     }
@@ -115,7 +123,7 @@ void run_prefix_probe(const ProbeOptions& options, Stages& stages, TelemetryReco
                                 stages.synthetic(tail_tokens, 1, 72), options.long_output_tokens);
   const auto before = telemetry.scrape_now();
   // The first request puts the prefix in the cache; the measured ones can reuse it.
-  const bench::RunResult run = stages.run("repeated prefix", workload, 1, 3, /*warmup=*/1);
+  const bench::RunResult run = stages.run("repeated prefix", workload, 1, 2, /*warmup=*/1);
   const auto after = telemetry.scrape_now();
   evidence.prefix = summarize_point("prefix", 1, run);
   evidence.prefix_shared_fraction =
@@ -169,11 +177,15 @@ std::optional<ProbeOutcome> run_probe(const ProbeOptions& options, std::string& 
                         bench::error_name(record.error), record.error_detail);
     return std::nullopt;
   }
-  const bench::RunResult alone = stages.run("short prompts c=1", *shorts, 1, 4);
+  // A request alone costs about what the cold one did; the baselines take a third of the budget.
+  const double cold_s = evidence.cold.e2e_ms.p50 / 1000;
+  const bench::RunResult alone = stages.run(
+      "short prompts c=1", *shorts, 1, fit_requests(4, cold_s, stages.remaining_s() / 3, 2));
   evidence.short_baseline = summarize_point("short", 1, alone);
   evidence.slo_missed = slo_misses(options.slo, alone);
   if (stages.remaining_s() > 0) {
-    evidence.long_baseline = summarize_point("long", 1, stages.run("long prompts c=1", *longs, 1, 2));
+    evidence.long_baseline =
+        summarize_point("long", 1, stages.run("long prompts c=1", *longs, 1, 2));
   } else {
     evidence.skipped.push_back("long prompts: the budget ran out");
   }

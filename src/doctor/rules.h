@@ -14,7 +14,9 @@ namespace brisk::doctor {
 // whose inputs were not measured returns nothing (no evidence is no alarm). Thresholds are below,
 // and docs/doctor.md says why each is where it is.
 namespace threshold {
-// no_batching: throughput at the top of the ramp over concurrency 1.
+// no_batching (without a running-requests gauge): throughput at the top of the ramp over
+// concurrency 1 stays below this; compute_saturated: batching gained at least kBatchingGainMin.
+constexpr double kBatchingGainMax = 1.5;
 constexpr double kBatchingGainMin = 1.3;
 // no_batching: a request at the top waits about as long as whole requests take alone.
 constexpr double kSerializedTtftOfE2e = 0.5;

@@ -232,19 +232,23 @@ HostSummary TelemetryRecorder::host_summary() const {
   }
   host.other_cores_mean = std::max(
       0.0, host.busy_cores_mean - std::max(0.0, host.server_cores_mean) - host.doctor_cores_mean);
-  // The biggest other process over the whole probe (processes that started meanwhile count
-  // from zero).
+  // The biggest other program over the whole probe, its processes summed (a build is many
+  // short compiler processes; processes that started meanwhile count from zero).
+  std::map<std::string, std::pair<double, int>> by_command;  // cores, processes
   for (const auto& [pid, end] : processes_at_end_) {
     if (pid == server_pid_ || pid == getpid()) continue;
     const auto start = processes_at_start_.find(pid);
     const uint64_t before = start == processes_at_start_.end() ? 0 : start->second.first;
-    if (end.first < before) continue;
-    const double cores = static_cast<double>(end.first - before) / ticks_per_second() /
-                         std::max(1e-3, seconds);
-    if (cores > host.top_other_cores) {
-      host.top_other_cores = cores;
-      host.top_other_process = fmt::format("{} (pid {})", end.second, pid);
-    }
+    if (end.first <= before) continue;
+    auto& [cores, count] = by_command[end.second];
+    cores += static_cast<double>(end.first - before) / ticks_per_second() / std::max(1e-3, seconds);
+    ++count;
+  }
+  for (const auto& [command, usage] : by_command) {
+    if (usage.first <= host.top_other_cores) continue;
+    host.top_other_cores = usage.first;
+    host.top_other_process =
+        usage.second == 1 ? command : fmt::format("{} ({} processes)", command, usage.second);
   }
   return host;
 }

@@ -165,8 +165,26 @@ TEST(DoctorRules, NoBatchingFromMetricsRunningOne) {
 
 TEST(DoctorRules, BatchingThatScalesIsNotNoBatching) {
   Evidence e = healthy();
+  e.metrics = {};
   e.ramp = {point("ramp", 1, 55, 21, 370, 43), point("ramp", 2, 420, 21, 740, 80)};
   EXPECT_EQ(check_no_batching(e), std::nullopt);
+  // A server whose gauge shows several running requests batches, whatever the latencies say.
+  e.ramp.back().output_tokens_per_s = 43;
+  e.metrics.running_max = 2;
+  e.metrics.waiting_max = 1;
+  EXPECT_EQ(check_no_batching(e), std::nullopt);
+}
+
+TEST(DoctorRules, NoBatchingSurvivesANoisyFirstPoint) {
+  // Recorded: brisk serve --max-seqs 1 on cores shared with a build. Concurrency 1 met the
+  // build (E2E 1445 ms, one 845 ms stall), concurrency 4 did not: throughput "grew" 3.2x.
+  Evidence e = healthy();
+  e.ramp = {point("ramp", 1, 382, 36, 1445, 12.0), point("ramp", 2, 537, 19, 826, 38.7),
+            point("ramp", 4, 1331, 20, 1621, 38.8)};
+  e.ramp.back().server_queue_ms_p50 = 1215;
+  e.metrics.running_max = 1;
+  e.metrics.waiting_max = 3;
+  expect_primary(e, "no_batching");
 }
 
 TEST(DoctorRules, QueueingFromServerQueueTime) {
