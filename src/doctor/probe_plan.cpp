@@ -37,6 +37,8 @@ class Stages {
     run.num_requests = requests;
     run.warmup_requests = warmup;
     run.timeout = options_.request_timeout;
+    run.stop_starting_at = start_ + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(options_.budget_s));
     std::optional<bench::ProgressDisplay> progress;
     if (options_.progress != bench::ProgressStyle::off) {
       progress.emplace(options_.progress,

@@ -25,8 +25,8 @@ from conftest import (
 
 # Short probes: 1, 2 and 4 concurrent requests; long prompts above brisk's --long-prefill-tokens
 # (256), so that chunked prefill is what the mixed probe sees.
-PROBE = ["--budget", "25", "--max-concurrency", "4", "--long-input-tokens", "320",
-         "--device", "cpu-2vcpu", "--progress", "off"]
+PROBE = {"--budget": "25", "--max-concurrency": "4", "--long-input-tokens": "320",
+         "--device": "cpu-2vcpu", "--progress": "off"}
 
 
 def run_doctor(tmp_path: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -50,9 +50,26 @@ def finding(rep: dict, finding_id: str) -> dict:
                 f"{json.dumps(rep['verdict'], indent=1)}")
 
 
-def diagnose(tmp_path: Path, url: str, *extra: str) -> dict:
-    run_doctor(tmp_path, "--url", url, *PROBE, *extra)
+def diagnose(tmp_path: Path, url: str, **flags: str) -> dict:
+    """Runs the doctor with PROBE's flags, `flags` (max_concurrency="16" is --max-concurrency 16)
+    replacing them, and returns report.json."""
+    merged = dict(PROBE)
+    merged.update({"--" + name.replace("_", "-"): value for name, value in flags.items()})
+    run_doctor(tmp_path, "--url", url, *[part for item in merged.items() for part in item])
     return report(tmp_path)
+
+
+def expect_primary(rep: dict, expected: str) -> None:
+    """The primary cause is `expected`. On a machine shared with other work (a developer's VM
+    running builds and servers beside the suite) the doctor rightly names that contention
+    first: the scenario then says so and is skipped, not failed; CI's runner is not shared."""
+    primary = rep["verdict"]["primary_cause"]
+    if primary != expected and primary == "cpu_contention" and expected != "cpu_contention":
+        host = rep["measurements"]["resources"]["host"]
+        pytest.skip(f"the machine is shared: other processes took {host['other_cores_mean']:.1f} "
+                    f"of {host['cores']} cores during the probe (most: "
+                    f"{host['top_other_process']}); the {expected} scenario needs it quiet")
+    assert primary == expected, explain(rep)
 
 
 def warm_up(server: Server) -> None:
@@ -184,7 +201,7 @@ def test_batching_off_is_no_batching(tmp_path_factory, tmp_path):
     with brisk_server(tmp_path_factory, "brisk-max-seqs-1", "--max-seqs", "1") as server:
         rep = diagnose(tmp_path, server.base_url)
     check_report_shape(tmp_path, rep)
-    assert rep["verdict"]["primary_cause"] == "no_batching", explain(rep)
+    expect_primary(rep, "no_batching")
     assert rep["verdict"]["accelerator_bound"] is False
     f = finding(rep, "no_batching")
     assert f["severity"] == "critical" and "--max-seqs" in f["prescription"]
@@ -194,7 +211,7 @@ def test_batching_off_is_no_batching(tmp_path_factory, tmp_path):
 def test_cpu_contention_names_the_competing_process(tmp_path_factory, tmp_path):
     with brisk_server(tmp_path_factory, "brisk-contended") as server, cpu_hog() as hog:
         rep = diagnose(tmp_path, server.base_url)
-    assert rep["verdict"]["primary_cause"] == "cpu_contention", explain(rep)
+    expect_primary(rep, "cpu_contention")
     host = rep["measurements"]["resources"]["host"]
     assert host["server_pid"] == server.proc.pid
     assert host["other_cores_mean"] >= 0.5, host
@@ -204,9 +221,8 @@ def test_cpu_contention_names_the_competing_process(tmp_path_factory, tmp_path):
 def test_kv_cache_too_small(tmp_path_factory, tmp_path):
     # 16 streams of 32 + 16 tokens need ~800 KV cells; 512 fit about 10 of them.
     with brisk_server(tmp_path_factory, "brisk-small-kv", ctx_size=512) as server:
-        rep = diagnose(tmp_path, server.base_url, "--max-concurrency", "16",
-                       "--long-input-tokens", "300")
-    assert rep["verdict"]["primary_cause"] == "kv_cache_exhausted", explain(rep)
+        rep = diagnose(tmp_path, server.base_url, max_concurrency="16", long_input_tokens="300")
+    expect_primary(rep, "kv_cache_exhausted")
     metrics = rep["measurements"]["resources"]["server_metrics"]
     assert metrics["kv_usage_max"] >= 0.9 or metrics["preemptions"] > 0, metrics
     assert "--ctx-size" in finding(rep, "kv_cache_exhausted")["prescription"]
@@ -216,7 +232,7 @@ def test_long_prompts_without_chunking_block_short_ones(tmp_path_factory, tmp_pa
     with brisk_server(tmp_path_factory, "brisk-no-chunking", "--long-prefill-tokens", "0",
                       "--target-itl-ms", "0", "--max-batched-tokens", "4096") as server:
         rep = diagnose(tmp_path, server.base_url)
-    assert rep["verdict"]["primary_cause"] == "head_of_line_blocking", explain(rep)
+    expect_primary(rep, "head_of_line_blocking")
     probe = rep["measurements"]["probe"]
     stall = max(probe["mixed_short"]["max_itl_ms"], probe["mixed_short"]["ttft_ms"]["p90"])
     assert stall >= 0.6 * probe["long"]["server_ttft_ms_p50"], probe
@@ -226,7 +242,7 @@ def test_repeated_prefix_without_cache(tmp_path_factory, tmp_path):
     flags = ["--prefix-cache", "off"] if PREFIX_CACHE_FLAG else []
     with brisk_server(tmp_path_factory, "brisk-no-prefix-cache", *flags) as server:
         rep = diagnose(tmp_path, server.base_url)
-    assert rep["verdict"]["primary_cause"] == "prefix_not_cached", explain(rep)
+    expect_primary(rep, "prefix_not_cached")
     probe = rep["measurements"]["probe"]
     assert probe["prefix"]["server_ttft_ms_p50"] >= 0.7 * probe["long"]["server_ttft_ms_p50"]
 
@@ -237,7 +253,7 @@ def test_cold_server(tmp_path_factory, tmp_path):
     probe = rep["measurements"]["probe"]
     f = finding(rep, "cold_start")
     assert probe["cold"]["ttft_ms"]["p50"] >= 3 * probe["short"]["ttft_ms"]["p50"], probe
-    assert rep["verdict"]["primary_cause"] == "cold_start", explain(rep)
+    expect_primary(rep, "cold_start")
     assert "warm" in f["prescription"]
 
 
@@ -245,8 +261,8 @@ def test_network_delay_is_outside_the_server(tmp_path_factory, tmp_path):
     with brisk_server(tmp_path_factory, "brisk-behind-delay") as server, \
             delaying_proxy(server.port, 0.05) as url:
         # The port answers from the relay: name the server's process for its CPU.
-        rep = diagnose(tmp_path, url, "--server-pid", str(server.proc.pid))
-    assert rep["verdict"]["primary_cause"] == "network_overhead", explain(rep)
+        rep = diagnose(tmp_path, url, server_pid=str(server.proc.pid))
+    expect_primary(rep, "network_overhead")
     short = rep["measurements"]["probe"]["short"]
     # Two one-way delays of 50 ms lie between the request and its first token.
     assert 90 <= short["outside_server_ms_p50"] <= 400, short
@@ -264,7 +280,7 @@ def test_foreign_server_without_metrics(tmp_path_factory, tmp_path):
     probe = rep["measurements"]["probe"]
     assert probe["short"]["server_ttft_ms_p50"] is not None  # from llama-server's `timings`
     assert rep["measurements"]["resources"]["host"]["server_pid"] == server.proc.pid
-    assert rep["verdict"]["primary_cause"] == "head_of_line_blocking", explain(rep)
+    expect_primary(rep, "head_of_line_blocking")
 
 
 def test_healthy_configuration_gets_a_clean_bill(tmp_path_factory, tmp_path):
@@ -279,7 +295,7 @@ def test_healthy_configuration_gets_a_clean_bill(tmp_path_factory, tmp_path):
     with ctx as server:
         warm_up(server)
         rep = diagnose(tmp_path, server.base_url)
-    assert rep["verdict"]["primary_cause"] == "healthy", explain(rep)
+    expect_primary(rep, "healthy")
     assert all(f["severity"] == "info" for f in rep["findings"]), explain(rep)
 
 
