@@ -56,6 +56,9 @@ struct ServeFlags {
   std::string log_level = "info";
   std::string generation_config = kGenerationConfigPresets[0];
   std::string override_generation_config;
+  std::string prefix_cache = "on";
+  std::string policy = "fcfs";
+  int prefix_cache_seqs = -1;  // -1: as many as --max-seqs
 };
 
 int run_serve(ServeFlags& flags) {
@@ -94,7 +97,18 @@ int run_serve(ServeFlags& flags) {
     return 1;
   }
   flags.engine.model_path = model.path.string();
-  flags.engine.max_seqs = flags.scheduler.max_seqs;
+  flags.scheduler.prefix_cache.enabled = flags.prefix_cache == "on" && flags.engine.kv_unified;
+  flags.scheduler.queue_policy.policy = flags.policy == "priority" ? SchedulingPolicy::priority
+                                        : flags.policy == "slo"    ? SchedulingPolicy::slo
+                                                                   : SchedulingPolicy::fcfs;
+  // Sequence ids beyond the running ones hold finished requests' cells for reuse; in one KV
+  // buffer they cost no memory of their own (a sliding-window cache is capped at --ctx-size).
+  const int cache_seqs = flags.prefix_cache_seqs < 0 ? flags.scheduler.max_seqs
+                                                     : flags.prefix_cache_seqs;
+  flags.engine.max_seqs =
+      flags.scheduler.max_seqs +
+      (flags.scheduler.prefix_cache.enabled ? std::min(cache_seqs, 256 - flags.scheduler.max_seqs)
+                                            : 0);
   flags.engine.max_batched_tokens = flags.scheduler.max_batched_tokens;
 
   spdlog::info("loading {}", model.path.string());
@@ -243,7 +257,39 @@ CommandRunner register_serve_command(CLI::App& app) {
                "llama-server does, so attention reads only its own cells: faster with many "
                "concurrent requests, but a request is limited to its share");
   app.add_flag("--swa-full", flags->engine.swa_full,
-               "Keep full-size sliding-window KV caches (more memory)");
+               "Keep full-size sliding-window KV caches (more memory; on a sliding-window model "
+               "such as Gemma 3 every cached prefix then stays reusable)");
+  app.add_option("--policy", flags->policy,
+                 "Which waiting request starts next: fcfs (arrival order), priority (the "
+                 "request's `priority` field or X-Request-Priority header, lower first, aged by "
+                 "--priority-aging-ms; a higher one preempts the lowest running one), or slo "
+                 "(earliest first-token deadline first: deadline_ms, else --slo-ttft-ms)")
+      ->check(CLI::IsMember({"fcfs", "priority", "slo"}))
+      ->capture_default_str();
+  app.add_option("--priority-aging-ms", flags->scheduler.queue_policy.priority_aging_ms,
+                 "--policy priority: every this many ms waited improve a request's priority by "
+                 "one, so nothing starves (0: no aging)")
+      ->check(CLI::Range(0.0, 3.6e6))
+      ->capture_default_str();
+  app.add_option("--slo-ttft-ms", flags->scheduler.queue_policy.slo_ttft_ms,
+                 "--policy slo: the first-token deadline of a request that sends no deadline_ms")
+      ->check(CLI::Range(1.0, 3.6e6))
+      ->capture_default_str();
+  app.add_option("--prefix-cache", flags->prefix_cache,
+                 "Keep finished requests' KV cells and reuse them for prompts that start with "
+                 "the same tokens (shared system prompts, the next turn of a chat); needs "
+                 "--kv-unified")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  app.add_option("--prefix-cache-min-tokens", flags->scheduler.prefix_cache.min_tokens,
+                 "Shortest cached prefix reused (a shorter match is computed again)")
+      ->check(CLI::Range(1, 1 << 22))
+      ->capture_default_str();
+  app.add_option("--prefix-cache-seqs", flags->prefix_cache_seqs,
+                 "Finished requests whose cells are kept at most (default: --max-seqs; the "
+                 "least recently used is evicted first, and whenever running requests need "
+                 "the cells)")
+      ->check(CLI::Range(1, 255));
   app.add_option("--max-body-bytes", flags->server.limits.max_body_bytes,
                  "Largest request body accepted (413 beyond)")
       ->check(CLI::Range(size_t{1024}, size_t{1} << 32))

@@ -78,6 +78,9 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options, std::string* 
   engine->attach_cpu_threadpool(threads, options.poll);
   engine->context_size_ = static_cast<int>(llama_n_ctx(engine->context_));
   engine->sequence_context_size_ = static_cast<int>(llama_n_ctx_seq(engine->context_));
+  engine->sequence_ids_ = static_cast<int>(llama_n_seq_max(engine->context_));
+  // Full-size window caches never drop a position, so every cached prefix stays reusable.
+  engine->sliding_window_tokens_ = options.swa_full ? 0 : llama_model_n_swa(engine->model_);
   engine->batch_capacity_ = options.max_batched_tokens;
   engine->batch_ =
       std::make_unique<llama_batch>(llama_batch_init(options.max_batched_tokens, 0, 1));
@@ -199,6 +202,15 @@ SampledToken Engine::sample(Sampler& sampler, int batch_index, int top_logprobs)
 
 void Engine::release_sequence(int sequence) {
   llama_memory_seq_rm(llama_get_memory(context_), sequence, -1, -1);
+}
+
+void Engine::copy_sequence_prefix(int source, int destination, int tokens) {
+  llama_memory_seq_cp(llama_get_memory(context_), source, destination, 0, tokens);
+}
+
+int Engine::sequence_window_start(int sequence) const {
+  if (sliding_window_tokens_ <= 0) return 0;
+  return std::max(0, static_cast<int>(llama_memory_seq_pos_min(llama_get_memory(context_), sequence)));
 }
 
 }  // namespace brisk

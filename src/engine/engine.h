@@ -54,6 +54,8 @@ class Engine final : public ModelRunner {
   int context_size() const override { return context_size_; }
   // KV cells one sequence may use: the whole context when unified, else its share.
   int sequence_context_size() const override { return sequence_context_size_; }
+  int sequence_ids() const override { return sequence_ids_; }
+  int sliding_window_tokens() const override { return sliding_window_tokens_; }
   int train_context_size() const;
   int vocabulary_size() const override;
   // The longest prompt + completion one request may have.
@@ -72,6 +74,8 @@ class Engine final : public ModelRunner {
   const float* logits(int batch_index) override;
   SampledToken sample(Sampler& sampler, int batch_index, int top_logprobs = -1);
   void release_sequence(int sequence) override;
+  void copy_sequence_prefix(int source, int destination, int tokens) override;
+  int sequence_window_start(int sequence) const override;
 
  private:
   Engine() = default;
@@ -86,6 +90,8 @@ class Engine final : public ModelRunner {
   int batch_capacity_ = 0;
   int context_size_ = 0;
   int sequence_context_size_ = 0;
+  int sequence_ids_ = 0;
+  int sliding_window_tokens_ = 0;
   std::unique_ptr<ChatTemplate> chat_template_;
 };
 

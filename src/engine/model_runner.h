@@ -18,6 +18,11 @@ class ModelRunner {
   // KV cells in all; cells one sequence may use (all of them when the cache is one stream).
   virtual int context_size() const = 0;
   virtual int sequence_context_size() const = 0;
+  // Sequence ids the cache keeps apart (running requests and cached prefixes).
+  virtual int sequence_ids() const = 0;
+  // Positions a sliding-window layer attends back over (0: no sliding window, or full-size
+  // window caches).
+  virtual int sliding_window_tokens() const = 0;
   virtual int vocabulary_size() const = 0;
   virtual bool is_end_of_generation(Token token) const = 0;
   virtual std::string token_piece(Token token) const = 0;
@@ -37,6 +42,12 @@ class ModelRunner {
   virtual const float* logits(int batch_index) = 0;
   // Frees every KV cell of the sequence.
   virtual void release_sequence(int sequence) = 0;
+  // `destination` (empty) comes to share the cells of `source`'s first `tokens` positions: in
+  // one KV buffer this adds an owner to each cell, no data is copied.
+  virtual void copy_sequence_prefix(int source, int destination, int tokens) = 0;
+  // The first position the sequence still holds in its sliding-window cache (0 when it holds
+  // all, or the model has none): llama.cpp reuses masked window cells when it needs room.
+  virtual int sequence_window_start(int sequence) const = 0;
 };
 
 }  // namespace brisk

@@ -12,7 +12,8 @@
 
 namespace brisk {
 
-enum class FinishReason { none, stop, length, cancelled, error };
+// deadline: dropped before its first token because its deadline passed (never computed).
+enum class FinishReason { none, stop, length, cancelled, error, deadline };
 
 const char* finish_reason_name(FinishReason reason);
 
@@ -24,6 +25,7 @@ struct RequestTimings {
   double decode_ms = 0;   // first token → finish
   double e2e_ms = 0;      // arrival → finish
   int prompt_tokens = 0;
+  int cached_prompt_tokens = 0;  // of prompt_tokens: KV cells reused from the prefix cache
   int completion_tokens = 0;
 };
 
@@ -59,6 +61,11 @@ struct Request {
   int max_tokens = 0;
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  // Lower runs sooner under --policy priority (vLLM's convention); 0 by default.
+  int priority = 0;
+  // Milliseconds after arrival by which the first token must come; a request still waiting
+  // then is dropped with an error instead of computed (0: none).
+  double deadline_ms = 0;
   TimePoint arrival;
   UpdateSink on_update;
   // Set by any thread (a client that went away); the engine thread acts on it next step.

@@ -14,6 +14,8 @@ const char* finish_reason_name(FinishReason reason) {
       return "cancelled";
     case FinishReason::error:
       return "error";
+    case FinishReason::deadline:
+      return "deadline";
     case FinishReason::none:
       break;
   }
@@ -34,9 +36,24 @@ int Sequence::prompt_remaining() const {
   return static_cast<int>(prefill_target_ - prompt_cursor_);
 }
 
-Token Sequence::replay_token(size_t index) const {
+Token Sequence::token_at(size_t position) const {
   const TokenList& prompt = request_->prompt_tokens;
-  return index < prompt.size() ? prompt[index] : generated_[index - prompt.size()];
+  return position < prompt.size() ? prompt[position] : generated_[position - prompt.size()];
+}
+
+std::span<const Token> Sequence::prefill_tokens() const {
+  if (prefill_target_ <= request_->prompt_tokens.size()) {
+    return std::span<const Token>(request_->prompt_tokens).first(prefill_target_);
+  }
+  return std::span<const Token>(replay_).first(prefill_target_);
+}
+
+void Sequence::reuse_cached_prefix(int tokens) {
+  if (cached_prompt_tokens_ < 0) {
+    cached_prompt_tokens_ = std::min(tokens, static_cast<int>(request_->prompt_tokens.size()));
+  }
+  prompt_cursor_ = static_cast<size_t>(tokens);
+  kv_tokens_ = tokens;
 }
 
 int Sequence::add_prefill_chunk(ModelRunner& engine, int budget) {
@@ -47,7 +64,7 @@ int Sequence::add_prefill_chunk(ModelRunner& engine, int budget) {
   for (int i = 0; i < chunk; ++i) {
     const bool last = prompt_cursor_ + 1 == prefill_target_;
     const int index =
-        engine.add_to_batch(replay_token(prompt_cursor_), kv_tokens_, slot_, last && sample_at_end);
+        engine.add_to_batch(token_at(prompt_cursor_), kv_tokens_, slot_, last && sample_at_end);
     if (last && sample_at_end) logits_index_ = index;
     ++prompt_cursor_;
     ++kv_tokens_;
@@ -60,6 +77,9 @@ void Sequence::preempt() {
   // the next decode.
   prefill_target_ = request_->prompt_tokens.size() +
                     static_cast<size_t>(std::max(0, completion_tokens_ - 1));
+  replay_ = request_->prompt_tokens;
+  replay_.insert(replay_.end(), generated_.begin(),
+                 generated_.begin() + static_cast<std::ptrdiff_t>(prefill_target_ - replay_.size()));
   prompt_cursor_ = 0;
   kv_tokens_ = 0;
   logits_index_ = -1;
@@ -139,6 +159,7 @@ void Sequence::finish(FinishReason reason, ServingMetrics& metrics, std::string 
     timings.decode_ms = ms_between(first_token_at_, now);
   }
   timings.prompt_tokens = static_cast<int>(request_->prompt_tokens.size());
+  timings.cached_prompt_tokens = std::max(0, cached_prompt_tokens_);
   timings.completion_tokens = completion_tokens_;
   metrics.observe_finished(timings, reason);
 

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 
 #include "common/clock.h"
 #include "engine/model_runner.h"
@@ -36,6 +37,13 @@ class Sequence {
   // sampled last: the stream goes on with no token repeated or lost.
   void preempt();
   void assign_slot(int slot) { slot_ = slot; }
+  // What the prefill puts in the cache: the prompt, or after a preemption the replay.
+  std::span<const Token> prefill_tokens() const;
+  // The sequence's cache already holds its first `tokens` (a prefix-cache hit): the prefill
+  // starts after them.
+  void reuse_cached_prefix(int tokens);
+  // The token at KV position `position` (prompt, then generated).
+  Token token_at(size_t position) const;
 
   // A step's batch is built before llama_decode; when the decode finds no KV room the step is
   // rebuilt, so the prompt progress it added is taken back.
@@ -67,7 +75,8 @@ class Sequence {
   uint64_t admission_order_;
   Sampler sampler_;
   StopMatcher stop_matcher_;
-  Token replay_token(size_t index) const;
+  // The prompt followed by every token accepted but the last, when the sequence resumes.
+  TokenList replay_;
 
   size_t prompt_cursor_ = 0;  // prompt (or replay) tokens already in a batch
   size_t prefill_target_;     // tokens the prefill puts in the cache: the prompt, or the replay
@@ -76,6 +85,7 @@ class Sequence {
   int logits_index_ = -1;     // where this sequence's logits sit in the current batch
   Token last_token_ = 0;
   int completion_tokens_ = 0;
+  int cached_prompt_tokens_ = -1;  // tokens reused on first admission (-1: not admitted yet)
   std::vector<GeneratedTokenLogprobs> pending_logprobs_;  // not yet in an update
   FinishReason finish_reason_ = FinishReason::none;
   TimePoint scheduled_at_;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "sched/kv_manager.h"
+
 namespace brisk {
 namespace {
 
@@ -57,6 +59,19 @@ void ServingMetrics::observe_finished(const RequestTimings& timings, FinishReaso
   ++finished_by_reason_[finish_reason_name(reason)];
 }
 
+void ServingMetrics::observe_prefix_lookup(int query_tokens, int hit_tokens,
+                                           const char* miss_reason) {
+  ++prefix_queries_;
+  prefix_query_tokens_ += static_cast<uint64_t>(query_tokens);
+  if (hit_tokens > 0) {
+    ++prefix_hits_;
+    prefix_hit_tokens_ += static_cast<uint64_t>(hit_tokens);
+    return;
+  }
+  std::lock_guard lock(counters_mutex_);
+  ++prefix_misses_by_reason_[miss_reason];
+}
+
 void ServingMetrics::count_rejection(const std::string& reason) {
   std::lock_guard lock(counters_mutex_);
   ++rejected_by_reason_[reason];
@@ -98,6 +113,8 @@ std::string ServingMetrics::render_prometheus(const SchedulerStats& stats) const
     }
   }
 
+  render_prefix_cache(stats, out);
+
   append_histogram(out, "brisk_time_to_first_token_seconds", "Arrival to first generated token.",
                    time_to_first_token_);
   append_histogram(out, "brisk_inter_token_latency_seconds",
@@ -126,6 +143,43 @@ std::string ServingMetrics::render_prometheus(const SchedulerStats& stats) const
                                         fmt::format("phase=\"{}\"", phase));
   }
   return out;
+}
+
+void ServingMetrics::render_prefix_cache(const SchedulerStats& stats, std::string& out) const {
+  append_header(out, "brisk_prefix_cache_queries_total", "counter",
+                "Prompts looked up in the prefix cache.");
+  out += fmt::format("brisk_prefix_cache_queries_total {}\n", prefix_queries_.load());
+  append_header(out, "brisk_prefix_cache_query_tokens_total", "counter",
+                "Prompt tokens looked up in the prefix cache.");
+  out += fmt::format("brisk_prefix_cache_query_tokens_total {}\n", prefix_query_tokens_.load());
+  append_header(out, "brisk_prefix_cache_hits_total", "counter",
+                "Prompts that reused cached KV cells.");
+  out += fmt::format("brisk_prefix_cache_hits_total {}\n", prefix_hits_.load());
+  append_header(out, "brisk_prefix_cache_hit_tokens_total", "counter",
+                "Prompt tokens whose KV cells were reused instead of computed.");
+  out += fmt::format("brisk_prefix_cache_hit_tokens_total {}\n", prefix_hit_tokens_.load());
+  append_header(out, "brisk_prefix_cache_misses_total", "counter",
+                "Prompts that reused nothing, by reason (docs/scheduling.md).");
+  {
+    std::lock_guard lock(counters_mutex_);
+    for (const PrefixMiss miss : {PrefixMiss::no_match, PrefixMiss::below_minimum,
+                                  PrefixMiss::window_expired, PrefixMiss::evicted,
+                                  PrefixMiss::disabled}) {
+      const char* reason = prefix_miss_name(miss);
+      const auto it = prefix_misses_by_reason_.find(reason);
+      out += fmt::format("brisk_prefix_cache_misses_total{{reason=\"{}\"}} {}\n", reason,
+                         it == prefix_misses_by_reason_.end() ? 0 : it->second);
+    }
+  }
+  append_header(out, "brisk_prefix_cache_evictions_total", "counter",
+                "Cached prefixes freed to make room, least recently used first.");
+  out += fmt::format("brisk_prefix_cache_evictions_total {}\n", prefix_evictions_.load());
+  append_header(out, "brisk_prefix_cache_cells", "gauge",
+                "KV cells held only by cached prefixes (freed on demand).");
+  out += fmt::format("brisk_prefix_cache_cells {}\n", stats.prefix_cache_cells);
+  append_header(out, "brisk_prefix_cache_sequences", "gauge",
+                "Finished requests whose KV cells are kept for reuse.");
+  out += fmt::format("brisk_prefix_cache_sequences {}\n", stats.prefix_cache_sequences);
 }
 
 std::string ServingMetrics::render_vllm_compat(const SchedulerStats& stats,

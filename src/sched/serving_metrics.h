@@ -18,6 +18,8 @@ struct SchedulerStats {
   int preempted = 0;    // of `waiting`: preempted, waiting to recompute their KV
   int max_waiting = 0;  // --max-queued-requests: the queue is full at this many
   double kv_cache_usage_ratio = 0;
+  int prefix_cache_cells = 0;      // KV cells only cached prefixes hold (evictable)
+  int prefix_cache_sequences = 0;  // finished requests whose cells are kept for reuse
 
   // As submit() decides: preempted requests do not take places in the queue.
   bool queue_full() const { return max_waiting > 0 && waiting - preempted >= max_waiting; }
@@ -42,8 +44,13 @@ class ServingMetrics {
   void observe_finished(const RequestTimings& timings, FinishReason reason);
   void count_rejection(const std::string& reason);
   void count_preemption() { ++preemptions_; }
+  // A prompt looked up in the prefix cache: `hit_tokens` of its `query_tokens` reused, or why
+  // none were (`miss_reason` is "none" on a hit).
+  void observe_prefix_lookup(int query_tokens, int hit_tokens, const char* miss_reason);
+  void count_prefix_eviction() { ++prefix_evictions_; }
 
   std::string render_prometheus(const SchedulerStats& stats) const;
+  void render_prefix_cache(const SchedulerStats& stats, std::string& out) const;
   // The gauges under vLLM's names (--metrics-compat vllm), with vLLM's meaning and its
   // model_name label: what the Gateway API Inference Extension's endpoint picker reads.
   static std::string render_vllm_compat(const SchedulerStats& stats,
@@ -65,9 +72,15 @@ class ServingMetrics {
   std::atomic<uint64_t> prompt_tokens_{0};
   std::atomic<uint64_t> generation_tokens_{0};
   std::atomic<uint64_t> preemptions_{0};
+  std::atomic<uint64_t> prefix_queries_{0};
+  std::atomic<uint64_t> prefix_query_tokens_{0};
+  std::atomic<uint64_t> prefix_hits_{0};
+  std::atomic<uint64_t> prefix_hit_tokens_{0};
+  std::atomic<uint64_t> prefix_evictions_{0};
   mutable std::mutex counters_mutex_;
   std::map<std::string, uint64_t> finished_by_reason_;
   std::map<std::string, uint64_t> rejected_by_reason_;
+  std::map<std::string, uint64_t> prefix_misses_by_reason_;
 };
 
 }  // namespace brisk

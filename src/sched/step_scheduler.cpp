@@ -1,5 +1,6 @@
 #include "sched/step_scheduler.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -14,9 +15,9 @@ StepScheduler::StepScheduler(ModelRunner& engine, SchedulerOptions options, Serv
       kv_capacity_tokens_(engine.context_size()),
       kv_watermark_tokens_(std::max(1, engine.context_size() / 100)),
       kv_shared_(engine.sequence_context_size() == engine.context_size()),
-      sampling_pool_(options.sampling_threads) {
-  for (int slot = options_.max_seqs - 1; slot >= 0; --slot) free_slots_.push_back(slot);
-}
+      kv_(engine, options.max_seqs, engine.sequence_ids(), options.prefix_cache, metrics),
+      policy_(options.queue_policy),
+      sampling_pool_(options.sampling_threads) {}
 
 StepScheduler::~StepScheduler() { shutdown(std::chrono::milliseconds(0)); }
 
@@ -105,6 +106,8 @@ SchedulerStats StepScheduler::stats() const {
     stats.preempted = preempted_count_.load();
     stats.max_waiting = options_.max_queued_requests;
   }
+  stats.prefix_cache_cells = prefix_cache_cells_.load();
+  stats.prefix_cache_sequences = prefix_cache_sequences_.load();
   stats.kv_cache_usage_ratio =
       kv_capacity_tokens_ > 0 ? static_cast<double>(kv_tokens_in_use_.load()) / kv_capacity_tokens_
                               : 0.0;
@@ -161,11 +164,12 @@ void StepScheduler::step() {
     if (engine_.batch_size() == 0) break;
     const TimePoint started = Clock::now();
     const DecodeStatus status = engine_.decode();
-    if (status == DecodeStatus::no_kv_space && running_.size() > 1) {
-      // llama.cpp applied nothing of the batch: take it back, make room, build it again
-      // without admitting anyone (that would refill the room just made).
+    if (status == DecodeStatus::no_kv_space &&
+        (kv_.cached_sequences() > 0 || running_.size() > 1)) {
+      // llama.cpp applied nothing of the batch: take it back, make room (cached prefixes
+      // first), build it again without admitting anyone (that would refill the room just made).
       for (size_t i = 0; i < in_batch_.size(); ++i) in_batch_[i]->restore(batch_progress_[i]);
-      preempt_latest();
+      if (!kv_.evict_oldest()) preempt_one();
       admit = false;
       continue;
     }
@@ -175,6 +179,7 @@ void StepScheduler::step() {
                      : "the engine failed to decode this batch");
       break;
     }
+    record_computed_cells();
     sample_and_commit(decode_tokens, step_started, started);
     break;
   }
@@ -187,14 +192,20 @@ int StepScheduler::build_batch(bool admit) {
   engine_.clear_batch();
   in_batch_.clear();
   batch_progress_.clear();
+  // Before anything is in the batch: a sequence in it must not be preempted.
+  if (admit && !has_running_room()) preempt_for_priority(Clock::now());
   int kv_free = kv_free_cells();
   if (kv_shared_) {
-    // Each decode takes a cell: the latest-arrived make room for the others.
+    // Each decode takes a cell: cached prefixes go first, then the latest-arrived make room
+    // for the others.
     for (;;) {
       const auto decoders = std::count_if(running_.begin(), running_.end(),
                                           [](const auto& s) { return s->prefill_done(); });
-      if (decoders <= kv_free || running_.size() <= 1) break;
-      preempt_latest();
+      if (decoders <= kv_free) break;
+      if (!kv_.evict_oldest()) {
+        if (running_.size() <= 1) break;
+        preempt_one();
+      }
       kv_free = kv_free_cells();
     }
   }
@@ -255,6 +266,9 @@ bool StepScheduler::is_long_prefill(const Sequence& sequence) const {
 }
 
 void StepScheduler::add_prefill(Sequence& sequence, int& budget, int& kv_free) {
+  // Cached prefixes give way to a running prompt.
+  const int wanted = std::min(budget, sequence.prompt_remaining());
+  while (kv_shared_ && kv_free < wanted && kv_.evict_oldest()) kv_free = kv_free_cells();
   const Sequence::Progress before = sequence.progress();
   const int added = sequence.add_prefill_chunk(engine_, std::min(budget, kv_free));
   if (added == 0) return;
@@ -266,18 +280,28 @@ void StepScheduler::add_prefill(Sequence& sequence, int& budget, int& kv_free) {
 
 int StepScheduler::kv_free_cells() const {
   if (!kv_shared_) return kv_capacity_tokens_;  // each sequence has its own share
-  int used = 0;
-  for (const auto& sequence : running_) used += sequence->kv_tokens();
-  return kv_capacity_tokens_ - used;
+  return kv_capacity_tokens_ - kv_.used_cells() - engine_.batch_size();
 }
 
-// The latest-arrived running sequence gives up its cells and slot and waits, ahead of every
-// request not yet started, to recompute them.
-void StepScheduler::preempt_latest() {
-  std::unique_ptr<Sequence> victim = std::move(running_.back());
-  running_.pop_back();
-  engine_.release_sequence(victim->slot());
-  free_slots_.push_back(victim->slot());
+// The running sequence to preempt when room runs out: the latest-arrived, or under --policy
+// priority the lowest-ranked (then the latest).
+size_t StepScheduler::preemption_victim() const {
+  size_t victim = running_.size() - 1;
+  if (policy_.policy() != SchedulingPolicy::priority) return victim;
+  for (size_t i = running_.size(); i-- > 0;) {
+    if (running_[i]->request().priority > running_[victim]->request().priority) victim = i;
+  }
+  return victim;
+}
+
+void StepScheduler::preempt_one() { preempt(preemption_victim()); }
+
+// The sequence gives up its cells and sequence id and waits, ahead of every request not yet
+// started, to recompute them.
+void StepScheduler::preempt(size_t index) {
+  std::unique_ptr<Sequence> victim = std::move(running_[index]);
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(index));
+  kv_.release(victim->slot());
   spdlog::debug("preempting request {} ({} KV cells, {} tokens generated)", victim->request().id,
                 victim->kv_tokens(), victim->completion_tokens_);
   victim->preempt();
@@ -319,49 +343,62 @@ void StepScheduler::learn_step_cost(int decode_tokens, int prefill_tokens, doubl
   }
 }
 
+// Ends what nobody waits for any more: requests whose client went away, and requests whose
+// first token is past its deadline (never computed further).
 void StepScheduler::reap_cancelled() {
-  for (auto& sequence : running_) {
-    if (sequence->request().cancelled.load()) sequence->finish(FinishReason::cancelled, metrics_);
-  }
+  const TimePoint now = Clock::now();
+  const auto expired = [&](const Request& request) {
+    return request.deadline_ms > 0 && ms_between(request.arrival, now) > request.deadline_ms;
+  };
+  const auto end_if_abandoned = [&](Sequence& sequence) {
+    if (sequence.request().cancelled.load()) {
+      sequence.finish(FinishReason::cancelled, metrics_);
+    } else if (sequence.completion_tokens_ == 0 && expired(sequence.request())) {
+      sequence.finish(FinishReason::deadline, metrics_, deadline_message(sequence.request()));
+    }
+  };
+  for (auto& sequence : running_) end_if_abandoned(*sequence);
   release_finished();
-  for (auto& sequence : preempted_) {
-    if (sequence->request().cancelled.load()) sequence->finish(FinishReason::cancelled, metrics_);
-  }
+  for (auto& sequence : preempted_) end_if_abandoned(*sequence);
   std::erase_if(preempted_, [](const auto& sequence) { return sequence->finished(); });
   preempted_count_ = static_cast<int>(preempted_.size());
-  std::vector<std::shared_ptr<Request>> cancelled;
+  std::vector<std::shared_ptr<Request>> ended;
   {
     std::lock_guard lock(mutex_);
     for (auto it = waiting_.begin(); it != waiting_.end();) {
-      if ((*it)->cancelled.load()) {
+      if ((*it)->cancelled.load() || expired(**it)) {
         queued_prompt_tokens_ -= static_cast<int>((*it)->prompt_tokens.size());
-        cancelled.push_back(std::move(*it));
+        ended.push_back(std::move(*it));
         it = waiting_.erase(it);
       } else {
         ++it;
       }
     }
   }
-  for (auto& request : cancelled) finish_unscheduled(*request, FinishReason::cancelled);
+  for (auto& request : ended) {
+    if (request->cancelled.load()) {
+      finish_unscheduled(*request, FinishReason::cancelled);
+    } else {
+      finish_unscheduled(*request, FinishReason::deadline, deadline_message(*request));
+    }
+  }
 }
 
-// Preempted sequences first, then the queue, each in arrival order; the one at the head waits
-// for room rather than being overtaken by smaller ones. A request is admitted when its prompt
-// (or replay) fits beside what the running ones hold or will hold once their prompts are in,
-// plus a watermark for their next tokens; alone, any request fits (its length was checked).
+std::string StepScheduler::deadline_message(const Request& request) {
+  return fmt::format(
+      "the request's deadline of {:.0f} ms passed before its first token; it was dropped "
+      "without being computed (raise deadline_ms, or retry when the server is less busy)",
+      request.deadline_ms);
+}
+
+// Preempted sequences first (under --policy priority, unless a waiting request ranks higher),
+// then the queue in the policy's order (docs/scheduling.md); the one chosen waits for room
+// rather than being overtaken by smaller ones. A request is admitted when what its prompt (or
+// replay) still needs after the prefix cache's hit fits beside what the running ones hold or
+// will hold once their prompts are in, plus a watermark for their next tokens; cached prefixes
+// are evicted for it when that makes it fit. Alone, any request fits (its length was checked).
 void StepScheduler::admit_waiting(int& budget, int& kv_free) {
   int committed = committed_kv_tokens();
-  auto fits = [&](int needed) {
-    return !kv_shared_ || running_.empty() ||
-           committed + needed + kv_watermark_tokens_ <= kv_capacity_tokens_;
-  };
-  while (budget > 0 && !free_slots_.empty() && !preempted_.empty()) {
-    if (!fits(preempted_.front()->prompt_remaining())) return;
-    std::unique_ptr<Sequence> sequence = std::move(preempted_.front());
-    preempted_.pop_front();
-    committed += sequence->committed_kv_tokens();
-    start_sequence(std::move(sequence), budget, kv_free);
-  }
   // Long prompts beyond --max-long-prefills would only hold a sequence while they wait for
   // their turn to prefill: short ones behind them in the queue go first. Long ones keep their
   // order among themselves, and each waits only while another long prompt is prefilled.
@@ -370,48 +407,122 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
   };
   int long_prefills = static_cast<int>(std::count_if(
       running_.begin(), running_.end(), [&](const auto& s) { return is_long_prefill(*s); }));
-  while (budget > 0 && !free_slots_.empty() && preempted_.empty()) {
+  const TimePoint now = Clock::now();
+  while (budget > 0 && has_running_room()) {
+    const auto resumed = next_preempted(now);
     std::shared_ptr<Request> request;
+    PrefixLookup hit;
     {
       std::lock_guard lock(mutex_);
-      auto next = waiting_.begin();
-      if (long_prefills >= options_.max_long_prefills) {
-        next = std::find_if(waiting_.begin(), waiting_.end(),
-                            [&](const auto& r) { return !is_long(*r); });
+      const bool short_only = long_prefills >= options_.max_long_prefills;
+      const int index = policy_.pick(
+          waiting_, [&](const Request& r) { return !short_only || !is_long(r); }, is_long, now,
+          prefill_ms_per_token_);
+      const bool waiting_first =
+          index >= 0 &&
+          (resumed == preempted_.end() ||
+           (policy_.policy() == SchedulingPolicy::priority &&
+            policy_.runs_before(*waiting_[static_cast<size_t>(index)], (*resumed)->request(), now)));
+      if (waiting_first) {
+        auto next = waiting_.begin() + index;
+        const TokenList& prompt = (*next)->prompt_tokens;
+        hit = kv_.lookup(prompt);
+        if (!make_room(static_cast<int>(prompt.size()) - hit.tokens, hit.source, committed)) {
+          return;
+        }
+        request = std::move(*next);
+        waiting_.erase(next);
+        if (is_long(*request)) ++long_prefills;
+        queued_prompt_tokens_ -= static_cast<int>(request->prompt_tokens.size());
+        // Counted as running before it leaves the queue's count: stats() reads both under
+        // this lock, so /metrics never sees the request nowhere (during a long first step it
+        // did).
+        ++running_count_;
       }
-      if (next == waiting_.end()) return;
-      if (!fits(static_cast<int>((*next)->prompt_tokens.size()))) return;
-      request = std::move(*next);
-      waiting_.erase(next);
-      if (is_long(*request)) ++long_prefills;
-      queued_prompt_tokens_ -= static_cast<int>(request->prompt_tokens.size());
-      // Counted as running before it leaves the queue's count: stats() reads both under this
-      // lock, so /metrics never sees the request nowhere (during a long first step it did).
-      ++running_count_;
     }
-    auto sequence = std::make_unique<Sequence>(std::move(request), -1, Clock::now(),
-                                               next_admission_order_++);
-    committed += sequence->committed_kv_tokens();
-    start_sequence(std::move(sequence), budget, kv_free);
+    if (request) {
+      auto sequence = std::make_unique<Sequence>(std::move(request), -1, Clock::now(),
+                                                 next_admission_order_++);
+      start_sequence(std::move(sequence), hit, budget, kv_free);
+    } else {
+      if (resumed == preempted_.end()) return;
+      Sequence& next = **resumed;
+      hit = kv_.lookup(next.prefill_tokens());
+      if (!make_room(next.prompt_remaining() - hit.tokens, hit.source, committed)) return;
+      std::unique_ptr<Sequence> sequence = std::move(*resumed);
+      preempted_.erase(resumed);
+      start_sequence(std::move(sequence), hit, budget, kv_free);
+    }
+    committed = committed_kv_tokens();
   }
 }
 
-// Gives the sequence a slot, its first prompt chunk, and its place in arrival order.
-void StepScheduler::start_sequence(std::unique_ptr<Sequence> sequence, int& budget,
-                                   int& kv_free) {
-  sequence->assign_slot(free_slots_.back());
-  free_slots_.pop_back();
+// The preempted sequence to resume next: the earliest admitted, or under --policy priority
+// the best ranked.
+std::deque<std::unique_ptr<Sequence>>::iterator StepScheduler::next_preempted(TimePoint now) {
+  if (policy_.policy() != SchedulingPolicy::priority) return preempted_.begin();
+  return std::min_element(preempted_.begin(), preempted_.end(), [&](const auto& a, const auto& b) {
+    return policy_.runs_before(a->request(), b->request(), now);
+  });
+}
+
+// --policy priority: with every sequence taken, a waiting request that ranks above a running
+// one takes its place; the running one is preempted and resumes when its turn comes again.
+bool StepScheduler::preempt_for_priority(TimePoint now) {
+  if (policy_.policy() != SchedulingPolicy::priority || running_.empty()) return false;
+  const size_t victim = preemption_victim();
+  const Request& running = running_[victim]->request();
+  bool outranked = false;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& waiting : waiting_) {
+      if (policy_.effective_priority(*waiting, now) < policy_.effective_priority(running, now)) {
+        outranked = true;
+        break;
+      }
+    }
+  }
+  if (!outranked) return false;
+  preempt(victim);
+  return true;
+}
+
+bool StepScheduler::has_running_room() const {
+  return static_cast<int>(running_.size()) < options_.max_seqs;
+}
+
+// Whether `needed` more cells fit beside `committed` and the watermark, evicting cached
+// prefixes (least recently used first, never `keep`: the newcomer's own hit) when that is
+// enough; evicts nothing when it is not.
+bool StepScheduler::make_room(int needed, int keep, int& committed) {
+  if (!kv_shared_ || running_.empty()) return true;
+  const int room = kv_capacity_tokens_ - kv_watermark_tokens_;
+  if (committed + needed <= room) return true;
+  if (committed - kv_.evictable_cells(keep) + needed > room) return false;
+  while (committed + needed > room && kv_.evict_oldest(keep)) committed = committed_kv_tokens();
+  return committed + needed <= room;
+}
+
+// Gives the sequence a sequence id (with the cells of its prefix-cache hit), its first prompt
+// chunk, and its place in arrival order.
+void StepScheduler::start_sequence(std::unique_ptr<Sequence> sequence, const PrefixLookup& hit,
+                                   int& budget, int& kv_free) {
+  const int id = kv_.acquire(hit.source);
+  sequence->assign_slot(id);
+  kv_.attach(id, hit, static_cast<int>(sequence->prefill_tokens().size()));
+  sequence->reuse_cached_prefix(hit.tokens);
   Sequence& started = *sequence;
   const auto at = std::find_if(running_.begin(), running_.end(), [&](const auto& other) {
     return other->admission_order() > started.admission_order();
   });
   running_.insert(at, std::move(sequence));
+  kv_free = kv_free_cells();
   {
     std::lock_guard lock(mutex_);
     running_count_ = static_cast<int>(running_.size());
     preempted_count_ = static_cast<int>(preempted_.size());
     // Until the step's end publishes the whole picture, a newcomer's estimate sees this one.
-    load_.free_slots = static_cast<int>(free_slots_.size());
+    load_.free_slots = options_.max_seqs - static_cast<int>(running_.size());
     load_.backlog_tokens += started.prompt_remaining();
   }
   // A long prompt waits for the pass after admission, so short ones admitted later in this
@@ -484,20 +595,23 @@ void StepScheduler::fail_batch(const std::string& error) {
 void StepScheduler::release_finished() {
   for (auto& sequence : running_) {
     if (!sequence->finished()) continue;
-    engine_.release_sequence(sequence->slot());
-    free_slots_.push_back(sequence->slot());
     const FinishReason reason = sequence->finish_reason_;
-    if (reason != FinishReason::stop && reason != FinishReason::length) continue;
+    if (reason != FinishReason::stop && reason != FinishReason::length) {
+      kv_.release(sequence->slot());
+      continue;
+    }
+    kv_.retire(sequence->slot());
     constexpr double kWeight = 0.1;
     const double held_ms = ms_between(sequence->scheduled_at_, Clock::now());
     mean_hold_ms_ =
         mean_hold_ms_ <= 0 ? held_ms : (1 - kWeight) * mean_hold_ms_ + kWeight * held_ms;
   }
   std::erase_if(running_, [](const auto& sequence) { return sequence->finished(); });
-  int kv_tokens = 0;
-  for (const auto& sequence : running_) kv_tokens += sequence->kv_tokens();
-  running_count_ = static_cast<int>(running_.size());
-  kv_tokens_in_use_ = kv_tokens;
+  const int cached_cells = kv_.cached_cells();
+  kv_tokens_in_use_ = kv_.used_cells() - cached_cells;
+  prefix_cache_cells_ = cached_cells;
+  prefix_cache_sequences_ = kv_.cached_sequences();
+  running_count_ = static_cast<int>(running_.size());  // last: who sees it sees the rest
   publish_load();
 }
 
@@ -507,7 +621,7 @@ void StepScheduler::publish_load() {
   LoadEstimate load;
   load.decode_step_ms = decode_step_ms_;
   load.prefill_ms_per_token = prefill_ms_per_token_;
-  load.free_slots = static_cast<int>(free_slots_.size());
+  load.free_slots = options_.max_seqs - static_cast<int>(running_.size());
   load.hold_ms = mean_hold_ms_;
   const TimePoint now = Clock::now();
   for (const auto& sequence : running_) {
@@ -524,7 +638,8 @@ void StepScheduler::publish_load() {
   load_ = std::move(load);
 }
 
-void StepScheduler::finish_unscheduled(Request& request, FinishReason reason) {
+void StepScheduler::finish_unscheduled(Request& request, FinishReason reason,
+                                       std::string error) {
   RequestTimings timings;
   timings.e2e_ms = ms_between(request.arrival, Clock::now());
   timings.queue_ms = timings.e2e_ms;
@@ -532,14 +647,29 @@ void StepScheduler::finish_unscheduled(Request& request, FinishReason reason) {
   metrics_.observe_finished(timings, reason);
   GenerationUpdate update;
   update.finish_reason = reason;
+  update.error = std::move(error);
   update.timings = timings;
   request.on_update(std::move(update));
 }
 
+// Cells held (cached prefixes included) or taken by this step's batch, and the prompt tokens
+// the running sequences still have to put in.
 int StepScheduler::committed_kv_tokens() const {
-  int committed = 0;
-  for (const auto& sequence : running_) committed += sequence->committed_kv_tokens();
+  int committed = kv_.used_cells() + engine_.batch_size();
+  for (const auto& sequence : running_) committed += sequence->prompt_remaining();
   return committed;
+}
+
+// The tokens this step's decode put in each sequence's cells, for the prefix tree.
+void StepScheduler::record_computed_cells() {
+  for (size_t i = 0; i < in_batch_.size(); ++i) {
+    Sequence& sequence = *in_batch_[i];
+    computed_.clear();
+    for (int p = batch_progress_[i].kv_tokens; p < sequence.kv_tokens(); ++p) {
+      computed_.push_back(sequence.token_at(static_cast<size_t>(p)));
+    }
+    kv_.record(sequence.slot(), computed_);
+  }
 }
 
 }  // namespace brisk

@@ -10,6 +10,8 @@
 
 #include "common/worker_pool.h"
 #include "engine/model_runner.h"
+#include "sched/kv_manager.h"
+#include "sched/queue_policy.h"
 #include "sched/request.h"
 #include "sched/sequence.h"
 #include "sched/serving_metrics.h"
@@ -37,6 +39,10 @@ struct SchedulerOptions {
   int max_long_prefills = 1;
   // Threads that sample a step's sequences in parallel, the engine thread included.
   int sampling_threads = 1;
+  // Finished requests' KV cells kept for prompts that start the same way (docs/scheduling.md).
+  PrefixCacheOptions prefix_cache;
+  // Which waiting request starts next (--policy).
+  QueuePolicyOptions queue_policy;
 };
 
 enum class SubmitStatus { accepted, queue_full, queue_delay, queued_tokens_full, shutting_down };
@@ -97,16 +103,25 @@ class StepScheduler {
   bool is_long_prompt(int tokens_to_prefill) const;
   bool is_long_prefill(const Sequence& sequence) const;
   void admit_waiting(int& budget, int& kv_free);
-  void start_sequence(std::unique_ptr<Sequence> sequence, int& budget, int& kv_free);
+  void start_sequence(std::unique_ptr<Sequence> sequence, const PrefixLookup& hit, int& budget,
+                      int& kv_free);
+  bool has_running_room() const;
+  bool make_room(int needed, int keep, int& committed);
+  void record_computed_cells();
   int kv_free_cells() const;
-  void preempt_latest();
+  size_t preemption_victim() const;
+  void preempt_one();
+  void preempt(size_t index);
+  bool preempt_for_priority(TimePoint now);
+  std::deque<std::unique_ptr<Sequence>>::iterator next_preempted(TimePoint now);
   void sample_and_commit(int decode_tokens, TimePoint step_started, TimePoint decode_started);
   void sample_batch();
   void commit_samples();
   void release_finished();
   void fail_batch(const std::string& error);
   void fail_running(const std::string& what);
-  void finish_unscheduled(Request& request, FinishReason reason);
+  void finish_unscheduled(Request& request, FinishReason reason, std::string error = {});
+  static std::string deadline_message(const Request& request);
   int committed_kv_tokens() const;
   int prefill_budget(int decode_tokens) const;
   void learn_step_cost(int decode_tokens, int prefill_tokens, double step_ms);
@@ -136,7 +151,9 @@ class StepScheduler {
   std::deque<std::unique_ptr<Sequence>> preempted_;  // in arrival order; run before waiting_
   std::vector<Sequence::Progress> batch_progress_;   // in_batch_'s, before this step
   uint64_t next_admission_order_ = 0;
-  std::vector<int> free_slots_;
+  KvManager kv_;
+  QueuePolicy policy_;
+  TokenList computed_;  // scratch for record_computed_cells
   std::vector<Sequence*> in_batch_;
   WorkerPool sampling_pool_;
   std::vector<Sequence*> to_sample_;  // this step's sequences with logits, and their results
@@ -150,6 +167,8 @@ class StepScheduler {
   std::atomic<int> running_count_{0};
   std::atomic<int> kv_tokens_in_use_{0};
   std::atomic<int> preempted_count_{0};
+  std::atomic<int> prefix_cache_cells_{0};
+  std::atomic<int> prefix_cache_sequences_{0};
   LoadEstimate load_;                // guarded by mutex_; written by publish_load()
   int queued_prompt_tokens_ = 0;     // guarded by mutex_: prompt tokens in waiting_
   double mean_hold_ms_ = 0;  // engine thread: how long finished requests held a sequence

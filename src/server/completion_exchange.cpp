@@ -168,7 +168,12 @@ json CompletionExchange::choice_logprobs() {
 ApiError CompletionExchange::unfinished_error(const GenerationUpdate& update) {
   ApiError error;
   error.type = "server_error";
-  if (update.finish_reason == FinishReason::cancelled) {
+  if (update.finish_reason == FinishReason::deadline) {
+    error.status = 408;
+    error.type = "timeout_error";
+    error.code = "deadline_exceeded";
+    error.message = update.error;
+  } else if (update.finish_reason == FinishReason::cancelled) {
     error.status = 503;
     error.code = "shutting_down";
     error.message = "the request was cancelled because the server is shutting down; retry it";

@@ -227,6 +227,17 @@ void read_limits(FieldReader& reader, CompletionParams& params) {
   }
 }
 
+void read_scheduling(FieldReader& reader, CompletionParams& params) {
+  if (auto priority = reader.integer("priority")) {
+    if (*priority < -kMaxPriority || *priority > kMaxPriority) {
+      return reader.fail("'priority' must be between -1000000 and 1000000 (lower runs sooner)",
+                         "priority");
+    }
+    params.priority = static_cast<int>(*priority);
+  }
+  if (auto deadline = reader.number("deadline_ms", 1, 86400000.0)) params.deadline_ms = *deadline;
+}
+
 void read_streaming(FieldReader& reader, CompletionParams& params) {
   params.stream = reader.boolean("stream").value_or(false);
   if (const json* options = reader.find("stream_options")) {
@@ -277,6 +288,7 @@ std::variant<CompletionParams, ApiError> parse_completion_params(
   read_logprobs(reader, params);
   read_stop(reader, params);
   read_streaming(reader, params);
+  read_scheduling(reader, params);
   params.ignore_eos = reader.boolean("ignore_eos").value_or(false);
   if (reader.error) return *reader.error;
   return params;

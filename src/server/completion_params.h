@@ -40,7 +40,12 @@ struct CompletionParams {
   bool stream = false;
   bool include_usage = false;
   bool ignore_eos = false;
+  std::optional<int> priority;  // lower runs sooner under --policy priority (vLLM's field)
+  double deadline_ms = 0;       // first token due this many ms after arrival, else dropped
 };
+
+// The most a `priority` may be, either way (an X-Request-Priority header is read the same).
+inline constexpr int kMaxPriority = 1000000;
 
 // Parses and validates a request body: every field a client can get wrong gets a 400 that
 // names the field and says what is accepted.

@@ -12,7 +12,8 @@ double round_ms(double ms) { return std::round(ms * 1000.0) / 1000.0; }
 nlohmann::json usage_json(const RequestTimings& timings) {
   return {{"prompt_tokens", timings.prompt_tokens},
           {"completion_tokens", timings.completion_tokens},
-          {"total_tokens", timings.prompt_tokens + timings.completion_tokens}};
+          {"total_tokens", timings.prompt_tokens + timings.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", timings.cached_prompt_tokens}}}};
 }
 
 nlohmann::json timings_json(const RequestTimings& timings) {
@@ -22,6 +23,7 @@ nlohmann::json timings_json(const RequestTimings& timings) {
           {"decode_ms", round_ms(timings.decode_ms)},
           {"e2e_ms", round_ms(timings.e2e_ms)},
           {"prompt_tokens", timings.prompt_tokens},
+          {"cached_prompt_tokens", timings.cached_prompt_tokens},
           {"completion_tokens", timings.completion_tokens}};
 }
 

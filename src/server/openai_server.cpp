@@ -1,5 +1,7 @@
 #include "server/openai_server.h"
 
+#include <charconv>
+
 #include <cmath>
 
 #include <fmt/format.h>
@@ -307,6 +309,10 @@ void OpenAiServer::handle_completion(const HttpRequest& http_request, Completion
   request->max_tokens = *params.max_tokens;
   request->stop = params.stop;
   request->ignore_eos = params.ignore_eos;
+  if (auto error = read_priority_header(http_request, params))
+    return session->respond(reject(*error, "invalid_request"));
+  request->priority = params.priority.value_or(0);
+  request->deadline_ms = params.deadline_ms;
   request->arrival = arrival;
   auto exchange = std::make_shared<CompletionExchange>(session, std::move(params),
                                                        options_.model_name, scheduler_, engine_);
@@ -349,6 +355,25 @@ void OpenAiServer::handle_completion(const HttpRequest& http_request, Completion
   error.code = "shutting_down";
   error.message = "the server is shutting down";
   session->respond(reject(error, "shutting_down"));
+}
+
+// A gateway may set the priority in a header (X-Request-Priority) instead of the body; the body's
+// field wins when both are there.
+std::optional<ApiError> OpenAiServer::read_priority_header(const HttpRequest& http_request,
+                                                           CompletionParams& params) {
+  const auto header = http_request.find("x-request-priority");
+  if (header == http_request.end() || params.priority) return std::nullopt;
+  const std::string value(header->value());
+  int priority = 0;
+  const auto [end, status] = std::from_chars(value.data(), value.data() + value.size(), priority);
+  if (status != std::errc() || end != value.data() + value.size() || priority < -kMaxPriority ||
+      priority > kMaxPriority) {
+    return ApiError::invalid(
+        "the X-Request-Priority header must be an integer between -1000000 and 1000000 (lower "
+        "runs sooner), got '" + value + "'", "priority");
+  }
+  params.priority = priority;
+  return std::nullopt;
 }
 
 std::optional<ApiError> OpenAiServer::prepare_prompt(const CompletionParams& params,

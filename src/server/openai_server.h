@@ -56,6 +56,8 @@ class OpenAiServer {
   void handle(HttpRequest&& request, const std::shared_ptr<HttpSession>& session);
   void handle_completion(const HttpRequest& request, CompletionKind kind,
                          const std::shared_ptr<HttpSession>& session);
+  static std::optional<ApiError> read_priority_header(const HttpRequest& http_request,
+                                                      CompletionParams& params);
   std::optional<ApiError> prepare_prompt(const CompletionParams& params, TokenList* tokens);
   std::optional<ApiError> check_lengths(CompletionParams& params, const TokenList& tokens);
   HttpResponse handle_tokenize(const HttpRequest& request);

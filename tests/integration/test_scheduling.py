@@ -142,3 +142,91 @@ def test_a_request_that_would_wait_too_long_is_refused_at_once(brisk_short_delay
     assert answered_s < 1.0, f"the refusal took {answered_s:.2f} s"
     key = 'brisk_requests_rejected_total{reason="queue_delay"}'
     assert get_metrics(server)[key] >= 1
+
+
+@pytest.fixture(scope="module")
+def brisk_priority(tmp_path_factory):
+    """One sequence, --policy priority."""
+    server = _start_brisk(tmp_path_factory, "brisk-priority",
+                          ["--max-seqs", "1", "--policy", "priority"], api_key=None)
+    yield server
+    _stop_and_check_clean_exit(server)
+
+
+def _stream_in_background(server, body: dict, headers: dict | None = None):
+    """Starts a streaming completion; returns (started event, future of (status, tokens, end))."""
+    started = threading.Event()
+
+    def run() -> tuple[int, int, float]:
+        tokens = 0
+        with httpx.stream("POST", server.base_url + "/v1/completions", json=body,
+                          headers=headers or {}, timeout=120) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    chunk = json.loads(line[6:])
+                    if chunk.get("usage"):
+                        tokens = chunk["usage"]["completion_tokens"]
+                    started.set()
+            return r.status_code, tokens, time.monotonic()
+
+    pool = ThreadPoolExecutor(max_workers=1)
+    future = pool.submit(run)
+    pool.shutdown(wait=False)
+    return started, future
+
+
+def test_a_higher_priority_request_goes_first_and_the_preempted_one_still_finishes(
+        brisk_priority):
+    """--policy priority: with the only sequence taken by a priority-5 stream, a priority-0
+    request (the X-Request-Priority header) preempts it and finishes before a priority-5 request
+    that arrived earlier; the preempted stream resumes and is delivered whole."""
+    server = brisk_priority
+    base = {"max_tokens": 150, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}
+    before = get_metrics(server)
+    started, running = _stream_in_background(
+        server, {**base, "prompt": "A long story:", "priority": 5})
+    assert started.wait(60), "the first stream never started"
+    low = _stream_in_background(server, {**base, "prompt": "Low:", "max_tokens": 20,
+                                         "priority": 5})[1]
+    time.sleep(0.3)
+    high = _stream_in_background(server, {**base, "prompt": "High:", "max_tokens": 20},
+                                 headers={"X-Request-Priority": "0"})[1]
+    results = {name: f.result(timeout=120) for name, f in
+               (("running", running), ("low", low), ("high", high))}
+    assert all(status == 200 for status, _, _ in results.values()), results
+    assert results["running"][1] == 150 and results["low"][1] == 20 and results["high"][1] == 20
+    assert results["high"][2] < results["low"][2], "the priority-0 request waited for the 5s"
+    assert results["high"][2] < results["running"][2], "it waited for the running one"
+    assert get_metrics(server)["brisk_preemptions_total"] > before["brisk_preemptions_total"]
+
+
+def test_a_request_past_its_deadline_is_dropped_with_408(brisk_priority):
+    server = brisk_priority
+    started, running = _stream_in_background(
+        server, {"prompt": "Busy:", "max_tokens": 150, "ignore_eos": True, "stream": True})
+    assert started.wait(60)
+    t0 = time.monotonic()
+    r = httpx.post(server.base_url + "/v1/completions", timeout=60,
+                   json={"prompt": "Too late?", "max_tokens": 4, "deadline_ms": 300})
+    waited_s = time.monotonic() - t0
+    assert running.result(timeout=120)[0] == 200
+    assert r.status_code == 408, r.text
+    error = r.json()["error"]
+    assert error["code"] == "deadline_exceeded" and "deadline" in error["message"], error
+    assert waited_s < 5, f"answered after {waited_s:.1f} s, not at its deadline"
+    assert get_metrics(server)['brisk_requests_finished_total{finished_reason="deadline"}'] >= 1
+
+
+@pytest.mark.parametrize("body,headers,param", [
+    ({"priority": "high"}, {}, "priority"),
+    ({"priority": 10**7}, {}, "priority"),
+    ({}, {"X-Request-Priority": "urgent"}, "priority"),
+    ({"deadline_ms": -5}, {}, "deadline_ms"),
+    ({"deadline_ms": "soon"}, {}, "deadline_ms"),
+])
+def test_bad_scheduling_fields_get_a_400_naming_them(brisk, body, headers, param):
+    r = httpx.post(brisk.base_url + "/v1/completions", timeout=30, headers=headers,
+                   json={"prompt": "Hi", "max_tokens": 2, **body})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param, r.text

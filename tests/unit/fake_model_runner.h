@@ -2,6 +2,8 @@
 
 // A ModelRunner without a model, for the scheduler's tests. Its KV cache stores each sequence's
 // tokens by position and checks that every token lands at the next position of its sequence.
+// Cells are shared between sequences as in llama.cpp's unified cache (copy_sequence_prefix
+// adds an owner), and counted once.
 // The logits of a token are a function of its sequence's whole history, so a token the
 // scheduler lost, repeated or misplaced changes everything generated after it.
 
@@ -25,14 +27,18 @@ class FakeModelRunner final : public ModelRunner {
  public:
   // `context` cells are reported; decode finds room only for `usable_cells` (default: all),
   // which plays llama.cpp answering "no KV slot" when the scheduler's count said there was one.
-  explicit FakeModelRunner(int context, int usable_cells = -1, int vocabulary = 97)
+  explicit FakeModelRunner(int context, int usable_cells = -1, int vocabulary = 97,
+                           int sequence_ids = 256)
       : context_(context),
         usable_cells_(usable_cells < 0 ? context : usable_cells),
-        vocabulary_(vocabulary) {}
+        vocabulary_(vocabulary),
+        sequence_ids_(sequence_ids) {}
 
   int context_size() const override { return context_; }
   int sequence_context_size() const override { return context_; }
   int vocabulary_size() const override { return vocabulary_; }
+  int sequence_ids() const override { return sequence_ids_; }
+  int sliding_window_tokens() const override { return sliding_window; }
   bool is_end_of_generation(Token token) const override { return token == end_token; }
   std::string token_piece(Token token) const override { return std::to_string(token) + " "; }
 
@@ -50,8 +56,7 @@ class FakeModelRunner final : public ModelRunner {
     if (before_decode) before_decode(decodes() + 1);
     std::lock_guard lock(mutex_);
     ++decodes_;
-    int used = 0;
-    for (const auto& [sequence, tokens] : cache_) used += static_cast<int>(tokens.size());
+    const int used = static_cast<int>(cell_owners_.size());
     if (used + static_cast<int>(batch_.size()) > usable_cells_) {
       ++no_kv_space_;
       return DecodeStatus::no_kv_space;  // nothing applied, as llama_decode
@@ -60,15 +65,18 @@ class FakeModelRunner final : public ModelRunner {
     logits_.assign(batch_.size() * static_cast<size_t>(vocabulary_), 0.0f);
     for (size_t i = 0; i < batch_.size(); ++i) {
       const Entry& entry = batch_[i];
-      std::vector<Token>& tokens = cache_[entry.sequence];
-      if (entry.position != static_cast<int>(tokens.size())) ++misplaced_;
-      tokens.push_back(entry.token);
+      std::vector<Cell>& cells = cache_[entry.sequence];
+      if (entry.position != static_cast<int>(cells.size())) ++misplaced_;
+      cells.push_back({entry.token, next_cell_});
+      ++cell_owners_[next_cell_++];
       sequences.insert(entry.sequence);
       if (!entry.want_logits) continue;
       // One strong logit at a place set by the whole history, the rest spread a little so a
       // seeded draw has choices too.
       uint64_t hash = 1469598103934665603ull;
-      for (Token token : tokens) hash = (hash ^ static_cast<uint64_t>(token)) * 1099511628211ull;
+      for (const Cell& cell : cells) {
+        hash = (hash ^ static_cast<uint64_t>(cell.token)) * 1099511628211ull;
+      }
       float* row = &logits_[i * static_cast<size_t>(vocabulary_)];
       for (int v = 0; v < vocabulary_; ++v) row[v] = static_cast<float>((hash >> (v % 48)) & 3);
       row[hash % static_cast<uint64_t>(vocabulary_)] = 6.0f;
@@ -86,7 +94,32 @@ class FakeModelRunner final : public ModelRunner {
   }
   void release_sequence(int sequence) override {
     std::lock_guard lock(mutex_);
-    cache_.erase(sequence);
+    auto it = cache_.find(sequence);
+    if (it == cache_.end()) return;
+    for (const Cell& cell : it->second) {
+      if (--cell_owners_[cell.id] == 0) cell_owners_.erase(cell.id);
+    }
+    cache_.erase(it);
+  }
+  void copy_sequence_prefix(int source, int destination, int tokens) override {
+    std::lock_guard lock(mutex_);
+    ++copies_;
+    std::vector<Cell>& from = cache_[source];
+    std::vector<Cell>& to = cache_[destination];
+    if (!to.empty() || tokens > static_cast<int>(from.size())) ++bad_copies_;
+    for (int i = 0; i < tokens && i < static_cast<int>(from.size()); ++i) {
+      to.push_back(from[static_cast<size_t>(i)]);
+      ++cell_owners_[from[static_cast<size_t>(i)].id];
+    }
+  }
+  // With `drop_window_cells`, a sequence keeps only its last `sliding_window` positions'
+  // window cells, as llama.cpp's window cache does when it needs room.
+  int sequence_window_start(int sequence) const override {
+    std::lock_guard lock(mutex_);
+    if (sliding_window <= 0 || !drop_window_cells) return 0;
+    auto it = cache_.find(sequence);
+    const int length = it == cache_.end() ? 0 : static_cast<int>(it->second.size());
+    return std::max(0, length - sliding_window);
   }
 
   int decodes() const { std::lock_guard lock(mutex_); return decodes_; }
@@ -99,16 +132,19 @@ class FakeModelRunner final : public ModelRunner {
   void reset_max_batch() { std::lock_guard lock(mutex_); max_batch_ = 0; }
   int cells_in_use() const {
     std::lock_guard lock(mutex_);
-    int used = 0;
-    for (const auto& [sequence, tokens] : cache_) used += static_cast<int>(tokens.size());
-    return used;
+    return static_cast<int>(cell_owners_.size());
   }
+  int prefix_copies() const { std::lock_guard lock(mutex_); return copies_; }
+  // Copies into a sequence that held cells, or of more cells than the source had.
+  int bad_prefix_copies() const { std::lock_guard lock(mutex_); return bad_copies_; }
 
   Token end_token = -1;  // none: generation stops at max_tokens
   // Runs on the engine thread before decode number n (from 1): lets a test act at an exact step.
   std::function<void(int n)> before_decode;
   std::chrono::microseconds step_delay{0};   // each decode takes this
   std::chrono::microseconds token_delay{0};  // and this per token of its batch
+  int sliding_window = 0;
+  bool drop_window_cells = false;
 
  private:
   struct Entry {
@@ -120,10 +156,19 @@ class FakeModelRunner final : public ModelRunner {
   const int context_;
   const int usable_cells_;
   const int vocabulary_;
+  const int sequence_ids_;
+  struct Cell {
+    Token token;
+    int id;
+  };
   std::vector<Entry> batch_;
   std::vector<float> logits_;
   mutable std::mutex mutex_;
-  std::map<int, std::vector<Token>> cache_;
+  std::map<int, std::vector<Cell>> cache_;
+  std::map<int, int> cell_owners_;  // cell id -> sequences holding it
+  int next_cell_ = 0;
+  int copies_ = 0;
+  int bad_copies_ = 0;
   int decodes_ = 0;
   int no_kv_space_ = 0;
   int misplaced_ = 0;

@@ -1,0 +1,235 @@
+// The prefix cache: the radix tree of KV cells (PrefixTree) and, on the fake model, the
+// scheduler reusing finished requests' cells (KvManager): same streams as without it, fewer
+// tokens computed, miss reasons, eviction under pressure and sliding windows.
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "fake_model_runner.h"
+#include "scheduler_run.h"
+#include "sched/prefix_tree.h"
+
+namespace brisk {
+namespace {
+
+using namespace testing;  // NOLINT: the harness of scheduler_run.h
+
+TokenList range(Token first, int count) {
+  TokenList out(static_cast<size_t>(count));
+  std::iota(out.begin(), out.end(), first);
+  return out;
+}
+
+TokenList concat(TokenList a, const TokenList& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(PrefixTree, MatchesTheLongestHeldPrefixAndSharesItsCells) {
+  PrefixTree tree;
+  tree.append(0, range(1, 10));
+  EXPECT_EQ(tree.cells(), 10);
+  PrefixTree::Match match = tree.match(concat(range(1, 6), range(100, 4)));
+  EXPECT_EQ(match.tokens, 6);
+  EXPECT_TRUE(match.owners.test(0));
+
+  tree.share(1, 0, 6);  // splits sequence 0's run after 6 cells
+  tree.append(1, range(100, 4));
+  EXPECT_EQ(tree.cells(), 14) << "the 6 shared cells count once";
+  EXPECT_EQ(tree.length(1), 10);
+  EXPECT_EQ(tree.tokens(1), concat(range(1, 6), range(100, 4)));
+  EXPECT_EQ(tree.tokens(0), range(1, 10));
+  EXPECT_EQ(tree.exclusive_cells(0), 4);
+  EXPECT_EQ(tree.exclusive_cells(1), 4);
+
+  PrefixTree::Owners only_1;
+  only_1.set(1);
+  EXPECT_EQ(tree.cells_outside(only_1), 4) << "sequence 0's own tail";
+
+  tree.release(0);
+  EXPECT_EQ(tree.cells(), 10) << "the shared cells stay with sequence 1";
+  EXPECT_EQ(tree.match(range(1, 10)).tokens, 6);
+  tree.release(1);
+  EXPECT_EQ(tree.cells(), 0);
+  EXPECT_EQ(tree.nodes(), 0);
+}
+
+TEST(PrefixTree, SequencesThatComputedTheSameTokensHoldDifferentCells) {
+  PrefixTree tree;
+  tree.append(0, range(1, 8));
+  tree.append(1, range(1, 5));
+  EXPECT_EQ(tree.cells(), 13);
+  const PrefixTree::Match match = tree.match(range(1, 8));
+  EXPECT_EQ(match.tokens, 8) << "the longer of the two";
+  EXPECT_TRUE(match.owners.test(0));
+  EXPECT_FALSE(match.owners.test(1));
+}
+
+TEST(PrefixTree, AGrowingSequenceExtendsItsOwnRun) {
+  PrefixTree tree;
+  tree.append(3, range(1, 4));
+  for (Token t = 5; t < 50; ++t) tree.append(3, TokenList{t});
+  EXPECT_EQ(tree.nodes(), 1);
+  EXPECT_EQ(tree.tokens(3), range(1, 49));
+}
+
+// A system prompt shared by every request, then a user turn of its own.
+std::function<Job(size_t, const std::vector<Outcome>&)> shared_system_prompt(
+    int system_tokens, SamplingParams sampling) {
+  return [=](size_t i, const std::vector<Outcome>&) {
+    Job job;
+    job.prompt = concat(range(1, system_tokens), range(1000 + 50 * static_cast<Token>(i), 10));
+    job.max_tokens = 12;
+    job.sampling = sampling;
+    return job;
+  };
+}
+
+std::vector<Job> materialize(int count, const std::function<Job(size_t, const std::vector<Outcome>&)>& make) {
+  std::vector<Job> out;
+  for (int i = 0; i < count; ++i) out.push_back(make(static_cast<size_t>(i), {}));
+  return out;
+}
+
+TEST(PrefixCache, ASharedSystemPromptIsComputedOnceAndStreamsAreUnchanged) {
+  for (const SamplingParams& sampling : {greedy(), seeded(3)}) {
+    const auto make = shared_system_prompt(100, sampling);
+    FakeModelRunner runner(4096);
+    SchedulerRun run(runner, options(4));
+    const auto outcomes = run.one_by_one(5, make);
+    expect_same_streams(outcomes, alone(materialize(5, make)));
+    EXPECT_EQ(runner.misplaced_tokens(), 0);
+    EXPECT_EQ(runner.bad_prefix_copies(), 0);
+    EXPECT_EQ(outcomes[0].cached_prompt_tokens, 0);
+    for (size_t i = 1; i < outcomes.size(); ++i) {
+      EXPECT_EQ(outcomes[i].cached_prompt_tokens, 100) << "request " << i;
+    }
+    EXPECT_EQ(run.metric("brisk_prefix_cache_queries_total"), 5);
+    EXPECT_EQ(run.metric("brisk_prefix_cache_hits_total"), 4);
+    EXPECT_EQ(run.metric("brisk_prefix_cache_hit_tokens_total"), 400);
+    EXPECT_EQ(run.metric("brisk_prefix_cache_misses_total{reason=\"no_match\"}"), 1);
+  }
+}
+
+TEST(PrefixCache, TheNextTurnOfAChatReusesThePreviousTurnAndItsAnswer) {
+  FakeModelRunner runner(4096);
+  SchedulerRun run(runner, options(2));
+  const TokenList first_turn = range(1, 40);
+  auto turn = [&](size_t i, const std::vector<Outcome>& before) {
+    Job job;
+    job.max_tokens = 8;
+    job.sampling = greedy();
+    job.prompt = first_turn;
+    for (size_t t = 0; t < i; ++t) {
+      // The fake's pieces are "<id> ": the previous answer's tokens, then a new user turn.
+      std::istringstream answer(before[t].text);
+      for (Token token; answer >> token;) job.prompt.push_back(token);
+      job.prompt = concat(job.prompt, range(500 + 20 * static_cast<Token>(t), 5));
+    }
+    return job;
+  };
+  const auto outcomes = run.one_by_one(3, turn);
+  EXPECT_EQ(outcomes[1].cached_prompt_tokens, 40 + 8 - 1)
+      << "the first turn and its answer but the last token, whose cell was never computed";
+  EXPECT_EQ(outcomes[2].cached_prompt_tokens, 40 + 8 + 5 + 8 - 1);
+  EXPECT_EQ(runner.misplaced_tokens(), 0);
+  EXPECT_EQ(run.metric("brisk_prefix_cache_sequences"), 1)
+      << "each turn's cached sequence is replaced by the next, which holds all of it";
+}
+
+TEST(PrefixCache, OffComputesEverythingAndSaysWhy) {
+  const auto make = shared_system_prompt(100, greedy());
+  FakeModelRunner runner(4096);
+  SchedulerOptions off = options(4);
+  off.prefix_cache.enabled = false;
+  SchedulerRun run(runner, off);
+  const auto outcomes = run.one_by_one(3, make);
+  expect_same_streams(outcomes, alone(materialize(3, make)));
+  EXPECT_EQ(runner.prefix_copies(), 0);
+  EXPECT_EQ(runner.cells_in_use(), 0);
+  EXPECT_EQ(run.metric("brisk_prefix_cache_misses_total{reason=\"disabled\"}"), 3);
+}
+
+TEST(PrefixCache, AShortMatchIsNotReused) {
+  const auto make = shared_system_prompt(20, greedy());  // below the minimum of 32
+  FakeModelRunner runner(4096);
+  SchedulerRun run(runner, options(4));
+  run.one_by_one(2, make);
+  EXPECT_EQ(runner.prefix_copies(), 0);
+  EXPECT_EQ(run.metric("brisk_prefix_cache_misses_total{reason=\"below_minimum\"}"), 1);
+}
+
+// Cached prefixes give their cells to running requests, least recently used first, and a prompt
+// whose prefix was evicted is told apart from one never seen.
+TEST(PrefixCache, PressureEvictsTheOldestAndTheMissSaysEvicted) {
+  FakeModelRunner runner(400);
+  SchedulerRun run(runner, options(2));
+  auto prompt_of = [](size_t family) { return range(1 + 1000 * static_cast<Token>(family), 150); };
+  const std::vector<size_t> families = {0, 1, 2, 0};  // 0 comes back after two others
+  const auto outcomes = run.one_by_one(4, [&](size_t i, const std::vector<Outcome>&) {
+    Job job;
+    job.prompt = prompt_of(families[i]);
+    job.max_tokens = 20;
+    job.sampling = greedy();
+    return job;
+  });
+  for (const auto& outcome : outcomes) EXPECT_EQ(outcome.reason, FinishReason::length);
+  EXPECT_GT(run.metric("brisk_prefix_cache_evictions_total"), 0);
+  EXPECT_EQ(run.metric("brisk_prefix_cache_misses_total{reason=\"evicted\"}"), 1);
+  EXPECT_EQ(outcomes[3].cached_prompt_tokens, 0);
+  EXPECT_LE(runner.max_cells_used(), 400);
+}
+
+TEST(PrefixCache, APrefixWhoseWindowCellsAreGoneIsAWindowMiss) {
+  FakeModelRunner runner(4096);
+  runner.sliding_window = 16;
+  runner.drop_window_cells = true;  // the source keeps only its last 16 window cells
+  SchedulerRun run(runner, options(2));
+  const TokenList base = range(1, 100);
+  const auto outcomes = run.one_by_one(3, [&](size_t i, const std::vector<Outcome>& before) {
+    Job job;
+    job.max_tokens = 4;
+    job.sampling = greedy();
+    if (i == 0) job.prompt = base;
+    // Reuses 60 of the 103 cells the first left: their window is gone.
+    if (i == 1) job.prompt = concat(range(1, 60), range(700, 10));
+    if (i == 2) {  // everything the first left: the window before position 103 is there
+      job.prompt = base;
+      std::istringstream answer(before[0].text);
+      for (Token token; answer >> token;) job.prompt.push_back(token);
+      job.prompt = concat(job.prompt, range(900, 3));
+    }
+    return job;
+  });
+  EXPECT_EQ(run.metric("brisk_prefix_cache_misses_total{reason=\"window_expired\"}"), 1);
+  EXPECT_EQ(outcomes[1].cached_prompt_tokens, 0);
+  EXPECT_EQ(outcomes[2].cached_prompt_tokens, 103);
+  EXPECT_EQ(runner.misplaced_tokens(), 0);
+}
+
+// Requests that run together share what one of them has computed, and a preempted request
+// resumes on cached cells: every stream is still exactly what it is alone.
+TEST(PrefixCache, PreemptionAndSharingTogetherKeepStreamsExact) {
+  for (const SamplingParams& sampling : {greedy(), seeded(11)}) {
+    std::vector<Job> work;
+    for (int i = 0; i < 8; ++i) {
+      Job job;
+      job.prompt = concat(range(1, 60), range(2000 + 30 * i, 5 + i));
+      job.max_tokens = 40;
+      job.sampling = sampling;
+      work.push_back(job);
+    }
+    FakeModelRunner runner(300);
+    SchedulerRun run(runner, options(4, 32));
+    const auto together = run.all(work);
+    expect_same_streams(together, alone(work));
+    EXPECT_EQ(runner.misplaced_tokens(), 0);
+    EXPECT_EQ(runner.bad_prefix_copies(), 0);
+    EXPECT_GT(run.metric("brisk_prefix_cache_hits_total"), 0);
+    EXPECT_LE(runner.max_cells_used(), 300);
+  }
+}
+
+}  // namespace
+}  // namespace brisk
