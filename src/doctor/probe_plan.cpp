@@ -152,6 +152,10 @@ void run_mixed_probe(const ProbeOptions& options, Stages& stages, Evidence& evid
   evidence.mixed_long = summarize_point("mixed_long", concurrency, run, [&](const auto& r) {
     return workload.is_long(r.index);
   });
+  const ProbePoint later = summarize_point("mixed_short", concurrency, run, [&](const auto& r) {
+    return !workload.is_long(r.index) && r.index >= concurrency;
+  });
+  if (later.measured()) evidence.mixed_short_later_ttft_ms_p90 = later.ttft_ms.p90;
 }
 
 }  // namespace

@@ -224,16 +224,22 @@ TEST(DoctorRules, HeadOfLineBlockingWhenALongPrefillStallsShortStreams) {
   // is one step, and every short stream waits for it.
   Evidence e = healthy();
   e.mixed_short.max_itl_ms = 1180;
-  e.mixed_short.ttft_ms = latency(700, 1300);
+  e.mixed_short_later_ttft_ms_p90 = 1300;
   expect_primary(e, "head_of_line_blocking");
   EXPECT_NE(find(diagnose(e), "head_of_line_blocking")->prescription.find("--target-itl-ms"),
             std::string::npos);
 }
 
 TEST(DoctorRules, ChunkedPrefillStallsAreNotHeadOfLineBlocking) {
+  // Recorded on brisk serve's defaults: the first wave's short prompts shared their first step
+  // with a 320-token prompt (TTFT p90 1538 ms), later ones did not; streams never stalled long.
   Evidence e = healthy();
-  e.mixed_short.max_itl_ms = 300;  // one chunk's step, well below the 1.15 s prefill
+  e.mixed_short.max_itl_ms = 173;
+  e.mixed_short.ttft_ms = latency(1110, 1538);
+  e.mixed_short_later_ttft_ms_p90 = 240;
   EXPECT_EQ(check_head_of_line_blocking(e), std::nullopt);
+  e.mixed_short_later_ttft_ms_p90 = 1300;  // a newcomer waiting for a whole prefill is
+  EXPECT_TRUE(check_head_of_line_blocking(e));
 }
 
 TEST(DoctorRules, PrefixNotCachedFromTtftAloneWithoutCounters) {
@@ -288,15 +294,24 @@ TEST(DoctorRules, NetworkOverheadFromClientMinusServerTtft) {
 }
 
 TEST(DoctorRules, ColdStart) {
+  // Recorded: brisk serve on a model file whose pages were not cached: 3.9 s to the first token.
   Evidence e = healthy();
-  e.cold.ttft_ms = latency(376, 376, 1);
+  e.cold.ttft_ms = latency(3925, 3925, 1);
   expect_primary(e, "cold_start");
+  // A first request no slower than the slowest warm one is chance, not a cold server.
+  e.cold.ttft_ms = latency(400, 400, 1);
+  e.short_baseline.ttft_ms = latency(55, 420, 4);
+  EXPECT_EQ(check_cold_start(e), std::nullopt);
 }
 
 TEST(DoctorRules, TailLatencySpikes) {
   Evidence e = healthy();
   e.ramp[1].itl_ms = latency(31, 400, 120);
   expect_primary(e, "tail_latency_spikes");
+  // A symptom: with a cause of the same severity found, the cause leads.
+  e.mixed_short.max_itl_ms = 1180;
+  expect_primary(e, "head_of_line_blocking");
+  e.mixed_short.max_itl_ms = 260;
   e.ramp[1].itl_ms = latency(31, 400, 10);  // too few gaps to call it a tail
   EXPECT_EQ(check_tail_latency_spikes(e), std::nullopt);
 }
