@@ -97,6 +97,10 @@ void run_ramp(const ProbeOptions& options, Stages& stages, const bench::Workload
     const bench::RunResult run =
         stages.run(fmt::format("ramp c={}", concurrency), shorts, concurrency, 2 * concurrency);
     const ProbePoint point = summarize_point("ramp", concurrency, run);
+    if (point.ok + point.failed == 0) {  // the budget ended before a request could start
+      evidence.ramp_stop_reason = "budget";
+      return;
+    }
     const ProbePoint& before = evidence.ramp.back();
     evidence.ramp.push_back(point);
     previous_duration_s = point.duration_s;

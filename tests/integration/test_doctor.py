@@ -63,13 +63,19 @@ def diagnose(tmp_path: Path, url: str, **flags: str) -> dict:
 def expect_primary(rep: dict, expected: str) -> None:
     """The primary cause is `expected`. On a machine shared with other work (a developer's VM
     running builds and servers beside the suite) the doctor rightly names that contention
-    first: the scenario then says so and is skipped, not failed; CI's runner is not shared."""
+    first; the scenario's cause must then be the next one, after the stalls contention itself
+    produces (tail spikes). CI's runner is not shared, so there the primary cause is checked."""
     primary = rep["verdict"]["primary_cause"]
-    if primary != expected and primary == "cpu_contention" and expected != "cpu_contention":
+    if primary == "cpu_contention" and expected != "cpu_contention":
         host = rep["measurements"]["resources"]["host"]
-        pytest.skip(f"the machine is shared: other processes took {host['other_cores_mean']:.1f} "
-                    f"of {host['cores']} cores during the probe (most: "
-                    f"{host['top_other_process']}); the {expected} scenario needs it quiet")
+        assert host["top_other_process"], host
+        print(f"shared machine: other processes took {host['other_cores_mean']:.1f} of "
+              f"{host['cores']} cores (most: {host['top_other_process']}); checking the next "
+              f"cause")
+        causes = [f["id"] for f in rep["findings"] if f["severity"] != "info"
+                  and f["id"] not in ("cpu_contention", "tail_latency_spikes")]
+        assert (causes[0] if causes else "healthy") == expected, explain(rep)
+        return
     assert primary == expected, explain(rep)
 
 
