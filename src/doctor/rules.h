@@ -34,6 +34,8 @@ constexpr double kStallOverItl = 3;
 // prefix_not_cached: repeated-prefix TTFT over unique-prompt TTFT of the same length.
 constexpr double kPrefixTtftRatioMax = 0.7;
 constexpr double kPrefixSharedFractionMin = 0.5;
+// prefix_not_cached, where the server reports reuse: share of the probe's prompt tokens reused.
+constexpr double kPrefixReusedFractionMin = 0.3;
 // cpu_contention: other processes' CPU, in cores and as a share of the machine.
 constexpr double kOtherCoresMin = 0.5;
 constexpr double kOtherShareMin = 0.25;

@@ -190,12 +190,24 @@ std::optional<Finding> check_prefix_not_cached(const Evidence& evidence) {
       evidence.prefix_shared_fraction < kPrefixSharedFractionMin) {
     return std::nullopt;
   }
+  // What the server says it reused is direct evidence: its counters over this probe, else the
+  // cached tokens it reported in `usage`. TTFT decides where it says nothing.
+  std::optional<double> reused;
+  if (evidence.metrics.prefix_query_tokens && *evidence.metrics.prefix_query_tokens > 0) {
+    reused = evidence.metrics.prefix_hit_tokens.value_or(0) / *evidence.metrics.prefix_query_tokens;
+  } else if (repeated.cached_prompt_fraction >= 0) {
+    reused = repeated.cached_prompt_fraction;
+  }
   // Server-side TTFT where both have it: network time is the same either way and would only
   // dilute the ratio.
   const bool server_side = repeated.server_ttft_ms_p50 > 0 && unique.server_ttft_ms_p50 > 0;
   const double repeated_ms = server_side ? repeated.server_ttft_ms_p50 : repeated.ttft_ms.p50;
   const double unique_ms = server_side ? unique.server_ttft_ms_p50 : unique.ttft_ms.p50;
-  if (unique_ms <= 0 || repeated_ms < kPrefixTtftRatioMax * unique_ms) return std::nullopt;
+  if (unique_ms <= 0) return std::nullopt;
+  if (reused ? *reused >= kPrefixReusedFractionMin
+             : repeated_ms < kPrefixTtftRatioMax * unique_ms) {
+    return std::nullopt;
+  }
   const char* side = server_side ? "server timings" : "client";
   Finding finding{"prefix_not_cached", Severity::warning, "", {}, "", 0};
   finding.summary = fmt::format(

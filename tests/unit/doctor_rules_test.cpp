@@ -266,6 +266,25 @@ TEST(DoctorRules, PrefixNotCachedNamesTheCountersWhenThereAreSome) {
   EXPECT_EQ(counter->value, 0);
 }
 
+TEST(DoctorRules, PrefixReuseReportedByTheServerOutweighsNoisyTtft) {
+  // Recorded: brisk serve --prefix-cache off on shared cores: the repeated-prefix requests met
+  // less contention than the unique ones (2175 vs 3527 ms), but 0 of 960 tokens were reused.
+  Evidence e = healthy();
+  e.prefix.server_ttft_ms_p50 = 2175;
+  e.long_baseline.server_ttft_ms_p50 = 3527;
+  e.metrics.prefix_query_tokens = 960;
+  e.metrics.prefix_hit_tokens = 0;
+  EXPECT_TRUE(check_prefix_not_cached(e));
+  // And a cache that reused 86% of the tokens is working, however the TTFT came out.
+  e.metrics.prefix_hit_tokens = 826;
+  e.prefix.server_ttft_ms_p50 = 3400;
+  EXPECT_EQ(check_prefix_not_cached(e), std::nullopt);
+  // Without counters, the cached tokens in `usage` say the same.
+  e.metrics.prefix_query_tokens.reset();
+  e.prefix.cached_prompt_fraction = 0.0;
+  EXPECT_TRUE(check_prefix_not_cached(e));
+}
+
 TEST(DoctorRules, CpuContentionNamesTheOtherProcess) {
   Evidence e = healthy();
   e.host.busy_cores_mean = 2.0;
