@@ -47,8 +47,8 @@ constexpr double kOutsideShareOfTtft = 0.2;
 constexpr double kColdExtraMsMin = 200;
 constexpr double kColdRatioMin = 3;
 // tail_latency_spikes: ITL p99 against p50 at one load point.
-constexpr double kItlTailRatio = 4;
-constexpr double kItlTailExtraMs = 50;
+constexpr double kItlTailRatio = 6;
+constexpr double kItlTailExtraMs = 150;
 constexpr int kItlTailSamplesMin = 30;
 // memory_headroom_low: the articles' rule (< 20% free is a risk, keep ~30%).
 constexpr double kMemoryUsedWarn = 0.8;

@@ -313,8 +313,9 @@ def test_network_delay_is_outside_the_server(tmp_path_factory, tmp_path):
 
 def test_foreign_server_without_metrics(tmp_path_factory, tmp_path):
     # llama-server's defaults: no /metrics, prompts processed in batches of 2048 (no chunking of
-    # a 320-token prompt between decode steps).
-    with llama_server(tmp_path_factory, "llama-server-plain", "-np", "4") as server:
+    # a 320-token prompt between decode steps); --swa-full so that its per-slot prompt cache can
+    # reuse a prefix on Gemma 3's sliding-window layers.
+    with llama_server(tmp_path_factory, "llama-server-plain", "-np", "4", "--swa-full") as server:
         warm_up(server)
         rep = diagnose(tmp_path, server.base_url)
     check_report_shape(tmp_path, rep)
