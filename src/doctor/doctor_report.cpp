@@ -157,7 +157,7 @@ json report_json(const Evidence& evidence, const Diagnosis& diagnosis) {
               {"prefix_shared_fraction", evidence.prefix_shared_fraction},
               {"mixed_short", point_json(evidence.mixed_short)},
               {"mixed_long", point_json(evidence.mixed_long)},
-              {"mixed_short_later_ttft_ms_p90", nullable(evidence.mixed_short_later_ttft_ms_p90)}}},
+              {"mixed_short_later_ttft_ms_p50", nullable(evidence.mixed_short_later_ttft_ms_p50)}}},
             {"resources", resources_json(evidence)},
             {"hardware_floor",
              {{"decode_ms_per_token", nullable(evidence.floor.decode_ms_per_token)},

@@ -93,9 +93,9 @@ struct Evidence {
   double prefix_shared_fraction = 0;  // of each prefix-probe prompt
   ProbePoint mixed_short;  // short streams while long prompts arrive
   ProbePoint mixed_long;
-  // TTFT p90 of the short requests sent after the first wave (all users start at once, and a
+  // TTFT p50 of the short requests sent after the first wave (all users start at once, and a
   // short prompt that shares its very first step with a long one is not what a steady mix sees).
-  double mixed_short_later_ttft_ms_p90 = -1;
+  double mixed_short_later_ttft_ms_p50 = -1;
   ServerMetricsSummary metrics;
   HostSummary host;
   GpuSummary gpu;

@@ -159,7 +159,7 @@ void run_mixed_probe(const ProbeOptions& options, Stages& stages, Evidence& evid
   const ProbePoint later = summarize_point("mixed_short", concurrency, run, [&](const auto& r) {
     return !workload.is_long(r.index) && r.index >= concurrency;
   });
-  if (later.measured()) evidence.mixed_short_later_ttft_ms_p90 = later.ttft_ms.p90;
+  if (later.measured()) evidence.mixed_short_later_ttft_ms_p50 = later.ttft_ms.p50;
 }
 
 }  // namespace

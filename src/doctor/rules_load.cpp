@@ -158,7 +158,7 @@ std::optional<Finding> check_head_of_line_blocking(const Evidence& evidence) {
       longs.server_ttft_ms_p50 > 0 ? longs.server_ttft_ms_p50 : longs.ttft_ms.p50;
   if (long_prefill_ms < kLongPrefillMsMin) return std::nullopt;
   const double itl_alone = evidence.short_baseline.itl_ms.p50;
-  const double stall_ms = std::max(shorts.max_itl_ms, evidence.mixed_short_later_ttft_ms_p90);
+  const double stall_ms = std::max(shorts.max_itl_ms, evidence.mixed_short_later_ttft_ms_p50);
   if (stall_ms < kStallShareOfLongPrefill * long_prefill_ms ||
       (itl_alone > 0 && stall_ms < kStallOverItl * itl_alone)) {
     return std::nullopt;
@@ -170,7 +170,7 @@ std::optional<Finding> check_head_of_line_blocking(const Evidence& evidence) {
       stall_ms, longs.prompt_tokens_mean, long_prefill_ms);
   finding.evidence = {
       {"short streams' longest gap between tokens", shorts.max_itl_ms, "ms", point_source(shorts)},
-      {"TTFT p90 of short requests sent among long ones", evidence.mixed_short_later_ttft_ms_p90,
+      {"TTFT p50 of short requests sent among long ones", evidence.mixed_short_later_ttft_ms_p50,
        "ms", point_source(shorts)},
       {"long prompt's prefill alone", long_prefill_ms, "ms",
        point_source(longs, longs.server_ttft_ms_p50 > 0 ? "server timings" : "client")},

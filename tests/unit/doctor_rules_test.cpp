@@ -224,7 +224,7 @@ TEST(DoctorRules, HeadOfLineBlockingWhenALongPrefillStallsShortStreams) {
   // is one step, and every short stream waits for it.
   Evidence e = healthy();
   e.mixed_short.max_itl_ms = 1180;
-  e.mixed_short_later_ttft_ms_p90 = 1300;
+  e.mixed_short_later_ttft_ms_p50 = 1300;
   expect_primary(e, "head_of_line_blocking");
   EXPECT_NE(find(diagnose(e), "head_of_line_blocking")->prescription.find("--target-itl-ms"),
             std::string::npos);
@@ -236,9 +236,9 @@ TEST(DoctorRules, ChunkedPrefillStallsAreNotHeadOfLineBlocking) {
   Evidence e = healthy();
   e.mixed_short.max_itl_ms = 173;
   e.mixed_short.ttft_ms = latency(1110, 1538);
-  e.mixed_short_later_ttft_ms_p90 = 240;
+  e.mixed_short_later_ttft_ms_p50 = 240;
   EXPECT_EQ(check_head_of_line_blocking(e), std::nullopt);
-  e.mixed_short_later_ttft_ms_p90 = 1300;  // a newcomer waiting for a whole prefill is
+  e.mixed_short_later_ttft_ms_p50 = 1300;  // a newcomer waiting for a whole prefill is
   EXPECT_TRUE(check_head_of_line_blocking(e));
 }
 
