@@ -12,5 +12,6 @@ CommandRunner register_pull_command(CLI::App& app);
 CommandRunner register_bench_command(CLI::App& app);
 CommandRunner register_plan_command(CLI::App& app);
 CommandRunner register_quant_command(CLI::App& app);
+CommandRunner register_doctor_command(CLI::App& app);
 
 }  // namespace brisk

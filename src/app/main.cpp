@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
       brisk::register_plan_command);
   add("quant", "Is the quantized model good enough, and faster? Gates, verdict, report",
       brisk::register_quant_command);
+  add("doctor", "Name the bottleneck of an inference endpoint, with evidence and a prescription",
+      brisk::register_doctor_command);
   CLI11_PARSE(app, argc, argv);
   for (auto& [command, run] : runners) {
     if (!command->parsed()) continue;

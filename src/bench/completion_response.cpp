@@ -48,6 +48,26 @@ std::optional<int> token_count(const json& usage, const char* key) {
   return static_cast<int>(count);
 }
 
+// A duration in milliseconds at `key`, when it is a finite, non-negative number.
+std::optional<double> milliseconds_at(const json& object, const char* key) {
+  const auto it = object.find(key);
+  if (it == object.end() || !it->is_number()) return std::nullopt;
+  const double value = it->get<double>();
+  if (!(value >= 0) || value > 1e12) return std::nullopt;
+  return value;
+}
+
+// The server's own view of the request: brisk's `brisk_timings` or llama-server's `timings`.
+void read_server_timings(const json& object, RequestRecord& record) {
+  if (const auto brisk = object.find("brisk_timings"); brisk != object.end() && brisk->is_object()) {
+    if (const auto ttft = milliseconds_at(*brisk, "ttft_ms")) record.server_ttft_ms = *ttft;
+    if (const auto queue = milliseconds_at(*brisk, "queue_ms")) record.server_queue_ms = *queue;
+  } else if (const auto llama = object.find("timings"); llama != object.end() && llama->is_object()) {
+    if (const auto prompt = milliseconds_at(*llama, "prompt_ms")) record.server_ttft_ms = *prompt;
+    if (const auto cached = token_count(*llama, "cache_n")) record.cached_prompt_tokens = *cached;
+  }
+}
+
 // Reads `usage` and reports whether the object carried any non-empty text.
 bool read_completion_object(const json& object, ApiKind kind, RequestRecord& record) {
   if (const auto usage = object.find("usage"); usage != object.end() && usage->is_object()) {
@@ -55,7 +75,14 @@ bool read_completion_object(const json& object, ApiKind kind, RequestRecord& rec
     if (const auto count = token_count(*usage, "completion_tokens")) {
       record.completion_tokens = *count;
     }
+    const auto details = usage->find("prompt_tokens_details");
+    if (details != usage->end() && details->is_object()) {
+      if (const auto cached = token_count(*details, "cached_tokens")) {
+        record.cached_prompt_tokens = *cached;
+      }
+    }
   }
+  read_server_timings(object, record);
   const auto choices = object.find("choices");
   if (choices == object.end() || !choices->is_array() || choices->empty()) return false;
   return !choice_text((*choices)[0], kind).empty();

@@ -107,10 +107,11 @@ RunResult run_closed_loop(const TargetEndpoint& target, const Workload& workload
   io.restart();
   result.start = Clock::now();
   if (options.progress) ProgressDisplay::mark_measured_start(*options.progress, result.start);
-  const TimePoint deadline =
+  const TimePoint deadline = std::min(
+      options.stop_starting_at,
       options.duration_s ? result.start + std::chrono::duration_cast<Clock::duration>(
                                               std::chrono::duration<double>(*options.duration_s))
-                         : TimePoint::max();
+                         : TimePoint::max());
   run_phase(warmup, total, deadline, options.progress);
   result.end = Clock::now();
   result.records.assign(std::make_move_iterator(records.begin()),

@@ -42,6 +42,9 @@ struct RunOptions {
   // Spin on the sockets instead of sleeping in epoll: costs the whole core, but waking an idle
   // CPU takes tens of microseconds, and that delay would be counted in every timing.
   bool busy_poll = false;
+  // No measured request starts at or after this moment (closed loop), whatever num_requests
+  // says: a caller with a time budget (brisk doctor) bounds a run that meets a slow server.
+  TimePoint stop_starting_at = TimePoint::max();
 };
 
 struct RunResult {

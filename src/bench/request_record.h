@@ -46,6 +46,16 @@ struct RequestRecord {
   // Token counts reported by the server's `usage`; -1 when the server did not report them.
   int prompt_tokens = -1;
   int completion_tokens = -1;
+  // Prompt tokens the server reused from its cache (`usage.prompt_tokens_details.cached_tokens`,
+  // or llama-server's `timings.cache_n`); -1 when it did not say.
+  int cached_prompt_tokens = -1;
+
+  // What the server measured itself, when it reports it: brisk's `brisk_timings` (queue and
+  // prefill) or llama-server's `timings` (prompt processing only, no queue); -1 when absent.
+  // Client TTFT minus server TTFT is the time spent outside the server's engine: network,
+  // HTTP frontend, tokenization (brisk doctor's attribution).
+  double server_ttft_ms = -1;
+  double server_queue_ms = -1;
 
   int http_status = 0;
   RequestError error = RequestError::none;

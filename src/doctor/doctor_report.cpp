@@ -1,0 +1,270 @@
+#include "doctor/doctor_report.h"
+
+#include <fmt/format.h>
+
+namespace brisk::doctor {
+
+using json = nlohmann::json;
+
+namespace {
+
+json latency_json(const bench::LatencySummary& summary) {
+  return {{"count", summary.count}, {"mean", summary.mean}, {"p50", summary.p50},
+          {"p90", summary.p90},     {"p95", summary.p95},   {"p99", summary.p99},
+          {"max", summary.max}};
+}
+
+json nullable(double value) { return value < 0 ? json(nullptr) : json(value); }
+
+json point_json(const ProbePoint& point) {
+  return {{"stage", point.stage},
+          {"concurrency", point.concurrency},
+          {"ok", point.ok},
+          {"failed", point.failed},
+          {"prompt_tokens_mean", point.prompt_tokens_mean},
+          {"ttft_ms", latency_json(point.ttft_ms)},
+          {"itl_ms", latency_json(point.itl_ms)},
+          {"e2e_ms", latency_json(point.e2e_ms)},
+          {"max_itl_ms", point.max_itl_ms},
+          {"output_tokens_per_s", point.output_tokens_per_s},
+          {"server_ttft_ms_p50", nullable(point.server_ttft_ms_p50)},
+          {"server_queue_ms_p50", nullable(point.server_queue_ms_p50)},
+          {"outside_server_ms_p50", nullable(point.outside_server_ms_p50)},
+          {"cached_prompt_fraction", nullable(point.cached_prompt_fraction)},
+          {"duration_s", point.duration_s}};
+}
+
+json optional_json(const std::optional<double>& value) {
+  return value ? json(*value) : json(nullptr);
+}
+
+json resources_json(const Evidence& evidence) {
+  const HostSummary& host = evidence.host;
+  json gpus = json::array();
+  for (size_t i = 0; i < evidence.gpu.peak.size(); ++i) {
+    const telemetry::GpuSample& gpu = evidence.gpu.peak[i];
+    gpus.push_back({{"index", gpu.index},
+                    {"name", gpu.name},
+                    {"utilization_mean", evidence.gpu.utilization_mean[i]},
+                    {"utilization_peak", optional_json(gpu.utilization_fraction)},
+                    {"memory_used_bytes_peak", optional_json(gpu.memory_used_bytes)},
+                    {"memory_total_bytes", optional_json(gpu.memory_total_bytes)},
+                    {"sm_clock_mhz_peak", optional_json(gpu.sm_clock_mhz)},
+                    {"power_w_peak", optional_json(gpu.power_w)},
+                    {"pcie_tx_bytes_per_s_peak", optional_json(gpu.pcie_tx_bytes_per_s)},
+                    {"pcie_rx_bytes_per_s_peak", optional_json(gpu.pcie_rx_bytes_per_s)},
+                    {"nvlinks_active", gpu.nvlinks_active}});
+  }
+  json links = json::array();
+  for (const telemetry::GpuLink& link : evidence.gpu.links) {
+    links.push_back({{"gpus", {link.first, link.second}}, {"kind", link.kind}});
+  }
+  const ServerMetricsSummary& metrics = evidence.metrics;
+  return {
+      {"host",
+       {{"cores", host.cores},
+        {"busy_cores_mean", host.busy_cores_mean},
+        {"steal_fraction", host.steal_fraction},
+        {"iowait_fraction", host.iowait_fraction},
+        {"busiest_core_fraction", host.busiest_core_fraction},
+        {"doctor_cores_mean", host.doctor_cores_mean},
+        {"server_pid", host.server_pid < 0 ? json(nullptr) : json(host.server_pid)},
+        {"server_command", host.server_command},
+        {"server_cores_mean", nullable(host.server_cores_mean)},
+        {"server_threads", host.server_threads},
+        {"other_cores_mean", host.other_cores_mean},
+        {"top_other_process", host.top_other_process},
+        {"top_other_cores", host.top_other_cores},
+        {"memory_used_fraction_max", host.memory_used_fraction_max},
+        {"memory_total_bytes", host.memory_total_bytes}}},
+      {"gpu",
+       {{"present", evidence.gpu.present()},
+        {"absent_reason", evidence.gpu.absent_reason},
+        {"gpus", gpus},
+        {"links", links}}},
+      {"server_metrics",
+       {{"dialect", metrics.dialect.empty() ? json(nullptr) : json(metrics.dialect)},
+        {"absent_reason", metrics.absent_reason},
+        {"waiting_max", optional_json(metrics.waiting_max)},
+        {"running_max", optional_json(metrics.running_max)},
+        {"kv_usage_max", optional_json(metrics.kv_usage_max)},
+        {"preemptions", optional_json(metrics.preemptions)},
+        {"prefix_query_tokens", optional_json(metrics.prefix_query_tokens)},
+        {"prefix_hit_tokens", optional_json(metrics.prefix_hit_tokens)},
+        {"prefix_hit_rate", optional_json(metrics.prefix_hit_rate)}}}};
+}
+
+std::string fixed(double value, const char* unit = "") {
+  return value < 0 ? "n/a" : fmt::format("{:.1f}{}", value, unit);
+}
+
+std::string evidence_value(const EvidenceItem& item) {
+  if (item.unit == "fraction") return fmt::format("{:.1f}%", item.value * 100);
+  return fmt::format("{:.4g}{}{}", item.value, item.unit.empty() ? "" : " ", item.unit);
+}
+
+}  // namespace
+
+double best_output_tokens_per_s(const Evidence& evidence) {
+  double best = 0;
+  for (const ProbePoint& point : evidence.ramp) best = std::max(best, point.output_tokens_per_s);
+  return best;
+}
+
+json report_json(const Evidence& evidence, const Diagnosis& diagnosis) {
+  json findings = json::array();
+  for (const Finding& finding : diagnosis.findings) {
+    json items = json::array();
+    for (const EvidenceItem& item : finding.evidence) {
+      items.push_back(
+          {{"name", item.name}, {"value", item.value}, {"unit", item.unit}, {"source", item.source}});
+    }
+    findings.push_back({{"id", finding.id},
+                        {"severity", severity_name(finding.severity)},
+                        {"summary", finding.summary},
+                        {"evidence", items},
+                        {"prescription", finding.prescription},
+                        {"impact", finding.impact}});
+  }
+  json ramp = json::array();
+  for (const ProbePoint& point : evidence.ramp) ramp.push_back(point_json(point));
+  const double best = best_output_tokens_per_s(evidence);
+  json cost = {{"usd_per_hour", optional_json(evidence.usd_per_hour)},
+               {"best_output_tokens_per_s", best},
+               {"usd_per_million_output_tokens",
+                evidence.usd_per_hour && best > 0
+                    ? json(*evidence.usd_per_hour / (best * 3600) * 1e6)
+                    : json(nullptr)}};
+  return {{"verdict",
+           {{"accelerator_bound", diagnosis.verdict.accelerator_bound},
+            {"primary_cause", diagnosis.verdict.primary_cause},
+            {"summary", diagnosis.verdict.summary}}},
+          {"findings", findings},
+          {"measurements",
+           {{"url", evidence.url},
+            {"model", evidence.model},
+            {"budget_s", evidence.budget_s},
+            {"elapsed_s", evidence.elapsed_s},
+            {"skipped", evidence.skipped},
+            {"slo_missed_at_concurrency_1", evidence.slo_missed},
+            {"probe",
+             {{"cold", point_json(evidence.cold)},
+              {"short", point_json(evidence.short_baseline)},
+              {"long", point_json(evidence.long_baseline)},
+              {"ramp", ramp},
+              {"ramp_stop_reason", evidence.ramp_stop_reason},
+              {"prefix", point_json(evidence.prefix)},
+              {"prefix_shared_fraction", evidence.prefix_shared_fraction},
+              {"mixed_short", point_json(evidence.mixed_short)},
+              {"mixed_long", point_json(evidence.mixed_long)},
+              {"mixed_short_later_ttft_ms_p50", nullable(evidence.mixed_short_later_ttft_ms_p50)}}},
+            {"resources", resources_json(evidence)},
+            {"hardware_floor",
+             {{"decode_ms_per_token", nullable(evidence.floor.decode_ms_per_token)},
+              {"device", evidence.floor.device},
+              {"source", evidence.floor.source}}},
+            {"cost", cost}}}};
+}
+
+std::string markdown_report(const Evidence& evidence, const Diagnosis& diagnosis) {
+  std::string out;
+  const Verdict& verdict = diagnosis.verdict;
+  out += fmt::format("# brisk doctor: {}\n\n", verdict.primary_cause);
+  out += fmt::format("**Is the accelerator the bottleneck? {}.** {}\n\n",
+                     verdict.accelerator_bound ? "Yes" : "No", verdict.summary);
+  out += fmt::format("Target {} (model {}), probed for {:.0f} s of a {:.0f} s budget.\n\n",
+                     evidence.url, evidence.model, evidence.elapsed_s, evidence.budget_s);
+
+  out += "## Latency\n\n| probe | concurrency | requests | TTFT mean | TTFT p95 | TTFT p99 | ITL p50 "
+         "| E2E p50 | output tokens/s | server TTFT p50 |\n|---|---|---|---|---|---|---|---|---|---|\n";
+  std::vector<const ProbePoint*> points = {&evidence.cold, &evidence.short_baseline,
+                                           &evidence.long_baseline};
+  for (size_t i = 1; i < evidence.ramp.size(); ++i) points.push_back(&evidence.ramp[i]);
+  points.insert(points.end(), {&evidence.prefix, &evidence.mixed_short, &evidence.mixed_long});
+  for (const ProbePoint* point : points) {
+    if (!point->measured()) continue;
+    out += fmt::format("| {} | {} | {} | {} ms | {} ms | {} ms | {} ms | {} ms | {} | {} |\n",
+                       point->stage, point->concurrency, point->ok, fixed(point->ttft_ms.mean),
+                       fixed(point->ttft_ms.p95), fixed(point->ttft_ms.p99),
+                       fixed(point->itl_ms.p50), fixed(point->e2e_ms.p50),
+                       fixed(point->output_tokens_per_s), fixed(point->server_ttft_ms_p50, " ms"));
+  }
+  out += fmt::format("\nRamp stopped: {}.", evidence.ramp_stop_reason.empty()
+                                                  ? "did not run"
+                                                  : evidence.ramp_stop_reason);
+  for (const std::string& skipped : evidence.skipped) out += " Skipped: " + skipped + ".";
+  out += "\n\n## Resources\n\n| resource | value | source |\n|---|---|---|\n";
+  const HostSummary& host = evidence.host;
+  if (evidence.gpu.present()) {
+    for (size_t i = 0; i < evidence.gpu.peak.size(); ++i) {
+      const auto& gpu = evidence.gpu.peak[i];
+      out += fmt::format("| GPU {} {} utilization (mean) | {:.0f}% | NVML |\n", i, gpu.name,
+                         evidence.gpu.utilization_mean[i] * 100);
+      if (gpu.memory_used_bytes && gpu.memory_total_bytes) {
+        out += fmt::format("| GPU {} memory (peak) | {:.1f} / {:.1f} GiB | NVML |\n", i,
+                           *gpu.memory_used_bytes / (1 << 30), *gpu.memory_total_bytes / (1 << 30));
+      }
+    }
+    for (const auto& link : evidence.gpu.links) {
+      out += fmt::format("| GPU {} <-> GPU {} | {} | NVML topology |\n", link.first, link.second,
+                         link.kind);
+    }
+  } else {
+    out += fmt::format("| accelerator | none seen: {} | NVML |\n", evidence.gpu.absent_reason);
+  }
+  out += fmt::format("| host CPU busy (mean) | {:.2f} of {} cores | /proc/stat |\n",
+                     host.busy_cores_mean, host.cores);
+  out += host.server_pid >= 0
+             ? fmt::format("| server process {} (pid {}) | {:.2f} cores, {} threads | /proc/PID/stat |\n",
+                           host.server_command, host.server_pid, host.server_cores_mean,
+                           host.server_threads)
+             : "| server process | not on this machine (or not visible) | /proc/net/tcp |\n";
+  out += fmt::format("| other processes | {:.2f} cores{} | /proc/*/stat |\n", host.other_cores_mean,
+                     host.top_other_process.empty()
+                         ? ""
+                         : fmt::format(" (most: {} {:.2f})", host.top_other_process,
+                                       host.top_other_cores));
+  out += fmt::format("| brisk doctor itself | {:.2f} cores | /proc/self/stat |\n",
+                     host.doctor_cores_mean);
+  out += fmt::format("| steal / iowait | {:.1f}% / {:.1f}% | /proc/stat |\n",
+                     host.steal_fraction * 100, host.iowait_fraction * 100);
+  out += fmt::format("| host memory used (peak) | {:.0f}% of {:.1f} GiB | /proc/meminfo |\n",
+                     host.memory_used_fraction_max * 100, host.memory_total_bytes / (1 << 30));
+  const ServerMetricsSummary& metrics = evidence.metrics;
+  if (!metrics.dialect.empty()) {
+    out += fmt::format(
+        "| server queue / running (max) | {} / {} | /metrics ({}) |\n| KV cache usage (max) | {} | "
+        "/metrics |\n| preemptions | {} | /metrics |\n",
+        metrics.waiting_max ? fmt::format("{:.0f}", *metrics.waiting_max) : "n/a",
+        metrics.running_max ? fmt::format("{:.0f}", *metrics.running_max) : "n/a", metrics.dialect,
+        metrics.kv_usage_max ? fmt::format("{:.0f}%", *metrics.kv_usage_max * 100) : "n/a",
+        metrics.preemptions ? fmt::format("{:.0f}", *metrics.preemptions) : "n/a");
+  } else {
+    out += fmt::format("| server metrics | absent: {} | /metrics |\n", metrics.absent_reason);
+  }
+  out += fmt::format("| decode floor | {} | {} |\n",
+                     fixed(evidence.floor.decode_ms_per_token, " ms/token"), evidence.floor.source);
+  const double best = best_output_tokens_per_s(evidence);
+  out += "\n## Cost\n\n";
+  out += evidence.usd_per_hour && best > 0
+             ? fmt::format("${:.4g}/h at the best measured {:.1f} output tokens/s: ${:.2f} per 1M "
+                           "output tokens.\n",
+                           *evidence.usd_per_hour, best, *evidence.usd_per_hour / (best * 3600) * 1e6)
+             : fmt::format("Best measured {:.1f} output tokens/s; pass --usd-per-hour for $/1M "
+                           "tokens.\n",
+                           best);
+  out += "\n## Findings\n\n";
+  if (diagnosis.findings.empty()) out += "None: every rule's threshold held.\n";
+  int rank = 1;
+  for (const Finding& finding : diagnosis.findings) {
+    out += fmt::format("{}. **{}** ({}): {}.\n", rank++, finding.id, severity_name(finding.severity),
+                       finding.summary);
+    for (const EvidenceItem& item : finding.evidence) {
+      out += fmt::format("   - {}: {} — {}\n", item.name, evidence_value(item), item.source);
+    }
+    out += fmt::format("   - Fix: {}.\n", finding.prescription);
+  }
+  return out;
+}
+
+}  // namespace brisk::doctor

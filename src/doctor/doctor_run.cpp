@@ -1,0 +1,130 @@
+#include "doctor/doctor_run.h"
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "bench/http_fetch.h"
+#include "bench/progress.h"
+#include "bench/slo.h"
+#include "bench/target_endpoint.h"
+#include "doctor/doctor_report.h"
+#include "doctor/hardware_floor.h"
+#include "doctor/probe_plan.h"
+#include "doctor/served_child.h"
+#include "doctor/verdict.h"
+
+namespace brisk::doctor {
+
+namespace {
+
+int fail(const std::string& message) {
+  std::cerr << "error: " << message << "\n";
+  return 2;
+}
+
+std::optional<std::string> first_served_model(const bench::TargetEndpoint& target,
+                                              std::string& error) {
+  const bench::FetchResult result = bench::fetch(target, target.route("/v1/models"), "",
+                                                 std::chrono::seconds(10));
+  if (!result.ok()) {
+    error = result.status == 0 ? result.error
+                               : fmt::format("GET /v1/models answered HTTP {}", result.status);
+    return std::nullopt;
+  }
+  const auto reply = nlohmann::json::parse(result.body, nullptr, false);
+  if (reply.is_object() && reply.contains("data") && reply["data"].is_array() &&
+      !reply["data"].empty() && reply["data"][0].is_object() &&
+      reply["data"][0].contains("id") && reply["data"][0]["id"].is_string()) {
+    return reply["data"][0]["id"].get<std::string>();
+  }
+  error = "GET /v1/models listed no model";
+  return std::nullopt;
+}
+
+bool write_text(const std::filesystem::path& path, const std::string& text, std::string& error) {
+  std::ofstream out(path);
+  out << text;
+  if (!out) error = "cannot write " + path.string();
+  return static_cast<bool>(out);
+}
+
+}  // namespace
+
+int run_doctor(const DoctorOptions& options) {
+  if (options.budget_s <= 0) return fail("--budget must be a positive number of seconds");
+  if (options.max_concurrency < 1) return fail("--max-concurrency must be at least 1");
+  std::optional<bench::Slo> slo;
+  std::string error;
+  if (!options.slo.empty()) {
+    slo = bench::parse_slo(options.slo, error);
+    if (!slo) return fail("--slo: " + error);
+  }
+  if (!options.out_dir.empty()) {
+    std::error_code fs_error;
+    std::filesystem::create_directories(options.out_dir, fs_error);
+    if (fs_error) return fail("--out " + options.out_dir + ": " + fs_error.message());
+  }
+  std::unique_ptr<ServedChild> child;
+  std::string url = options.url;
+  if (url.empty()) {
+    std::vector<std::string> serve_args = options.serve_args;
+    if (serve_args.empty()) serve_args = {"--model", "gemma3-270m"};
+    std::cerr << "brisk doctor: no --url, starting brisk serve " << fmt::format("{}", fmt::join(serve_args, " "))
+              << "\n";
+    child = std::make_unique<ServedChild>(serve_args, 180, error);
+    if (!child->running()) return fail(error);
+    url = child->url();
+  }
+  auto target = bench::parse_target_url(url, error);
+  if (!target) return fail("--url: " + error);
+  target->api_key = options.api_key;
+  std::string model = options.model;
+  if (model.empty()) {
+    auto served = first_served_model(*target, error);
+    if (!served) {
+      return fail(fmt::format("cannot reach an OpenAI-compatible server at {} ({}); check --url "
+                              "(and --api-key), or pass --model",
+                              target->url(), error));
+    }
+    model = *served;
+  }
+  ProbeOptions probe;
+  probe.target = *target;
+  probe.model = model;
+  probe.budget_s = options.budget_s;
+  probe.max_concurrency = options.max_concurrency;
+  probe.slo = slo;
+  probe.progress = bench::progress_style_for(options.progress);
+  probe.server_pid = child ? child->pid() : options.server_pid;
+  probe.short_input_tokens = options.short_input_tokens;
+  probe.long_input_tokens = options.long_input_tokens;
+  probe.seed = options.seed;
+  std::cerr << fmt::format("brisk doctor: probing {} (model {}) for at most {:.0f} s\n",
+                           target->url(), model, options.budget_s);
+  auto outcome = run_probe(probe, error);
+  if (!outcome) return fail(error + "; check --url and that the server is up");
+  Evidence& evidence = outcome->evidence;
+  evidence.usd_per_hour = options.usd_per_hour;
+  evidence.floor = find_hardware_floor(options.model_file.empty() ? model : options.model_file,
+                                       options.device, evidence.gpu);
+  const Diagnosis diagnosis = diagnose(evidence);
+  const std::string markdown = markdown_report(evidence, diagnosis);
+  std::cout << markdown << std::flush;
+  if (!options.out_dir.empty()) {
+    const std::filesystem::path dir(options.out_dir);
+    if (!write_text(dir / "report.md", markdown, error) ||
+        !write_text(dir / "report.json", report_json(evidence, diagnosis).dump(2) + "\n", error) ||
+        !write_doctor_html(evidence, diagnosis, outcome->timeline, dir / "report.html", error)) {
+      return fail(error);
+    }
+    std::cerr << "brisk doctor: wrote " << (dir / "report.md").string() << ", report.json, report.html\n";
+  }
+  return 0;
+}
+
+}  // namespace brisk::doctor

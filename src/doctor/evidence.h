@@ -1,0 +1,110 @@
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench/run_statistics.h"
+#include "telemetry/nvml_sampler.h"
+
+namespace brisk::doctor {
+
+// One load point of the probe, summarized from brisk bench's records. Latencies are the
+// client's (what a user waits for); server_* fields are what the server reported about the same
+// requests (brisk's `brisk_timings`, llama-server's `timings`), -1 when it reported nothing.
+struct ProbePoint {
+  std::string stage;  // cold, short, long, ramp, prefix, mixed_short, mixed_long
+  int concurrency = 1;
+  int ok = 0;
+  int failed = 0;
+  double prompt_tokens_mean = 0;
+  bench::LatencySummary ttft_ms;
+  bench::LatencySummary itl_ms;
+  bench::LatencySummary e2e_ms;
+  double max_itl_ms = 0;  // the longest stall any stream of this point saw between two tokens
+  double output_tokens_per_s = 0;
+  double server_ttft_ms_p50 = -1;
+  double server_queue_ms_p50 = -1;
+  double outside_server_ms_p50 = -1;  // client TTFT − server TTFT per request, median
+  double cached_prompt_fraction = -1;  // cached / prompt tokens, from the server's usage
+  double duration_s = 0;
+  bool measured() const { return ok > 0; }
+};
+
+// What the server's /metrics showed during the probe (absent when it has none).
+struct ServerMetricsSummary {
+  std::string dialect;  // empty: no /metrics, or none of the known names
+  std::string absent_reason;
+  std::optional<double> waiting_max;
+  std::optional<double> running_max;
+  std::optional<double> kv_usage_max;
+  std::optional<double> preemptions;  // counter increase over the probe
+  std::optional<double> prefix_query_tokens;  // over the repeated-prefix probe
+  std::optional<double> prefix_hit_tokens;
+  std::optional<double> prefix_hit_rate;
+};
+
+// Host CPU and memory from /proc while the probe ran, in cores (1.0 = one core all the time).
+struct HostSummary {
+  int cores = 0;
+  double busy_cores_mean = 0;   // every process
+  double steal_fraction = 0;    // of all cores' time
+  double iowait_fraction = 0;
+  double busiest_core_fraction = 0;
+  double doctor_cores_mean = 0;  // this process: the load generator's own cost
+  // The server process, found from the listening port; -1 when it is not on this machine.
+  int server_pid = -1;
+  std::string server_command;
+  double server_cores_mean = -1;
+  int server_threads = 0;
+  double other_cores_mean = 0;  // busy − server − doctor: other processes on the same cores
+  std::string top_other_process;  // the biggest of them, "name (pid N)"
+  double top_other_cores = 0;
+  double memory_used_fraction_max = 0;
+  double memory_total_bytes = 0;
+};
+
+struct GpuSummary {
+  std::string absent_reason;  // set when there is no GPU telemetry
+  std::vector<telemetry::GpuSample> peak;  // per GPU, the highest reading of each field
+  std::vector<double> utilization_mean;    // per GPU, during load
+  std::vector<telemetry::GpuLink> links;
+  bool present() const { return !peak.empty(); }
+};
+
+// The limit a decode step cannot beat on this device: every weight read once per step.
+struct HardwareFloor {
+  double decode_ms_per_token = -1;  // -1: unknown (model or device not resolved)
+  std::string device;               // catalog id
+  std::string source;               // how it was computed
+};
+
+// Everything the rules look at. Every field is filled by the probe and telemetry; unit tests
+// build it by hand from recorded numbers.
+struct Evidence {
+  std::string url;
+  std::string model;
+  ProbePoint cold;
+  ProbePoint short_baseline;  // concurrency 1
+  ProbePoint long_baseline;   // concurrency 1, unique long prompts
+  std::vector<ProbePoint> ramp;  // ascending concurrency, short prompts
+  std::string ramp_stop_reason;
+  ProbePoint prefix;  // prompts sharing a long prefix, same length as long_baseline
+  double prefix_shared_fraction = 0;  // of each prefix-probe prompt
+  ProbePoint mixed_short;  // short streams while long prompts arrive
+  ProbePoint mixed_long;
+  // TTFT p50 of the short requests sent after the first wave (all users start at once, and a
+  // short prompt that shares its very first step with a long one is not what a steady mix sees).
+  double mixed_short_later_ttft_ms_p50 = -1;
+  ServerMetricsSummary metrics;
+  HostSummary host;
+  GpuSummary gpu;
+  HardwareFloor floor;
+  std::optional<double> usd_per_hour;
+  std::vector<std::string> slo_missed;  // at concurrency 1, each limit the short baseline missed
+  double budget_s = 0;
+  double elapsed_s = 0;
+  std::vector<std::string> skipped;  // stages the budget or an error left out, with why
+};
+
+}  // namespace brisk::doctor

@@ -1,0 +1,105 @@
+#include "telemetry/server_metrics.h"
+
+#include <algorithm>
+
+namespace brisk::telemetry {
+
+namespace {
+
+// Each quantity under every name a server uses for it, newest first.
+struct Dialect {
+  const char* name;
+  std::vector<const char*> waiting, running, kv_usage, preemptions, prefix_queries, prefix_hits,
+      prefix_hit_rate;
+  // llama.cpp counts looked-up tokens as "processed" + "cached": queries are their sum.
+  bool queries_exclude_hits = false;
+};
+
+const std::vector<Dialect>& dialects() {
+  static const std::vector<Dialect> table = {
+      {"brisk",
+       {"brisk_requests_waiting"},
+       {"brisk_requests_running"},
+       {"brisk_kv_cache_usage_ratio"},
+       {"brisk_preemptions_total"},
+       {"brisk_prefix_cache_query_tokens_total"},
+       {"brisk_prefix_cache_hit_tokens_total"},
+       {}},
+      {"vllm",
+       {"vllm:num_requests_waiting"},
+       {"vllm:num_requests_running"},
+       {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"},
+       {"vllm:num_preemptions_total", "vllm:num_preemptions"},
+       {"vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries",
+        "vllm:gpu_prefix_cache_queries_total"},
+       {"vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits_total"},
+       {}},
+      {"sglang",
+       {"sglang:num_queue_reqs"},
+       {"sglang:num_running_reqs"},
+       {"sglang:token_usage"},
+       {"sglang:num_retracted_reqs"},
+       {},
+       {},
+       {"sglang:cache_hit_rate"}},
+      {"tgi", {"tgi_queue_size"}, {"tgi_batch_current_size"}, {}, {}, {}, {}, {}},
+      {"llama.cpp",
+       {"llamacpp:requests_deferred"},
+       {"llamacpp:requests_processing"},
+       {"llamacpp:kv_cache_usage_ratio"},
+       {},
+       {"llamacpp:prompt_tokens_total"},
+       {"llamacpp:prompt_tokens_cached_total"},
+       {},
+       /*queries_exclude_hits=*/true},
+  };
+  return table;
+}
+
+std::optional<double> first_present(const std::vector<MetricSample>& samples,
+                                    const std::vector<const char*>& names) {
+  for (const char* name : names) {
+    if (auto value = sum_samples(samples, name)) return value;
+  }
+  return std::nullopt;
+}
+
+// A ratio over several engines is not a sum: the fullest one is what requests meet.
+std::optional<double> highest_present(const std::vector<MetricSample>& samples,
+                                      const std::vector<const char*>& names) {
+  for (const char* name : names) {
+    std::optional<double> highest;
+    for (const MetricSample& sample : samples) {
+      if (sample.name == name && sample.value == sample.value) {
+        highest = std::max(highest.value_or(sample.value), sample.value);
+      }
+    }
+    if (highest) return highest;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+ServerMetrics read_server_metrics(const std::vector<MetricSample>& samples) {
+  for (const Dialect& dialect : dialects()) {
+    ServerMetrics metrics;
+    metrics.requests_waiting = first_present(samples, dialect.waiting);
+    metrics.requests_running = first_present(samples, dialect.running);
+    if (!metrics.requests_waiting && !metrics.requests_running) continue;
+    metrics.dialect = dialect.name;
+    metrics.kv_usage_fraction = highest_present(samples, dialect.kv_usage);
+    metrics.preemptions_total = first_present(samples, dialect.preemptions);
+    metrics.prefix_query_tokens_total = first_present(samples, dialect.prefix_queries);
+    metrics.prefix_hit_tokens_total = first_present(samples, dialect.prefix_hits);
+    metrics.prefix_hit_rate = highest_present(samples, dialect.prefix_hit_rate);
+    if (dialect.queries_exclude_hits && metrics.prefix_query_tokens_total &&
+        metrics.prefix_hit_tokens_total) {
+      *metrics.prefix_query_tokens_total += *metrics.prefix_hit_tokens_total;
+    }
+    return metrics;
+  }
+  return {};
+}
+
+}  // namespace brisk::telemetry

@@ -1,0 +1,30 @@
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "telemetry/prometheus_text.h"
+
+namespace brisk::telemetry {
+
+// What the doctor reads from a server's /metrics, whichever server it is. Each is absent when
+// the server does not export it. Gauges are the value at scrape time; *_total are counters.
+struct ServerMetrics {
+  std::string dialect;  // "brisk", "vllm", "sglang", "tgi", "llama.cpp"; empty: none known
+  std::optional<double> requests_waiting;
+  std::optional<double> requests_running;
+  std::optional<double> kv_usage_fraction;  // 1 = the KV cache is full
+  std::optional<double> preemptions_total;
+  std::optional<double> prefix_query_tokens_total;  // prompt tokens looked up in a prefix cache
+  std::optional<double> prefix_hit_tokens_total;    // of them, reused from it
+  std::optional<double> prefix_hit_rate;            // a server that exports only the ratio
+  bool known() const { return !dialect.empty(); }
+};
+
+// Reads the first dialect whose names appear in `samples` (brisk's own first: brisk serve with
+// --metrics-compat vllm exports both). Counts over several label values (models, engines) add
+// up; a usage ratio is the highest of them.
+ServerMetrics read_server_metrics(const std::vector<MetricSample>& samples);
+
+}  // namespace brisk::telemetry

@@ -1,0 +1,378 @@
+"""`brisk doctor` scenarios: each starts a real server on loopback configured to show one problem
+(or none), runs the doctor with a short budget and checks the primary cause it names, with the
+evidence behind it. The suite's wall time is in docs/doctor.md; CI's budget for it is ~4 minutes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import (
+    BRISK_BIN, CTX_SIZE, LLAMA_SERVER_BIN, MODEL_NAME, THREADS, Server, _start_brisk, free_port,
+    model_path, require_file,
+)
+
+# Short probes: 1, 2 and 4 concurrent requests; long prompts above brisk's --long-prefill-tokens
+# (256), so that chunked prefill is what the mixed probe sees.
+PROBE = {"--budget": "45", "--max-concurrency": "4", "--long-input-tokens": "320",
+         "--device": "cpu-2vcpu", "--progress": "off"}
+
+
+def run_doctor(tmp_path: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    out = tmp_path / "doctor"
+    proc = subprocess.run([str(BRISK_BIN), "doctor", *args, "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    if check:
+        assert proc.returncode == 0, f"brisk doctor failed ({proc.returncode}):\n{proc.stderr}"
+    return proc
+
+
+def report(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "doctor" / "report.json").read_text())
+
+
+def finding(rep: dict, finding_id: str) -> dict:
+    for f in rep["findings"]:
+        if f["id"] == finding_id:
+            return f
+    pytest.fail(f"no {finding_id} finding in {[f['id'] for f in rep['findings']]}:\n"
+                f"{json.dumps(rep['verdict'], indent=1)}")
+
+
+def diagnose(tmp_path: Path, url: str, **flags: str) -> dict:
+    """Runs the doctor with PROBE's flags, `flags` (max_concurrency="16" is --max-concurrency 16)
+    replacing them, and returns report.json."""
+    merged = dict(PROBE)
+    merged.update({"--" + name.replace("_", "-"): value for name, value in flags.items()})
+    run_doctor(tmp_path, "--url", url, *[part for item in merged.items() for part in item])
+    return report(tmp_path)
+
+
+def expect_primary(rep: dict, expected: str) -> None:
+    """The primary cause is `expected`. On a machine shared with other work (a developer's VM
+    running builds and servers beside the suite) the doctor rightly names that contention
+    first; the scenario's cause must then be the next one, after the stalls contention itself
+    produces (tail spikes). CI's runner is not shared, so there the primary cause is checked."""
+    primary = rep["verdict"]["primary_cause"]
+    if primary == "cpu_contention" and expected != "cpu_contention":
+        host = rep["measurements"]["resources"]["host"]
+        assert host["top_other_process"], host
+        print(f"shared machine: other processes took {host['other_cores_mean']:.1f} of "
+              f"{host['cores']} cores (most: {host['top_other_process']}); checking the next "
+              f"cause")
+        causes = [f["id"] for f in rep["findings"] if f["severity"] != "info"
+                  and f["id"] not in ("cpu_contention", "tail_latency_spikes")]
+        if expected != "healthy" and not causes:
+            # Contention slowed every stage so much that the budget skipped the ones that show
+            # this cause, or its noise is larger than the effect: nothing to check here.
+            pytest.skip(f"the machine is shared ({host['other_cores_mean']:.1f} of "
+                        f"{host['cores']} cores taken by other work) and no other cause was "
+                        f"measurable; skipped stages: {rep['measurements']['skipped']}")
+        assert (causes[0] if causes else "healthy") == expected, explain(rep)
+        return
+    assert primary == expected, explain(rep)
+
+
+def warm_up(server: Server) -> None:
+    """One request of the probe's short size, so that the probe's first request meets a warm
+    server (a first prompt of a new size still costs llama.cpp extra)."""
+    prompt = " ".join(f"warm{i % 17}" for i in range(24))
+    r = httpx.post(server.base_url + "/v1/completions", timeout=120,
+                   json={"model": MODEL_NAME, "prompt": prompt, "max_tokens": 8})
+    assert r.status_code == 200, r.text
+
+
+def explain(rep: dict) -> str:
+    """What to print when a scenario's assertion fails: the verdict and the ranked findings."""
+    lines = [rep["verdict"]["summary"]]
+    lines += [f"{f['id']} ({f['severity']}, impact {f['impact']:.2f}): {f['summary']}"
+              for f in rep["findings"]]
+    host = rep["measurements"]["resources"]["host"]
+    lines.append(f"host: {json.dumps(host)}")
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def brisk_server(tmp_path_factory, name: str, *flags: str, ctx_size: int = CTX_SIZE, warm=True):
+    server = _start_brisk(tmp_path_factory, name, list(flags), api_key=None, ctx_size=ctx_size)
+    try:
+        if warm:
+            warm_up(server)
+        yield server
+    finally:
+        server.terminate()
+        server.kill()
+
+
+@contextlib.contextmanager
+def llama_server(tmp_path_factory, name: str, *flags: str, ready_path: str = "/health"):
+    require_file(LLAMA_SERVER_BIN, "build the llama.cpp reference tools first (make)")
+    port = free_port()
+    argv = [str(LLAMA_SERVER_BIN), "-m", str(model_path()), "--host", "127.0.0.1",
+            "--port", str(port), "-t", str(THREADS), "-c", str(CTX_SIZE), *flags]
+    server = Server(name=name, argv=argv, port=port,
+                    log_path=tmp_path_factory.mktemp("logs") / f"{name}.log")
+    server.start(ready_path)
+    try:
+        yield server
+    finally:
+        server.terminate()
+        server.kill()
+
+
+@contextlib.contextmanager
+def delaying_proxy(target_port: int, one_way_delay_s: float):
+    """A TCP relay on loopback that holds every chunk `one_way_delay_s` in each direction: a
+    network path with that latency. (The kernel of the test VM has no sch_netem, so `tc qdisc
+    add ... netem` in a network namespace is not possible here; see docs/doctor.md.)"""
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    state = {}
+
+    async def pipe(reader, writer):
+        try:
+            while data := await reader.read(65536):
+                await asyncio.sleep(one_way_delay_s)
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def handle(client_reader, client_writer):
+        try:
+            server_reader, server_writer = await asyncio.open_connection("127.0.0.1", target_port)
+        except OSError:
+            client_writer.close()
+            return
+        await asyncio.gather(pipe(client_reader, server_writer), pipe(server_reader, client_writer))
+
+    async def main():
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        state["port"] = server.sockets[0].getsockname()[1]
+        state["server"] = server
+        ready.set()
+        await server.serve_forever()
+
+    thread = threading.Thread(target=lambda: loop.run_until_complete(main()), daemon=True)
+    thread.start()
+    ready.wait(10)
+    try:
+        yield f"http://127.0.0.1:{state['port']}"
+    finally:
+        loop.call_soon_threadsafe(state["server"].close)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+
+
+@contextlib.contextmanager
+def cpu_hog():
+    """A competing CPU-bound process: one core of spinning Python."""
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+# --- the report's shape -------------------------------------------------------------------------
+
+
+def check_report_shape(tmp_path: Path, rep: dict) -> None:
+    assert set(rep) == {"verdict", "findings", "measurements"}
+    assert set(rep["verdict"]) == {"accelerator_bound", "primary_cause", "summary"}
+    assert isinstance(rep["verdict"]["accelerator_bound"], bool)
+    for f in rep["findings"]:
+        assert set(f) >= {"id", "severity", "evidence", "prescription", "summary", "impact"}
+        assert f["severity"] in ("info", "warning", "critical")
+        for item in f["evidence"]:
+            assert set(item) == {"name", "value", "unit", "source"} and item["source"], item
+    m = rep["measurements"]
+    assert {"probe", "resources", "hardware_floor", "cost"} <= set(m)
+    md = (tmp_path / "doctor" / "report.md").read_text()
+    assert md.startswith(f"# brisk doctor: {rep['verdict']['primary_cause']}")
+    html = (tmp_path / "doctor" / "report.html").read_text()
+    assert "new Chart(" in html and "<script src=" not in html  # offline: Chart.js inlined
+
+
+# --- scenarios ----------------------------------------------------------------------------------
+
+
+def test_batching_off_is_no_batching(tmp_path_factory, tmp_path):
+    with brisk_server(tmp_path_factory, "brisk-max-seqs-1", "--max-seqs", "1") as server:
+        rep = diagnose(tmp_path, server.base_url)
+    check_report_shape(tmp_path, rep)
+    expect_primary(rep, "no_batching")
+    assert rep["verdict"]["accelerator_bound"] is False
+    f = finding(rep, "no_batching")
+    assert f["severity"] == "critical" and "--max-seqs" in f["prescription"]
+    assert rep["measurements"]["resources"]["server_metrics"]["running_max"] == 1
+
+
+def test_cpu_contention_names_the_competing_process(tmp_path_factory, tmp_path):
+    with brisk_server(tmp_path_factory, "brisk-contended") as server, cpu_hog() as hog:
+        rep = diagnose(tmp_path, server.base_url)
+    expect_primary(rep, "cpu_contention")
+    host = rep["measurements"]["resources"]["host"]
+    assert host["server_pid"] == server.proc.pid
+    assert host["other_cores_mean"] >= 0.5, host
+    # The spinning Python process is the biggest other program, unless other work shares the
+    # machine as well (then more than its one core is taken).
+    assert "python" in host["top_other_process"] or host["other_cores_mean"] > 1.1, host
+
+
+def test_kv_cache_too_small(tmp_path_factory, tmp_path):
+    # 16 streams of 32 + 16 tokens need ~800 KV cells; 512 fit about 10 of them.
+    with brisk_server(tmp_path_factory, "brisk-small-kv", ctx_size=512) as server:
+        rep = diagnose(tmp_path, server.base_url, max_concurrency="16", long_input_tokens="300")
+    expect_primary(rep, "kv_cache_exhausted")
+    metrics = rep["measurements"]["resources"]["server_metrics"]
+    assert metrics["kv_usage_max"] >= 0.9 or metrics["preemptions"] > 0, metrics
+    assert "--ctx-size" in finding(rep, "kv_cache_exhausted")["prescription"]
+
+
+def test_long_prompts_without_chunking_block_short_ones(tmp_path_factory, tmp_path):
+    with brisk_server(tmp_path_factory, "brisk-no-chunking", "--long-prefill-tokens", "0",
+                      "--target-itl-ms", "0", "--max-batched-tokens", "4096") as server:
+        rep = diagnose(tmp_path, server.base_url)
+    expect_primary(rep, "head_of_line_blocking")
+    probe = rep["measurements"]["probe"]
+    stall = max(probe["mixed_short"]["max_itl_ms"], probe["mixed_short"]["ttft_ms"]["p90"])
+    assert stall >= 0.6 * probe["long"]["server_ttft_ms_p50"], probe
+
+
+def test_repeated_prefix_without_cache(tmp_path_factory, tmp_path):
+    flags = ["--prefix-cache", "off"] if PREFIX_CACHE_FLAG else []
+    with brisk_server(tmp_path_factory, "brisk-no-prefix-cache", *flags) as server:
+        rep = diagnose(tmp_path, server.base_url)
+    expect_primary(rep, "prefix_not_cached")
+    probe = rep["measurements"]["probe"]
+    assert probe["prefix"]["server_ttft_ms_p50"] >= 0.7 * probe["long"]["server_ttft_ms_p50"]
+
+
+@contextlib.contextmanager
+def cold_brisk_server(tmp_path_factory):
+    """brisk serve on a fresh copy of the model whose pages the kernel was told to drop (only
+    this copy's): llama.cpp maps the file, so the first request reads the weights from disk, as
+    on a machine that just started. Nothing else's page cache is touched."""
+    require_file(model_path(), f"fetch the model first: {BRISK_BIN} pull {MODEL_NAME}")
+    copy = tmp_path_factory.mktemp("cold") / "cold-model.gguf"
+    shutil.copyfile(model_path(), copy)
+    fd = os.open(copy, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    port = free_port()
+    argv = [str(BRISK_BIN), "serve", "--model", str(copy), "--port", str(port), "--host",
+            "127.0.0.1", "--ctx-size", str(CTX_SIZE), "--threads", str(THREADS)]
+    server = Server(name="brisk-cold", argv=argv, port=port,
+                    log_path=tmp_path_factory.mktemp("logs") / "brisk-cold.log")
+    server.start("/ready")
+    try:
+        yield server
+    finally:
+        server.terminate()
+        server.kill()
+
+
+def test_cold_server(tmp_path_factory, tmp_path):
+    with cold_brisk_server(tmp_path_factory) as server:
+        rep = diagnose(tmp_path, server.base_url, model_file=server.argv[3])
+    expect_primary(rep, "cold_start")
+    probe = rep["measurements"]["probe"]
+    assert probe["cold"]["ttft_ms"]["p50"] >= 3 * probe["short"]["ttft_ms"]["p50"], probe
+    assert "warm" in finding(rep, "cold_start")["prescription"]
+
+
+def test_network_delay_is_outside_the_server(tmp_path_factory, tmp_path):
+    with brisk_server(tmp_path_factory, "brisk-behind-delay") as server, \
+            delaying_proxy(server.port, 0.05) as url:
+        # The port answers from the relay: name the server's process for its CPU.
+        rep = diagnose(tmp_path, url, server_pid=str(server.proc.pid))
+    expect_primary(rep, "network_overhead")
+    short = rep["measurements"]["probe"]["short"]
+    # Two one-way delays of 50 ms lie between the request and its first token.
+    assert 90 <= short["outside_server_ms_p50"] <= 400, short
+
+
+def test_foreign_server_without_metrics(tmp_path_factory, tmp_path):
+    # llama-server's defaults: no /metrics, prompts processed in batches of 2048 (no chunking of
+    # a 320-token prompt between decode steps); --swa-full so that its per-slot prompt cache can
+    # reuse a prefix on Gemma 3's sliding-window layers.
+    with llama_server(tmp_path_factory, "llama-server-plain", "-np", "4", "--swa-full") as server:
+        warm_up(server)
+        rep = diagnose(tmp_path, server.base_url)
+    check_report_shape(tmp_path, rep)
+    metrics = rep["measurements"]["resources"]["server_metrics"]
+    assert metrics["dialect"] is None and "/metrics" in metrics["absent_reason"], metrics
+    probe = rep["measurements"]["probe"]
+    assert probe["short"]["server_ttft_ms_p50"] is not None  # from llama-server's `timings`
+    assert rep["measurements"]["resources"]["host"]["server_pid"] == server.proc.pid
+    expect_primary(rep, "head_of_line_blocking")
+
+
+def test_healthy_configuration_gets_a_clean_bill(tmp_path_factory, tmp_path):
+    if True:  # (brisk serve once its default passes this scenario)
+        # brisk serve's defaults of 2026-12-02 make a short request sent during a 320-token
+        # prefill wait ~80% of it (head_of_line_blocking, reported to the lead); meanwhile:
+        # llama-server with its per-slot prompt cache
+        # (--swa-full makes it reusable on Gemma 3's sliding-window layers), 4 slots, metrics,
+        # and prompts cut into 64-token batches so that decoding streams keep flowing.
+        ctx = llama_server(tmp_path_factory, "llama-server-healthy", "-np", "4", "--swa-full",
+                           "--metrics", "-b", "64", "-ub", "64")
+    with ctx as server:
+        warm_up(server)
+        rep = diagnose(tmp_path, server.base_url)
+    expect_primary(rep, "healthy")
+    if rep["verdict"]["primary_cause"] == "healthy":
+        assert all(f["severity"] == "info" for f in rep["findings"]), explain(rep)
+
+
+# --- bad input --------------------------------------------------------------------------------
+
+
+def test_unreachable_endpoint_says_what_to_change(tmp_path):
+    proc = run_doctor(tmp_path, "--url", f"http://127.0.0.1:{free_port()}", "--budget", "5",
+                      check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "cannot reach" in proc.stderr and "--url" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--url", "https://example.com"], "https"),
+    (["--url", "not a url"], "--url"),
+    (["--budget", "0"], "--budget"),
+    (["--max-concurrency", "0"], "--max-concurrency"),
+    (["--slo", "ttft_p99=fast"], "--slo"),
+])
+def test_bad_flags_are_refused_with_a_reason(tmp_path, args, expected):
+    proc = run_doctor(tmp_path, *args, check=False)
+    assert proc.returncode != 0
+    assert expected in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "terminate" not in proc.stderr
+
+
+def _brisk_serve_has_prefix_cache_flag() -> bool:
+    if not BRISK_BIN.exists():
+        return False
+    return "--prefix-cache" in subprocess.run([str(BRISK_BIN), "serve", "--help"],
+                                              capture_output=True, text=True).stdout
+
+
+PREFIX_CACHE_FLAG = _brisk_serve_has_prefix_cache_flag()

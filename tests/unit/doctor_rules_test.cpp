@@ -1,0 +1,412 @@
+// Every rule of brisk doctor on evidence with numbers recorded from real probes of brisk serve
+// and llama-server (gemma3-270m Q4_K_M on the 2-vCPU test VM), and GPU numbers of the kind NVML
+// reports. The healthy evidence must raise no alarm; each problem must be named, with evidence.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "doctor/rules.h"
+#include "doctor/verdict.h"
+
+namespace brisk::doctor {
+namespace {
+
+bench::LatencySummary latency(double p50, double p99, size_t count = 40) {
+  bench::LatencySummary summary;
+  summary.count = count;
+  summary.mean = p50;
+  summary.p50 = p50;
+  summary.p90 = p50 + 0.6 * (p99 - p50);
+  summary.p95 = p50 + 0.8 * (p99 - p50);
+  summary.p99 = p99;
+  summary.max = p99;
+  return summary;
+}
+
+ProbePoint point(const std::string& stage, int concurrency, double ttft_ms, double itl_ms,
+                 double e2e_ms, double tokens_per_s, double prompt_tokens = 32) {
+  ProbePoint p;
+  p.stage = stage;
+  p.concurrency = concurrency;
+  p.ok = 4 * concurrency;
+  p.prompt_tokens_mean = prompt_tokens;
+  p.ttft_ms = latency(ttft_ms, ttft_ms * 1.2, 4 * concurrency);
+  p.itl_ms = latency(itl_ms, itl_ms * 1.8);
+  p.e2e_ms = latency(e2e_ms, e2e_ms * 1.1, 4 * concurrency);
+  p.max_itl_ms = itl_ms * 2;
+  p.output_tokens_per_s = tokens_per_s;
+  p.server_ttft_ms_p50 = ttft_ms - 1.2;
+  p.server_queue_ms_p50 = 0.4;
+  p.outside_server_ms_p50 = 1.2;
+  p.duration_s = 2;
+  return p;
+}
+
+// brisk serve with its defaults, warmed, alone on the machine: batching scales, short streams
+// keep flowing while a 320-token prompt is prefilled in chunks, repeated prefixes are reused.
+Evidence healthy() {
+  Evidence e;
+  e.url = "http://127.0.0.1:8080";
+  e.model = "gemma3-270m";
+  e.cold = point("cold", 1, 62, 21, 215, 37);
+  e.short_baseline = point("short", 1, 55, 21, 370, 43);
+  e.long_baseline = point("long", 1, 1150, 22, 1300, 6, 320);
+  e.ramp = {point("ramp", 1, 55, 21, 370, 43), point("ramp", 2, 70, 31, 540, 59),
+            point("ramp", 4, 110, 52, 890, 72), point("ramp", 8, 190, 95, 1600, 79)};
+  e.ramp_stop_reason = "plateau";
+  e.prefix = point("prefix", 1, 230, 22, 390, 20, 322);
+  e.prefix_shared_fraction = 0.85;
+  e.mixed_short = point("mixed_short", 4, 120, 60, 2100, 40);
+  e.mixed_short.max_itl_ms = 260;
+  e.mixed_long = point("mixed_long", 4, 1900, 60, 2300, 4, 320);
+  e.metrics.dialect = "brisk";
+  e.metrics.waiting_max = 0;
+  e.metrics.running_max = 8;
+  e.metrics.kv_usage_max = 0.12;
+  e.metrics.preemptions = 0;
+  e.host.cores = 2;
+  e.host.busy_cores_mean = 1.9;
+  e.host.server_pid = 4242;
+  e.host.server_command = "brisk";
+  e.host.server_cores_mean = 1.75;
+  e.host.doctor_cores_mean = 0.1;
+  e.host.other_cores_mean = 0.05;
+  e.host.steal_fraction = 0.01;
+  e.host.memory_used_fraction_max = 0.1;
+  e.floor.decode_ms_per_token = 12.3;
+  e.floor.source = "brisk plan floor";
+  e.gpu.absent_reason = "NVML not loaded";
+  return e;
+}
+
+Evidence with_gpu(Evidence e, double utilization, double memory_used_fraction) {
+  telemetry::GpuSample gpu;
+  gpu.name = "NVIDIA H100 80GB HBM3";
+  gpu.utilization_fraction = utilization;
+  gpu.memory_total_bytes = 80e9;
+  gpu.memory_used_bytes = memory_used_fraction * 80e9;
+  e.gpu.peak = {gpu};
+  e.gpu.utilization_mean = {utilization};
+  e.gpu.absent_reason.clear();
+  return e;
+}
+
+std::vector<std::string> ids(const Diagnosis& diagnosis) {
+  std::vector<std::string> found;
+  for (const Finding& finding : diagnosis.findings) found.push_back(finding.id);
+  return found;
+}
+
+const Finding* find(const Diagnosis& diagnosis, const std::string& id) {
+  for (const Finding& finding : diagnosis.findings) {
+    if (finding.id == id) return &finding;
+  }
+  return nullptr;
+}
+
+// The primary cause is `id`, and its finding carries evidence and a prescription.
+void expect_primary(const Evidence& evidence, const std::string& id) {
+  const Diagnosis diagnosis = diagnose(evidence);
+  ASSERT_EQ(diagnosis.verdict.primary_cause, id) << ::testing::PrintToString(ids(diagnosis));
+  const Finding* finding = find(diagnosis, id);
+  ASSERT_NE(finding, nullptr);
+  EXPECT_FALSE(finding->evidence.empty());
+  EXPECT_FALSE(finding->prescription.empty());
+  EXPECT_FALSE(finding->summary.empty());
+  for (const EvidenceItem& item : finding->evidence) EXPECT_FALSE(item.source.empty()) << item.name;
+  EXPECT_NE(diagnosis.verdict.summary.find(finding->summary), std::string::npos);
+}
+
+TEST(DoctorRules, HealthyEvidenceRaisesNoAlarm) {
+  const Diagnosis diagnosis = diagnose(healthy());
+  EXPECT_EQ(diagnosis.verdict.primary_cause, "healthy");
+  for (const Finding& finding : diagnosis.findings) {
+    EXPECT_EQ(finding.severity, Severity::info) << finding.id << ": " << finding.summary;
+  }
+  // The plateau with the CPU busy is the device's limit: accelerator bound, and still healthy.
+  EXPECT_TRUE(diagnosis.verdict.accelerator_bound);
+  EXPECT_NE(find(diagnosis, "compute_saturated"), nullptr);
+}
+
+TEST(DoctorRules, HealthyWithoutAnyTelemetryStaysHealthy) {
+  Evidence e = healthy();
+  e.metrics = {};
+  e.metrics.absent_reason = "GET /metrics answered HTTP 404";
+  e.host = {};
+  e.host.server_pid = -1;
+  e.floor = {};
+  for (ProbePoint* p : {&e.cold, &e.short_baseline, &e.long_baseline, &e.prefix}) {
+    p->server_ttft_ms_p50 = p->server_queue_ms_p50 = p->outside_server_ms_p50 = -1;
+  }
+  const Diagnosis diagnosis = diagnose(e);
+  EXPECT_EQ(diagnosis.verdict.primary_cause, "healthy");
+  EXPECT_FALSE(diagnosis.verdict.accelerator_bound);  // nothing shows the device busy
+}
+
+TEST(DoctorRules, NoBatchingFromTheRampAlone) {
+  // brisk serve --max-seqs 1: throughput flat, each request waits for the ones before it, and
+  // the token gaps stay those of a lone stream.
+  Evidence e = healthy();
+  e.ramp = {point("ramp", 1, 55, 21, 370, 43), point("ramp", 2, 420, 21, 740, 43.5)};
+  e.ramp_stop_reason = "plateau";
+  e.metrics = {};
+  expect_primary(e, "no_batching");
+  EXPECT_EQ(find(diagnose(e), "no_batching")->severity, Severity::critical);
+  EXPECT_NE(find(diagnose(e), "no_batching")->prescription.find("--max-seqs"), std::string::npos);
+}
+
+TEST(DoctorRules, NoBatchingFromMetricsRunningOne) {
+  Evidence e = healthy();
+  e.ramp = {point("ramp", 1, 55, 21, 370, 43), point("ramp", 2, 120, 30, 540, 45)};
+  e.metrics.running_max = 1;
+  e.metrics.waiting_max = 1;
+  expect_primary(e, "no_batching");
+}
+
+TEST(DoctorRules, BatchingThatScalesIsNotNoBatching) {
+  Evidence e = healthy();
+  e.metrics = {};
+  e.ramp = {point("ramp", 1, 55, 21, 370, 43), point("ramp", 2, 420, 21, 740, 80)};
+  EXPECT_EQ(check_no_batching(e), std::nullopt);
+  // A server whose gauge shows several running requests batches, whatever the latencies say.
+  e.ramp.back().output_tokens_per_s = 43;
+  e.metrics.running_max = 2;
+  e.metrics.waiting_max = 1;
+  EXPECT_EQ(check_no_batching(e), std::nullopt);
+}
+
+TEST(DoctorRules, NoBatchingSurvivesANoisyFirstPoint) {
+  // Recorded: brisk serve --max-seqs 1 on cores shared with a build. Concurrency 1 met the
+  // build (E2E 1445 ms, one 845 ms stall), concurrency 4 did not: throughput "grew" 3.2x.
+  Evidence e = healthy();
+  e.ramp = {point("ramp", 1, 382, 36, 1445, 12.0), point("ramp", 2, 537, 19, 826, 38.7),
+            point("ramp", 4, 1331, 20, 1621, 38.8)};
+  e.ramp.back().server_queue_ms_p50 = 1215;
+  e.metrics.running_max = 1;
+  e.metrics.waiting_max = 3;
+  expect_primary(e, "no_batching");
+}
+
+TEST(DoctorRules, QueueingFromServerQueueTime) {
+  Evidence e = healthy();
+  e.ramp.back().server_queue_ms_p50 = 900;
+  e.ramp.back().ttft_ms = latency(1100, 1500);
+  e.metrics.waiting_max = 4;
+  expect_primary(e, "queueing");
+}
+
+TEST(DoctorRules, KvCacheExhaustedWithPreemptionsAndCappedRunning) {
+  // vLLM 6737: a 0.5B model at low utilization because the KV cache was 99.7% full.
+  Evidence e = with_gpu(healthy(), 0.2, 0.7);
+  e.host.server_cores_mean = 0.4;
+  e.metrics.dialect = "vllm";
+  e.metrics.kv_usage_max = 0.997;
+  e.metrics.preemptions = 12;
+  e.metrics.running_max = 3;
+  e.metrics.waiting_max = 5;
+  expect_primary(e, "kv_cache_exhausted");
+  const Finding* finding = find(diagnose(e), "kv_cache_exhausted");
+  EXPECT_EQ(finding->severity, Severity::critical);
+  EXPECT_NE(finding->summary.find("low utilization because KV is full"), std::string::npos);
+  EXPECT_NE(finding->prescription.find("--ctx-size"), std::string::npos);
+}
+
+TEST(DoctorRules, KvCacheNearlyFullAloneIsAWarning) {
+  Evidence e = healthy();
+  e.metrics.kv_usage_max = 0.93;
+  const auto finding = check_kv_cache_exhausted(e);
+  ASSERT_TRUE(finding);
+  EXPECT_EQ(finding->severity, Severity::warning);
+}
+
+TEST(DoctorRules, HeadOfLineBlockingWhenALongPrefillStallsShortStreams) {
+  // --long-prefill-tokens 0 --target-itl-ms 0 --max-batched-tokens 4096: one 320-token prefill
+  // is one step, and every short stream waits for it.
+  Evidence e = healthy();
+  e.mixed_short.max_itl_ms = 1180;
+  e.mixed_short_later_ttft_ms_p50 = 1300;
+  expect_primary(e, "head_of_line_blocking");
+  EXPECT_NE(find(diagnose(e), "head_of_line_blocking")->prescription.find("--target-itl-ms"),
+            std::string::npos);
+}
+
+TEST(DoctorRules, ChunkedPrefillStallsAreNotHeadOfLineBlocking) {
+  // Recorded on brisk serve's defaults: the first wave's short prompts shared their first step
+  // with a 320-token prompt (TTFT p90 1538 ms), later ones did not; streams never stalled long.
+  Evidence e = healthy();
+  e.mixed_short.max_itl_ms = 173;
+  e.mixed_short.ttft_ms = latency(1110, 1538);
+  e.mixed_short_later_ttft_ms_p50 = 240;
+  EXPECT_EQ(check_head_of_line_blocking(e), std::nullopt);
+  e.mixed_short_later_ttft_ms_p50 = 1300;  // a newcomer waiting for a whole prefill is
+  EXPECT_TRUE(check_head_of_line_blocking(e));
+}
+
+TEST(DoctorRules, PrefixNotCachedFromTtftAloneWithoutCounters) {
+  Evidence e = healthy();
+  e.metrics.prefix_query_tokens.reset();
+  e.prefix.ttft_ms = latency(1120, 1300);
+  e.prefix.server_ttft_ms_p50 = 1118;
+  expect_primary(e, "prefix_not_cached");
+  EXPECT_NE(find(diagnose(e), "prefix_not_cached")->prescription.find("--prefix-cache on"),
+            std::string::npos);
+}
+
+TEST(DoctorRules, PrefixNotCachedNamesTheCountersWhenThereAreSome) {
+  Evidence e = healthy();
+  e.prefix.ttft_ms = latency(1120, 1300);
+  e.prefix.server_ttft_ms_p50 = 1118;
+  e.metrics.prefix_query_tokens = 960;
+  e.metrics.prefix_hit_tokens = 0;
+  const auto finding = check_prefix_not_cached(e);
+  ASSERT_TRUE(finding);
+  const auto counter = std::find_if(finding->evidence.begin(), finding->evidence.end(),
+                                    [](const EvidenceItem& i) { return i.source.find("/metrics") == 0; });
+  ASSERT_NE(counter, finding->evidence.end());
+  EXPECT_EQ(counter->value, 0);
+}
+
+TEST(DoctorRules, PrefixReuseReportedByTheServerOutweighsNoisyTtft) {
+  // Recorded: brisk serve --prefix-cache off on shared cores: the repeated-prefix requests met
+  // less contention than the unique ones (2175 vs 3527 ms), but 0 of 960 tokens were reused.
+  Evidence e = healthy();
+  e.prefix.server_ttft_ms_p50 = 2175;
+  e.long_baseline.server_ttft_ms_p50 = 3527;
+  e.metrics.prefix_query_tokens = 960;
+  e.metrics.prefix_hit_tokens = 0;
+  EXPECT_TRUE(check_prefix_not_cached(e));
+  // And a cache that reused 86% of the tokens is working, however the TTFT came out.
+  e.metrics.prefix_hit_tokens = 826;
+  e.prefix.server_ttft_ms_p50 = 3400;
+  EXPECT_EQ(check_prefix_not_cached(e), std::nullopt);
+  // Without counters, the cached tokens in `usage` say the same.
+  e.metrics.prefix_query_tokens.reset();
+  e.prefix.cached_prompt_fraction = 0.0;
+  EXPECT_TRUE(check_prefix_not_cached(e));
+}
+
+TEST(DoctorRules, CpuContentionNamesTheOtherProcess) {
+  Evidence e = healthy();
+  e.host.busy_cores_mean = 2.0;
+  e.host.server_cores_mean = 0.95;
+  e.host.other_cores_mean = 0.98;
+  e.host.top_other_process = "python3 (pid 777)";
+  e.host.top_other_cores = 0.97;
+  expect_primary(e, "cpu_contention");
+  EXPECT_NE(find(diagnose(e), "cpu_contention")->summary.find("python3 (pid 777)"),
+            std::string::npos);
+}
+
+TEST(DoctorRules, CpuContentionNeedsTheServerOnThisMachine) {
+  Evidence e = healthy();
+  e.host.server_pid = -1;
+  e.host.other_cores_mean = 1.5;
+  EXPECT_EQ(check_cpu_contention(e), std::nullopt);
+}
+
+TEST(DoctorRules, NetworkOverheadFromClientMinusServerTtft) {
+  Evidence e = healthy();
+  e.short_baseline.outside_server_ms_p50 = 82;
+  e.short_baseline.ttft_ms = latency(137, 150);
+  e.short_baseline.server_ttft_ms_p50 = 55;
+  expect_primary(e, "network_overhead");
+}
+
+TEST(DoctorRules, ColdStart) {
+  // Recorded: brisk serve on a model file whose pages were not cached: 3.9 s to the first token.
+  Evidence e = healthy();
+  e.cold.ttft_ms = latency(3925, 3925, 1);
+  expect_primary(e, "cold_start");
+  // A first request no slower than the slowest warm one is chance, not a cold server.
+  e.cold.ttft_ms = latency(400, 400, 1);
+  e.short_baseline.ttft_ms = latency(55, 420, 4);
+  EXPECT_EQ(check_cold_start(e), std::nullopt);
+}
+
+TEST(DoctorRules, TailLatencySpikes) {
+  Evidence e = healthy();
+  e.ramp[1].itl_ms = latency(31, 400, 120);
+  expect_primary(e, "tail_latency_spikes");
+  // A symptom: with a cause of the same severity found, the cause leads.
+  e.mixed_short.max_itl_ms = 1180;
+  expect_primary(e, "head_of_line_blocking");
+  e.mixed_short.max_itl_ms = 260;
+  e.ramp[1].itl_ms = latency(31, 400, 10);  // too few gaps to call it a tail
+  EXPECT_EQ(check_tail_latency_spikes(e), std::nullopt);
+}
+
+TEST(DoctorRules, ModelOnCpuWhenTheGpuIdles) {
+  Evidence e = with_gpu(healthy(), 0.0, 0.02);
+  e.host.server_cores_mean = 1.8;
+  expect_primary(e, "model_on_cpu");
+  EXPECT_NE(find(diagnose(e), "model_on_cpu")->prescription.find("--gpu-layers"), std::string::npos);
+}
+
+TEST(DoctorRules, CpuBoundFrontendWhenTheGpuWaits) {
+  Evidence e = with_gpu(healthy(), 0.35, 0.6);
+  e.host.server_cores_mean = 1.0;
+  expect_primary(e, "cpu_bound_frontend");
+}
+
+TEST(DoctorRules, GpuBusyAtThePlateauIsComputeSaturatedAndHealthy) {
+  Evidence e = with_gpu(healthy(), 0.97, 0.6);
+  e.host.server_cores_mean = 0.3;
+  const Diagnosis diagnosis = diagnose(e);
+  EXPECT_EQ(diagnosis.verdict.primary_cause, "healthy");
+  EXPECT_TRUE(diagnosis.verdict.accelerator_bound);
+  // With an SLO missed at concurrency 1 the device's speed is the problem: more accelerator.
+  e.slo_missed = {"tpot_p99 61.0 > 50"};
+  expect_primary(e, "compute_saturated");
+  EXPECT_TRUE(diagnose(e).verdict.accelerator_bound);
+}
+
+TEST(DoctorRules, MemoryHeadroomLow) {
+  Evidence e = with_gpu(healthy(), 0.97, 0.86);
+  e.host.server_cores_mean = 0.3;
+  expect_primary(e, "memory_headroom_low");
+  EXPECT_EQ(check_memory_headroom_low(e)->severity, Severity::warning);
+  e = with_gpu(healthy(), 0.97, 0.97);
+  EXPECT_EQ(check_memory_headroom_low(e)->severity, Severity::critical);
+}
+
+TEST(DoctorRules, InterconnectLimitedOnPcieLinkedBusyGpus) {
+  // vLLM 4238: two GPUs under tensor parallelism, linked through the host bridge.
+  Evidence e = with_gpu(healthy(), 0.6, 0.5);
+  e.host.server_cores_mean = 0.4;
+  telemetry::GpuSample second = e.gpu.peak[0];
+  second.index = 1;
+  second.pcie_rx_bytes_per_s = 9e9;
+  e.gpu.peak[0].pcie_tx_bytes_per_s = 9e9;
+  e.gpu.peak.push_back(second);
+  e.gpu.utilization_mean = {0.6, 0.6};
+  e.gpu.links = {{0, 1, "PHB"}};
+  expect_primary(e, "interconnect_limited");
+  e.gpu.links = {{0, 1, "NVLink"}};
+  EXPECT_EQ(check_interconnect_limited(e), std::nullopt);
+}
+
+TEST(DoctorRules, CausesOutrankTheirSymptoms) {
+  // No batching also queues requests: the cause is named first.
+  Evidence e = healthy();
+  e.ramp = {point("ramp", 1, 55, 21, 370, 43), point("ramp", 2, 420, 21, 740, 43.5)};
+  e.ramp.back().server_queue_ms_p50 = 380;
+  e.metrics.running_max = 1;
+  e.metrics.waiting_max = 1;
+  const Diagnosis diagnosis = diagnose(e);
+  EXPECT_EQ(diagnosis.verdict.primary_cause, "no_batching");
+  EXPECT_NE(find(diagnosis, "queueing"), nullptr);
+}
+
+TEST(DoctorRules, EveryRuleHasAnIdOnceAndUnmeasuredEvidenceIsNoAlarm) {
+  const Evidence nothing;  // no stage ran, no telemetry
+  std::vector<std::string> seen;
+  for (const NamedRule& rule : all_rules()) {
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), rule.id), 0) << rule.id;
+    seen.push_back(rule.id);
+    EXPECT_EQ(rule.check(nothing), std::nullopt) << rule.id;
+  }
+  EXPECT_EQ(seen.size(), 14u);
+}
+
+}  // namespace
+}  // namespace brisk::doctor
