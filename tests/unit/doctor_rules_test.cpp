@@ -205,7 +205,8 @@ TEST(DoctorRules, KvCacheExhaustedWithPreemptionsAndCappedRunning) {
   e.metrics.running_max = 3;
   e.metrics.waiting_max = 5;
   expect_primary(e, "kv_cache_exhausted");
-  const Finding* finding = find(diagnose(e), "kv_cache_exhausted");
+  const Diagnosis diagnosis_1 = diagnose(e);
+  const Finding* finding = find(diagnosis_1, "kv_cache_exhausted");
   EXPECT_EQ(finding->severity, Severity::critical);
   EXPECT_NE(finding->summary.find("low utilization because KV is full"), std::string::npos);
   EXPECT_NE(finding->prescription.find("--ctx-size"), std::string::npos);
