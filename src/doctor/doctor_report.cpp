@@ -60,38 +60,38 @@ json resources_json(const Evidence& evidence) {
     links.push_back({{"gpus", {link.first, link.second}}, {"kind", link.kind}});
   }
   const ServerMetricsSummary& metrics = evidence.metrics;
-  return {
-      {"host",
-       {{"cores", host.cores},
-        {"busy_cores_mean", host.busy_cores_mean},
-        {"steal_fraction", host.steal_fraction},
-        {"iowait_fraction", host.iowait_fraction},
-        {"busiest_core_fraction", host.busiest_core_fraction},
-        {"doctor_cores_mean", host.doctor_cores_mean},
-        {"server_pid", host.server_pid < 0 ? json(nullptr) : json(host.server_pid)},
-        {"server_command", host.server_command},
-        {"server_cores_mean", nullable(host.server_cores_mean)},
-        {"server_threads", host.server_threads},
-        {"other_cores_mean", host.other_cores_mean},
-        {"top_other_process", host.top_other_process},
-        {"top_other_cores", host.top_other_cores},
-        {"memory_used_fraction_max", host.memory_used_fraction_max},
-        {"memory_total_bytes", host.memory_total_bytes}}},
-      {"gpu",
-       {{"present", evidence.gpu.present()},
-        {"absent_reason", evidence.gpu.absent_reason},
-        {"gpus", gpus},
-        {"links", links}}},
-      {"server_metrics",
-       {{"dialect", metrics.dialect.empty() ? json(nullptr) : json(metrics.dialect)},
-        {"absent_reason", metrics.absent_reason},
-        {"waiting_max", optional_json(metrics.waiting_max)},
-        {"running_max", optional_json(metrics.running_max)},
-        {"kv_usage_max", optional_json(metrics.kv_usage_max)},
-        {"preemptions", optional_json(metrics.preemptions)},
-        {"prefix_query_tokens", optional_json(metrics.prefix_query_tokens)},
-        {"prefix_hit_tokens", optional_json(metrics.prefix_hit_tokens)},
-        {"prefix_hit_rate", optional_json(metrics.prefix_hit_rate)}}}};
+  return {{"host",
+           {{"cores", host.cores},
+            {"busy_cores_mean", host.busy_cores_mean},
+            {"steal_fraction", host.steal_fraction},
+            {"iowait_fraction", host.iowait_fraction},
+            {"busiest_core_fraction", host.busiest_core_fraction},
+            {"doctor_cores_mean", host.doctor_cores_mean},
+            {"server_pid", host.server_pid < 0 ? json(nullptr) : json(host.server_pid)},
+            {"server_command", host.server_command},
+            {"server_cores_mean", nullable(host.server_cores_mean)},
+            {"server_threads", host.server_threads},
+            {"other_cores_mean", host.other_cores_mean},
+            {"top_other_process", host.top_other_process},
+            {"top_other_cores", host.top_other_cores},
+            {"memory_used_fraction_max", host.memory_used_fraction_max},
+            {"memory_total_bytes", host.memory_total_bytes}}},
+          {"gpu",
+           {{"present", evidence.gpu.present()},
+            {"absent_reason", evidence.gpu.absent_reason},
+            {"gpus", gpus},
+            {"links", links}}},
+          {"server_metrics",
+           {{"dialect", metrics.dialect.empty() ? json(nullptr) : json(metrics.dialect)},
+            {"absent_reason", metrics.absent_reason},
+            {"waiting_max", optional_json(metrics.waiting_max)},
+            {"running_max", optional_json(metrics.running_max)},
+            {"kv_usage_max", optional_json(metrics.kv_usage_max)},
+            {"preemptions", optional_json(metrics.preemptions)},
+            {"kv_full_blocks", optional_json(metrics.kv_full_blocks)},
+            {"prefix_query_tokens", optional_json(metrics.prefix_query_tokens)},
+            {"prefix_hit_tokens", optional_json(metrics.prefix_hit_tokens)},
+            {"prefix_hit_rate", optional_json(metrics.prefix_hit_rate)}}}};
 }
 
 std::string fixed(double value, const char* unit = "") {
@@ -116,8 +116,10 @@ json report_json(const Evidence& evidence, const Diagnosis& diagnosis) {
   for (const Finding& finding : diagnosis.findings) {
     json items = json::array();
     for (const EvidenceItem& item : finding.evidence) {
-      items.push_back(
-          {{"name", item.name}, {"value", item.value}, {"unit", item.unit}, {"source", item.source}});
+      items.push_back({{"name", item.name},
+                       {"value", item.value},
+                       {"unit", item.unit},
+                       {"source", item.source}});
     }
     findings.push_back({{"id", finding.id},
                         {"severity", severity_name(finding.severity)},
@@ -129,12 +131,12 @@ json report_json(const Evidence& evidence, const Diagnosis& diagnosis) {
   json ramp = json::array();
   for (const ProbePoint& point : evidence.ramp) ramp.push_back(point_json(point));
   const double best = best_output_tokens_per_s(evidence);
-  json cost = {{"usd_per_hour", optional_json(evidence.usd_per_hour)},
-               {"best_output_tokens_per_s", best},
-               {"usd_per_million_output_tokens",
-                evidence.usd_per_hour && best > 0
-                    ? json(*evidence.usd_per_hour / (best * 3600) * 1e6)
-                    : json(nullptr)}};
+  json cost = {
+      {"usd_per_hour", optional_json(evidence.usd_per_hour)},
+      {"best_output_tokens_per_s", best},
+      {"usd_per_million_output_tokens", evidence.usd_per_hour && best > 0
+                                            ? json(*evidence.usd_per_hour / (best * 3600) * 1e6)
+                                            : json(nullptr)}};
   return {{"verdict",
            {{"accelerator_bound", diagnosis.verdict.accelerator_bound},
             {"primary_cause", diagnosis.verdict.primary_cause},
@@ -175,8 +177,10 @@ std::string markdown_report(const Evidence& evidence, const Diagnosis& diagnosis
   out += fmt::format("Target {} (model {}), probed for {:.0f} s of a {:.0f} s budget.\n\n",
                      evidence.url, evidence.model, evidence.elapsed_s, evidence.budget_s);
 
-  out += "## Latency\n\n| probe | concurrency | requests | TTFT mean | TTFT p95 | TTFT p99 | ITL p50 "
-         "| E2E p50 | output tokens/s | server TTFT p50 |\n|---|---|---|---|---|---|---|---|---|---|\n";
+  out +=
+      "## Latency\n\n| probe | concurrency | requests | TTFT mean | TTFT p95 | TTFT p99 | ITL p50 "
+      "| E2E p50 | output tokens/s | server TTFT p50 "
+      "|\n|---|---|---|---|---|---|---|---|---|---|\n";
   std::vector<const ProbePoint*> points = {&evidence.cold, &evidence.short_baseline,
                                            &evidence.long_baseline};
   for (size_t i = 1; i < evidence.ramp.size(); ++i) points.push_back(&evidence.ramp[i]);
@@ -189,9 +193,8 @@ std::string markdown_report(const Evidence& evidence, const Diagnosis& diagnosis
                        fixed(point->itl_ms.p50), fixed(point->e2e_ms.p50),
                        fixed(point->output_tokens_per_s), fixed(point->server_ttft_ms_p50, " ms"));
   }
-  out += fmt::format("\nRamp stopped: {}.", evidence.ramp_stop_reason.empty()
-                                                  ? "did not run"
-                                                  : evidence.ramp_stop_reason);
+  out += fmt::format("\nRamp stopped: {}.",
+                     evidence.ramp_stop_reason.empty() ? "did not run" : evidence.ramp_stop_reason);
   for (const std::string& skipped : evidence.skipped) out += " Skipped: " + skipped + ".";
   out += "\n\n## Resources\n\n| resource | value | source |\n|---|---|---|\n";
   const HostSummary& host = evidence.host;
@@ -214,16 +217,17 @@ std::string markdown_report(const Evidence& evidence, const Diagnosis& diagnosis
   }
   out += fmt::format("| host CPU busy (mean) | {:.2f} of {} cores | /proc/stat |\n",
                      host.busy_cores_mean, host.cores);
-  out += host.server_pid >= 0
-             ? fmt::format("| server process {} (pid {}) | {:.2f} cores, {} threads | /proc/PID/stat |\n",
-                           host.server_command, host.server_pid, host.server_cores_mean,
-                           host.server_threads)
-             : "| server process | not on this machine (or not visible) | /proc/net/tcp |\n";
-  out += fmt::format("| other processes | {:.2f} cores{} | /proc/*/stat |\n", host.other_cores_mean,
-                     host.top_other_process.empty()
-                         ? ""
-                         : fmt::format(" (most: {} {:.2f})", host.top_other_process,
-                                       host.top_other_cores));
+  out +=
+      host.server_pid >= 0
+          ? fmt::format(
+                "| server process {} (pid {}) | {:.2f} cores, {} threads | /proc/PID/stat |\n",
+                host.server_command, host.server_pid, host.server_cores_mean, host.server_threads)
+          : "| server process | not on this machine (or not visible) | /proc/net/tcp |\n";
+  out += fmt::format(
+      "| other processes | {:.2f} cores{} | /proc/*/stat |\n", host.other_cores_mean,
+      host.top_other_process.empty()
+          ? ""
+          : fmt::format(" (most: {} {:.2f})", host.top_other_process, host.top_other_cores));
   out += fmt::format("| brisk doctor itself | {:.2f} cores | /proc/self/stat |\n",
                      host.doctor_cores_mean);
   out += fmt::format("| steal / iowait | {:.1f}% / {:.1f}% | /proc/stat |\n",
@@ -234,11 +238,13 @@ std::string markdown_report(const Evidence& evidence, const Diagnosis& diagnosis
   if (!metrics.dialect.empty()) {
     out += fmt::format(
         "| server queue / running (max) | {} / {} | /metrics ({}) |\n| KV cache usage (max) | {} | "
-        "/metrics |\n| preemptions | {} | /metrics |\n",
+        "/metrics |\n| preemptions | {} | /metrics |\n| steps waiting for KV room | {} | "
+        "/metrics |\n",
         metrics.waiting_max ? fmt::format("{:.0f}", *metrics.waiting_max) : "n/a",
         metrics.running_max ? fmt::format("{:.0f}", *metrics.running_max) : "n/a", metrics.dialect,
         metrics.kv_usage_max ? fmt::format("{:.0f}%", *metrics.kv_usage_max * 100) : "n/a",
-        metrics.preemptions ? fmt::format("{:.0f}", *metrics.preemptions) : "n/a");
+        metrics.preemptions ? fmt::format("{:.0f}", *metrics.preemptions) : "n/a",
+        metrics.kv_full_blocks ? fmt::format("{:.0f}", *metrics.kv_full_blocks) : "n/a");
   } else {
     out += fmt::format("| server metrics | absent: {} | /metrics |\n", metrics.absent_reason);
   }
@@ -247,18 +253,20 @@ std::string markdown_report(const Evidence& evidence, const Diagnosis& diagnosis
   const double best = best_output_tokens_per_s(evidence);
   out += "\n## Cost\n\n";
   out += evidence.usd_per_hour && best > 0
-             ? fmt::format("${:.4g}/h at the best measured {:.1f} output tokens/s: ${:.2f} per 1M "
-                           "output tokens.\n",
-                           *evidence.usd_per_hour, best, *evidence.usd_per_hour / (best * 3600) * 1e6)
-             : fmt::format("Best measured {:.1f} output tokens/s; pass --usd-per-hour for $/1M "
-                           "tokens.\n",
-                           best);
+             ? fmt::format(
+                   "${:.4g}/h at the best measured {:.1f} output tokens/s: ${:.2f} per 1M "
+                   "output tokens.\n",
+                   *evidence.usd_per_hour, best, *evidence.usd_per_hour / (best * 3600) * 1e6)
+             : fmt::format(
+                   "Best measured {:.1f} output tokens/s; pass --usd-per-hour for $/1M "
+                   "tokens.\n",
+                   best);
   out += "\n## Findings\n\n";
   if (diagnosis.findings.empty()) out += "None: every rule's threshold held.\n";
   int rank = 1;
   for (const Finding& finding : diagnosis.findings) {
-    out += fmt::format("{}. **{}** ({}): {}.\n", rank++, finding.id, severity_name(finding.severity),
-                       finding.summary);
+    out += fmt::format("{}. **{}** ({}): {}.\n", rank++, finding.id,
+                       severity_name(finding.severity), finding.summary);
     for (const EvidenceItem& item : finding.evidence) {
       out += fmt::format("   - {}: {} — {}\n", item.name, evidence_value(item), item.source);
     }

@@ -25,7 +25,7 @@ struct ProbePoint {
   double output_tokens_per_s = 0;
   double server_ttft_ms_p50 = -1;
   double server_queue_ms_p50 = -1;
-  double outside_server_ms_p50 = -1;  // client TTFT − server TTFT per request, median
+  double outside_server_ms_p50 = -1;   // client TTFT − server TTFT per request, median
   double cached_prompt_fraction = -1;  // cached / prompt tokens, from the server's usage
   double duration_s = 0;
   bool measured() const { return ok > 0; }
@@ -38,7 +38,8 @@ struct ServerMetricsSummary {
   std::optional<double> waiting_max;
   std::optional<double> running_max;
   std::optional<double> kv_usage_max;
-  std::optional<double> preemptions;  // counter increase over the probe
+  std::optional<double> preemptions;          // counter increase over the probe
+  std::optional<double> kv_full_blocks;       // steps that left requests waiting for KV room, ditto
   std::optional<double> prefix_query_tokens;  // over the repeated-prefix probe
   std::optional<double> prefix_hit_tokens;
   std::optional<double> prefix_hit_rate;
@@ -47,8 +48,8 @@ struct ServerMetricsSummary {
 // Host CPU and memory from /proc while the probe ran, in cores (1.0 = one core all the time).
 struct HostSummary {
   int cores = 0;
-  double busy_cores_mean = 0;   // every process
-  double steal_fraction = 0;    // of all cores' time
+  double busy_cores_mean = 0;  // every process
+  double steal_fraction = 0;   // of all cores' time
   double iowait_fraction = 0;
   double busiest_core_fraction = 0;
   double doctor_cores_mean = 0;  // this process: the load generator's own cost
@@ -57,7 +58,7 @@ struct HostSummary {
   std::string server_command;
   double server_cores_mean = -1;
   int server_threads = 0;
-  double other_cores_mean = 0;  // busy − server − doctor: other processes on the same cores
+  double other_cores_mean = 0;    // busy − server − doctor: other processes on the same cores
   std::string top_other_process;  // the biggest of them, "name (pid N)"
   double top_other_cores = 0;
   double memory_used_fraction_max = 0;
@@ -65,7 +66,7 @@ struct HostSummary {
 };
 
 struct GpuSummary {
-  std::string absent_reason;  // set when there is no GPU telemetry
+  std::string absent_reason;               // set when there is no GPU telemetry
   std::vector<telemetry::GpuSample> peak;  // per GPU, the highest reading of each field
   std::vector<double> utilization_mean;    // per GPU, during load
   std::vector<telemetry::GpuLink> links;
@@ -85,13 +86,13 @@ struct Evidence {
   std::string url;
   std::string model;
   ProbePoint cold;
-  ProbePoint short_baseline;  // concurrency 1
-  ProbePoint long_baseline;   // concurrency 1, unique long prompts
+  ProbePoint short_baseline;     // concurrency 1
+  ProbePoint long_baseline;      // concurrency 1, unique long prompts
   std::vector<ProbePoint> ramp;  // ascending concurrency, short prompts
   std::string ramp_stop_reason;
-  ProbePoint prefix;  // prompts sharing a long prefix, same length as long_baseline
+  ProbePoint prefix;                  // prompts sharing a long prefix, same length as long_baseline
   double prefix_shared_fraction = 0;  // of each prefix-probe prompt
-  ProbePoint mixed_short;  // short streams while long prompts arrive
+  ProbePoint mixed_short;             // short streams while long prompts arrive
   ProbePoint mixed_long;
   // TTFT p50 of the short requests sent after the first wave (all users start at once, and a
   // short prompt that shares its very first step with a long one is not what a steady mix sees).

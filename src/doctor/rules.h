@@ -25,8 +25,10 @@ constexpr double kSerializedItlGrowthMax = 1.5;
 // queueing: server-side queue time at the top of the ramp.
 constexpr double kQueueMsMin = 50;
 constexpr double kQueueShareOfTtft = 0.3;
-// kv_cache_exhausted.
+// kv_cache_exhausted: peak usage, or engine steps whose admission left requests waiting for
+// KV room (brisk's counter); a few such steps are a prompt briefly waiting for cells to free.
 constexpr double kKvFullFraction = 0.9;
+constexpr double kKvWaitStepsMin = 5;
 // head_of_line_blocking: a short stream's longest stall against one long prompt's prefill.
 constexpr double kStallShareOfLongPrefill = 0.6;
 constexpr double kLongPrefillMsMin = 250;
@@ -65,6 +67,12 @@ constexpr double kRampPlateauGain = 1.15;  // the ramp stops when a doubling add
 }  // namespace threshold
 
 using Rule = std::function<std::optional<Finding>(const Evidence&)>;
+
+// Requests waited because their prompts did not fit in the server's KV cache (a counter only
+// brisk exports; false when the server does not say).
+inline bool waited_for_kv(const ServerMetricsSummary& metrics) {
+  return metrics.kv_full_blocks && *metrics.kv_full_blocks >= threshold::kKvWaitStepsMin;
+}
 
 std::optional<Finding> check_no_batching(const Evidence& evidence);
 std::optional<Finding> check_queueing(const Evidence& evidence);

@@ -49,8 +49,11 @@ std::optional<Finding> check_no_batching(const Evidence& evidence) {
   // them. Measured throughput alone is not trusted: on shared cores one noisy load point
   // changes it several times over, while the shape of TTFT and ITL survives.
   const bool has_running_gauge = metrics.running_max.has_value();
+  // One running with others waiting is no batching only when the server was not waiting for
+  // KV room: then the cache is the limit (kv_cache_exhausted), not the batch.
   const bool server_runs_one = has_running_gauge && *metrics.running_max <= 1 &&
-                               metrics.waiting_max && *metrics.waiting_max >= 1;
+                               metrics.waiting_max && *metrics.waiting_max >= 1 &&
+                               !waited_for_kv(metrics);
   const bool serialized = !has_running_gauge && requests_wait_for_requests &&
                           streams_do_not_share_steps && gain < kBatchingGainMax;
   if (!server_runs_one && !serialized) return std::nullopt;
@@ -94,8 +97,8 @@ std::optional<Finding> check_queueing(const Evidence& evidence) {
       "(p50)",
       top->concurrency, queue_ms, top->ttft_ms.p50);
   if (top->server_queue_ms_p50 >= 0) {
-    finding.evidence.push_back({"queue time p50", top->server_queue_ms_p50, "ms",
-                                point_source(*top, "server timings")});
+    finding.evidence.push_back(
+        {"queue time p50", top->server_queue_ms_p50, "ms", point_source(*top, "server timings")});
   }
   finding.evidence.push_back({"TTFT p50", top->ttft_ms.p50, "ms", point_source(*top)});
   if (evidence.metrics.waiting_max) {
@@ -114,17 +117,22 @@ std::optional<Finding> check_kv_cache_exhausted(const Evidence& evidence) {
   const ServerMetricsSummary& metrics = evidence.metrics;
   const bool full = metrics.kv_usage_max && *metrics.kv_usage_max >= kKvFullFraction;
   const bool preempted = metrics.preemptions && *metrics.preemptions > 0;
-  if (!full && !preempted) return std::nullopt;
+  const bool kv_waits = waited_for_kv(metrics);
+  if (!full && !preempted && !kv_waits) return std::nullopt;
   const ProbePoint* top = ramp_top(evidence);
   const bool capped = top && metrics.running_max && *metrics.running_max < top->concurrency &&
                       metrics.waiting_max && *metrics.waiting_max >= 1;
-  Finding finding{"kv_cache_exhausted", preempted || capped ? Severity::critical : Severity::warning,
-                  "", {}, "", 0};
+  const bool critical = preempted || capped || kv_waits;
+  Finding finding{
+      "kv_cache_exhausted", critical ? Severity::critical : Severity::warning, "", {}, "", 0};
   const std::string source = "/metrics (" + metrics.dialect + ")";
   finding.summary = fmt::format(
-      "the KV cache is full ({:.0f}% at peak){}{}", metrics.kv_usage_max.value_or(0) * 100,
+      "the KV cache is full ({:.0f}% at peak){}{}{}", metrics.kv_usage_max.value_or(0) * 100,
       preempted ? fmt::format(", {:.0f} running requests were preempted", *metrics.preemptions)
                 : "",
+      kv_waits
+          ? fmt::format(", {:.0f} steps left requests waiting for KV room", *metrics.kv_full_blocks)
+          : "",
       capped ? fmt::format(": only {:.0f} of {} requests could run, the rest waited — low "
                            "utilization because KV is full",
                            *metrics.running_max, top->concurrency)
@@ -135,18 +143,22 @@ std::optional<Finding> check_kv_cache_exhausted(const Evidence& evidence) {
   if (metrics.preemptions) {
     finding.evidence.push_back({"preemptions", *metrics.preemptions, "", source});
   }
+  if (metrics.kv_full_blocks) {
+    finding.evidence.push_back(
+        {"steps that left requests waiting for KV room", *metrics.kv_full_blocks, "", source});
+  }
   if (metrics.running_max) {
     finding.evidence.push_back({"requests running (max)", *metrics.running_max, "", source});
   }
   if (top) {
-    finding.evidence.push_back({"concurrency offered", double(top->concurrency), "",
-                                point_source(*top)});
+    finding.evidence.push_back(
+        {"concurrency offered", double(top->concurrency), "", point_source(*top)});
   }
   finding.prescription =
       "give the KV cache room for the concurrent requests: brisk serve --ctx-size (KV tokens "
       "shared by all requests; each needs prompt + output) or fewer --max-seqs; vLLM "
       "--gpu-memory-utilization / --max-model-len; llama-server -c";
-  finding.impact = preempted || capped ? 0.8 : 0.3;
+  finding.impact = critical ? 0.8 : 0.3;
   return finding;
 }
 
@@ -154,6 +166,9 @@ std::optional<Finding> check_head_of_line_blocking(const Evidence& evidence) {
   const ProbePoint& shorts = evidence.mixed_short;
   const ProbePoint& longs = evidence.long_baseline;
   if (!shorts.measured() || !longs.measured()) return std::nullopt;
+  // Short requests that waited because the long ones held the KV cache wait for room, not for
+  // a prefill: that is kv_cache_exhausted, and chunking would not help them.
+  if (waited_for_kv(evidence.metrics)) return std::nullopt;
   const double long_prefill_ms =
       longs.server_ttft_ms_p50 > 0 ? longs.server_ttft_ms_p50 : longs.ttft_ms.p50;
   if (long_prefill_ms < kLongPrefillMsMin) return std::nullopt;
@@ -220,13 +235,13 @@ std::optional<Finding> check_prefix_not_cached(const Evidence& evidence) {
       {"shared part of each prompt", evidence.prefix_shared_fraction, "fraction", "probe design"}};
   if (evidence.metrics.prefix_query_tokens && *evidence.metrics.prefix_query_tokens > 0) {
     finding.evidence.push_back(
-        {"prefix-cache hit tokens / queried", evidence.metrics.prefix_hit_tokens.value_or(0) /
-                                                  *evidence.metrics.prefix_query_tokens,
+        {"prefix-cache hit tokens / queried",
+         evidence.metrics.prefix_hit_tokens.value_or(0) / *evidence.metrics.prefix_query_tokens,
          "fraction", "/metrics (" + evidence.metrics.dialect + ")"});
   }
   if (repeated.cached_prompt_fraction >= 0) {
-    finding.evidence.push_back({"cached prompt tokens", repeated.cached_prompt_fraction,
-                                "fraction", point_source(repeated, "usage")});
+    finding.evidence.push_back({"cached prompt tokens", repeated.cached_prompt_fraction, "fraction",
+                                point_source(repeated, "usage")});
   }
   finding.prescription =
       "turn on prefix caching so a repeated system prompt is computed once: brisk serve "
@@ -260,23 +275,28 @@ std::optional<Finding> check_compute_saturated(const Evidence& evidence) {
   const bool near_floor = floor_ms > 0 && itl_alone > 0 && itl_alone <= kNearFloorRatio * floor_ms;
   if (!(device_busy && (plateau || near_floor))) return std::nullopt;
   Finding finding{"compute_saturated",
-                  evidence.slo_missed.empty() ? Severity::info : Severity::warning, "", {}, "", 0};
+                  evidence.slo_missed.empty() ? Severity::info : Severity::warning,
+                  "",
+                  {},
+                  "",
+                  0};
   finding.summary =
-      plateau ? fmt::format("the device is the limit: throughput stops growing at {:.1f} tokens/s "
-                            "({} concurrent) with the device busy",
-                            top->output_tokens_per_s, top->concurrency)
-              : fmt::format("decode runs at {:.1f}x the hardware floor ({:.1f} ms/token) with the "
-                            "device busy",
-                            itl_alone / floor_ms, floor_ms);
+      plateau ? fmt::format(
+                    "the device is the limit: throughput stops growing at {:.1f} tokens/s "
+                    "({} concurrent) with the device busy",
+                    top->output_tokens_per_s, top->concurrency)
+              : fmt::format(
+                    "decode runs at {:.1f}x the hardware floor ({:.1f} ms/token) with the "
+                    "device busy",
+                    itl_alone / floor_ms, floor_ms);
   finding.evidence = items;
   if (plateau) {
-    finding.evidence.push_back({"output throughput at the top", top->output_tokens_per_s,
-                                "tokens/s", point_source(*top)});
+    finding.evidence.push_back(
+        {"output throughput at the top", top->output_tokens_per_s, "tokens/s", point_source(*top)});
   }
   if (floor_ms > 0 && itl_alone > 0) {
     finding.evidence.push_back({"ITL p50 alone", itl_alone, "ms", point_source(*first)});
-    finding.evidence.push_back(
-        {"decode floor", floor_ms, "ms/token", evidence.floor.source});
+    finding.evidence.push_back({"decode floor", floor_ms, "ms/token", evidence.floor.source});
   }
   finding.prescription =
       "the server uses the device well; more (or faster) accelerator is the fix for more "

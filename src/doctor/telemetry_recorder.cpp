@@ -137,7 +137,8 @@ void TelemetryRecorder::sample_once() {
   const telemetry::MemoryInfo memory =
       meminfo_text ? telemetry::parse_meminfo(*meminfo_text).value_or(telemetry::MemoryInfo{})
                    : telemetry::MemoryInfo{};
-  std::vector<telemetry::GpuSample> gpus = nvml_ ? nvml_->sample() : std::vector<telemetry::GpuSample>{};
+  std::vector<telemetry::GpuSample> gpus =
+      nvml_ ? nvml_->sample() : std::vector<telemetry::GpuSample>{};
   const auto metrics = scrape_now();
 
   std::lock_guard lock(mutex_);
@@ -147,7 +148,8 @@ void TelemetryRecorder::sample_once() {
     const double elapsed = seconds_between(previous_at_, now);
     reading.host_busy_cores = telemetry::cpu_share_between(previous_cpu_->all, cpu->all).busy() *
                               std::max<size_t>(1, cpu->cores.size());
-    if (server && previous_server_) reading.server_cores = cores_used(*previous_server_, *server, elapsed);
+    if (server && previous_server_)
+      reading.server_cores = cores_used(*previous_server_, *server, elapsed);
     if (self && previous_self_) reading.doctor_cores = cores_used(*previous_self_, *self, elapsed);
   }
   for (const telemetry::GpuSample& gpu : gpus) {
@@ -224,7 +226,8 @@ HostSummary TelemetryRecorder::host_summary() const {
   for (const telemetry::CpuShare& core : telemetry::core_shares_between(*first_cpu_, *last_cpu_)) {
     host.busiest_core_fraction = std::max(host.busiest_core_fraction, core.busy());
   }
-  if (first_self_ && last_self_) host.doctor_cores_mean = cores_used(*first_self_, *last_self_, seconds);
+  if (first_self_ && last_self_)
+    host.doctor_cores_mean = cores_used(*first_self_, *last_self_, seconds);
   if (first_server_ && last_server_) {
     host.server_cores_mean = cores_used(*first_server_, *last_server_, seconds);
     host.server_threads = last_server_->threads;
@@ -282,6 +285,10 @@ ServerMetricsSummary TelemetryRecorder::metrics_summary() const {
   summary.dialect = last_metrics_->dialect;
   if (first_metrics_->preemptions_total && last_metrics_->preemptions_total) {
     summary.preemptions = *last_metrics_->preemptions_total - *first_metrics_->preemptions_total;
+  }
+  if (first_metrics_->kv_full_blocks_total && last_metrics_->kv_full_blocks_total) {
+    summary.kv_full_blocks =
+        *last_metrics_->kv_full_blocks_total - *first_metrics_->kv_full_blocks_total;
   }
   return summary;
 }

@@ -53,6 +53,7 @@ void Sequence::reuse_cached_prefix(int tokens) {
     cached_prompt_tokens_ = std::min(tokens, static_cast<int>(request_->prompt_tokens.size()));
   }
   prompt_cursor_ = static_cast<size_t>(tokens);
+  prefill_start_ = prompt_cursor_;
   kv_tokens_ = tokens;
 }
 
@@ -75,12 +76,14 @@ int Sequence::add_prefill_chunk(ModelRunner& engine, int budget) {
 void Sequence::preempt() {
   // The cache held the prompt and every generated token but the last, which is the input of
   // the next decode.
-  prefill_target_ = request_->prompt_tokens.size() +
-                    static_cast<size_t>(std::max(0, completion_tokens_ - 1));
+  prefill_target_ =
+      request_->prompt_tokens.size() + static_cast<size_t>(std::max(0, completion_tokens_ - 1));
   replay_ = request_->prompt_tokens;
-  replay_.insert(replay_.end(), generated_.begin(),
-                 generated_.begin() + static_cast<std::ptrdiff_t>(prefill_target_ - replay_.size()));
+  replay_.insert(
+      replay_.end(), generated_.begin(),
+      generated_.begin() + static_cast<std::ptrdiff_t>(prefill_target_ - replay_.size()));
   prompt_cursor_ = 0;
+  prefill_start_ = 0;
   kv_tokens_ = 0;
   logits_index_ = -1;
   slot_ = -1;
@@ -97,7 +100,8 @@ void Sequence::add_decode_token(ModelRunner& engine) {
   ++kv_tokens_;
 }
 
-void Sequence::accept_token(SampledToken sampled, const ModelRunner& engine, ServingMetrics& metrics) {
+void Sequence::accept_token(SampledToken sampled, const ModelRunner& engine,
+                            ServingMetrics& metrics) {
   const Token token = sampled.token;
   const TimePoint now = Clock::now();
   if (completion_tokens_ == 0) {

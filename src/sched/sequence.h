@@ -29,6 +29,9 @@ class Sequence {
   // a preemption everything the sequence had in the cache (prompt + tokens generated so far).
   int prompt_remaining() const;
   bool prefill_done() const { return prompt_remaining() == 0; }
+  // Tokens this prefill computes from its start (after a prefix-cache hit): a prompt's size
+  // class is this, not what is left, so a long prompt stays long to its last chunk.
+  int prefill_work_tokens() const { return static_cast<int>(prefill_target_ - prefill_start_); }
   // KV cells this sequence will hold once its prompt (or replay) is in: what admission counts.
   int committed_kv_tokens() const { return kv_tokens_ + prompt_remaining(); }
 
@@ -80,6 +83,7 @@ class Sequence {
   TokenList replay_;
 
   size_t prompt_cursor_ = 0;  // prompt (or replay) tokens already in a batch
+  size_t prefill_start_ = 0;  // where this prefill began: after a cached prefix, or 0
   size_t prefill_target_;     // tokens the prefill puts in the cache: the prompt, or the replay
   TokenList generated_;       // every token accepted so far
   int kv_tokens_ = 0;         // tokens of this sequence in the KV cache

@@ -33,14 +33,19 @@ ServingMetrics::ServingMetrics()
       request_prefill_time_(Histogram::latency_seconds_buckets()),
       request_decode_time_(Histogram::latency_seconds_buckets()),
       batch_tokens_(batch_token_buckets()),
+      step_decode_tokens_(batch_token_buckets()),
+      step_prefill_tokens_(batch_token_buckets()),
       step_duration_(Histogram::latency_seconds_buckets()),
       step_schedule_(Histogram::step_phase_seconds_buckets()),
       step_decode_(Histogram::step_phase_seconds_buckets()),
       step_sample_(Histogram::step_phase_seconds_buckets()),
       step_commit_(Histogram::step_phase_seconds_buckets()) {}
 
-void ServingMetrics::observe_step(int batch_tokens, double step_seconds, const StepPhases& phases) {
-  batch_tokens_.observe(batch_tokens);
+void ServingMetrics::observe_step(int decode_tokens, int prefill_tokens, double step_seconds,
+                                  const StepPhases& phases) {
+  batch_tokens_.observe(decode_tokens + prefill_tokens);
+  step_decode_tokens_.observe(decode_tokens);
+  step_prefill_tokens_.observe(prefill_tokens);
   step_duration_.observe(step_seconds);
   step_schedule_.observe(phases.schedule_seconds);
   step_decode_.observe(phases.decode_seconds);
@@ -74,6 +79,13 @@ void ServingMetrics::observe_prefix_lookup(int query_tokens, int hit_tokens,
   ++prefix_misses_by_reason_[miss_reason];
 }
 
+void ServingMetrics::count_admission_block(AdmissionBlock why) {
+  const auto index = static_cast<size_t>(why);
+  if (why != AdmissionBlock::none && index < std::size(admission_blocks_)) {
+    ++admission_blocks_[index];
+  }
+}
+
 void ServingMetrics::count_rejection(const std::string& reason) {
   std::lock_guard lock(counters_mutex_);
   ++rejected_by_reason_[reason];
@@ -99,18 +111,26 @@ std::string ServingMetrics::render_prometheus(const SchedulerStats& stats) const
        {AdmissionBlock::no_free_sequence, AdmissionBlock::kv_cache_full,
         AdmissionBlock::long_prefill_turn, AdmissionBlock::step_budget}) {
     out += fmt::format("brisk_requests_waiting_by_reason{{reason=\"{}\"}} {}\n",
-                       admission_block_name(block),
-                       stats.admission_blocked == block ? queued : 0);
+                       admission_block_name(block), stats.admission_blocked == block ? queued : 0);
   }
-  out += fmt::format("brisk_requests_waiting_by_reason{{reason=\"preempted\"}} {}\n",
-                     stats.preempted);
+  out +=
+      fmt::format("brisk_requests_waiting_by_reason{{reason=\"preempted\"}} {}\n", stats.preempted);
+  append_header(out, "brisk_admission_blocked_steps_total", "counter",
+                "Engine steps whose admission pass left requests waiting, by why.");
+  for (const AdmissionBlock block :
+       {AdmissionBlock::no_free_sequence, AdmissionBlock::kv_cache_full,
+        AdmissionBlock::long_prefill_turn, AdmissionBlock::step_budget}) {
+    out += fmt::format("brisk_admission_blocked_steps_total{{reason=\"{}\"}} {}\n",
+                       admission_block_name(block),
+                       admission_blocks_[static_cast<size_t>(block)].load());
+  }
   append_header(out, "brisk_kv_cache_cells", "gauge",
                 "KV cells by holder: running requests, cached prefixes only, free.");
   out += fmt::format("brisk_kv_cache_cells{{state=\"running\"}} {}\n", stats.kv_running_cells);
   out += fmt::format("brisk_kv_cache_cells{{state=\"cached\"}} {}\n", stats.prefix_cache_cells);
-  out += fmt::format("brisk_kv_cache_cells{{state=\"free\"}} {}\n",
-                     std::max(0, stats.kv_capacity_cells - stats.kv_running_cells -
-                                     stats.prefix_cache_cells));
+  out += fmt::format(
+      "brisk_kv_cache_cells{{state=\"free\"}} {}\n",
+      std::max(0, stats.kv_capacity_cells - stats.kv_running_cells - stats.prefix_cache_cells));
   append_header(out, "brisk_kv_cache_committed_cells", "gauge",
                 "Cells the running requests hold plus what their prompts still need: what "
                 "admission counts (no max_tokens is reserved).");
@@ -154,6 +174,11 @@ std::string ServingMetrics::render_prometheus(const SchedulerStats& stats) const
   append_histogram(out, "brisk_request_decode_time_seconds", "First token to finish.",
                    request_decode_time_);
   append_histogram(out, "brisk_batch_tokens", "Tokens carried by one engine step.", batch_tokens_);
+  append_header(out, "brisk_step_tokens", "histogram",
+                "Tokens of one engine step by phase: decode (one per running stream) and "
+                "prefill (prompt chunks).");
+  out += step_decode_tokens_.render_prometheus("brisk_step_tokens", "phase=\"decode\"");
+  out += step_prefill_tokens_.render_prometheus("brisk_step_tokens", "phase=\"prefill\"");
   append_histogram(out, "brisk_step_duration_seconds", "Wall time of one engine step.",
                    step_duration_);
   append_header(out, "brisk_step_phase_seconds", "histogram",
@@ -188,9 +213,9 @@ void ServingMetrics::render_prefix_cache(const SchedulerStats& stats, std::strin
                 "Prompts that reused nothing, by reason (docs/scheduling.md).");
   {
     std::lock_guard lock(counters_mutex_);
-    for (const PrefixMiss miss : {PrefixMiss::no_match, PrefixMiss::below_minimum,
-                                  PrefixMiss::window_expired, PrefixMiss::evicted,
-                                  PrefixMiss::disabled}) {
+    for (const PrefixMiss miss :
+         {PrefixMiss::no_match, PrefixMiss::below_minimum, PrefixMiss::window_expired,
+          PrefixMiss::evicted, PrefixMiss::disabled}) {
       const char* reason = prefix_miss_name(miss);
       const auto it = prefix_misses_by_reason_.find(reason);
       out += fmt::format("brisk_prefix_cache_misses_total{{reason=\"{}\"}} {}\n", reason,
@@ -209,7 +234,7 @@ void ServingMetrics::render_prefix_cache(const SchedulerStats& stats, std::strin
 }
 
 std::string ServingMetrics::render_vllm_compat(const SchedulerStats& stats,
-                                              const std::string& model_name) {
+                                               const std::string& model_name) {
   // A label value escapes backslash, quote and newline (Prometheus text format).
   std::string label;
   for (char c : model_name) {

@@ -45,10 +45,14 @@ class ServingMetrics {
 
   void observe_first_token(double ttft_seconds) { time_to_first_token_.observe(ttft_seconds); }
   void observe_inter_token(double gap_seconds) { inter_token_latency_.observe(gap_seconds); }
-  void observe_step(int batch_tokens, double step_seconds, const StepPhases& phases);
+  void observe_step(int decode_tokens, int prefill_tokens, double step_seconds,
+                    const StepPhases& phases);
   void observe_finished(const RequestTimings& timings, FinishReason reason);
   void count_rejection(const std::string& reason);
   void count_preemption() { ++preemptions_; }
+  // A step whose admission pass left requests waiting, and why (a counter cannot miss a
+  // short block between two scrapes, as the waiting_by_reason gauge can).
+  void count_admission_block(AdmissionBlock why);
   // A prompt looked up in the prefix cache: `hit_tokens` of its `query_tokens` reused, or why
   // none were (`miss_reason` is "none" on a hit).
   void observe_prefix_lookup(int query_tokens, int hit_tokens, const char* miss_reason);
@@ -58,8 +62,7 @@ class ServingMetrics {
   void render_prefix_cache(const SchedulerStats& stats, std::string& out) const;
   // The gauges under vLLM's names (--metrics-compat vllm), with vLLM's meaning and its
   // model_name label: what the Gateway API Inference Extension's endpoint picker reads.
-  static std::string render_vllm_compat(const SchedulerStats& stats,
-                                        const std::string& model_name);
+  static std::string render_vllm_compat(const SchedulerStats& stats, const std::string& model_name);
 
  private:
   Histogram time_to_first_token_;
@@ -69,6 +72,8 @@ class ServingMetrics {
   Histogram request_prefill_time_;
   Histogram request_decode_time_;
   Histogram batch_tokens_;
+  Histogram step_decode_tokens_;
+  Histogram step_prefill_tokens_;
   Histogram step_duration_;
   Histogram step_schedule_;
   Histogram step_decode_;
@@ -77,6 +82,7 @@ class ServingMetrics {
   std::atomic<uint64_t> prompt_tokens_{0};
   std::atomic<uint64_t> generation_tokens_{0};
   std::atomic<uint64_t> preemptions_{0};
+  std::atomic<uint64_t> admission_blocks_[5] = {};  // by AdmissionBlock
   std::atomic<uint64_t> prefix_queries_{0};
   std::atomic<uint64_t> prefix_query_tokens_{0};
   std::atomic<uint64_t> prefix_hits_{0};

@@ -236,7 +236,7 @@ int StepScheduler::build_batch(bool admit) {
     prompt_backlog += queued_prompt_tokens_;
   }
   const int token_budget = options_.max_batched_tokens - decode_tokens;
-  int budget = long_prefill_running || prompt_backlog <= token_budget
+  int budget = decode_tokens > 0 && (long_prefill_running || prompt_backlog <= token_budget)
                    ? prefill_budget(decode_tokens)
                    : token_budget;
   const int step_budget = budget;
@@ -247,10 +247,29 @@ int StepScheduler::build_batch(bool admit) {
     if (sequence->prefill_done() || is_long_prefill(*sequence)) continue;
     add_prefill(*sequence, budget, kv_free);
   }
-  if (admit) admit_waiting(budget, kv_free);
-  // A long prompt's chunks always keep the step under the target, whatever the short ones took.
+  if (admit) {
+    admit_waiting(budget, kv_free);
+    bool left_waiting = !preempted_.empty();
+    {
+      std::lock_guard lock(mutex_);
+      left_waiting = left_waiting || !waiting_.empty();
+    }
+    if (left_waiting) metrics_.count_admission_block(admission_blocked_);
+  }
   const int short_tokens = step_budget - budget;
-  int long_budget = std::min(budget, std::max(0, prefill_budget(decode_tokens) - short_tokens));
+  // A long prompt's chunks keep every step under the target, decodes or not: a short newcomer
+  // then waits at most one such step before its own. And a step that carries short prompts
+  // carries no long chunk, so their first tokens cost their own prefill only (with a full
+  // chunk beside them, short newcomers waited ~80% of a 320-token prefill: brisk doctor's
+  // head_of_line_blocking). The long prompt steps aside for one step, never two in a row, and
+  // then gets at least a quarter of a step's chunk: a steady stream of short prompts that
+  // fills every step cannot starve it.
+  const bool long_steps_aside = short_tokens > 0 && !long_prefill_stepped_aside_;
+  const int timed_tokens = prefill_budget(decode_tokens);
+  int long_budget = long_steps_aside
+                        ? 0
+                        : std::min(budget, std::max(timed_tokens - short_tokens, timed_tokens / 4));
+  long_prefill_stepped_aside_ = long_steps_aside && long_prefill_running;
   int long_prefills = 0;
   for (auto& sequence : running_) {
     if (long_budget <= 0 || kv_free <= 0 || long_prefills >= options_.max_long_prefills) break;
@@ -266,7 +285,7 @@ bool StepScheduler::is_long_prompt(int tokens_to_prefill) const {
 }
 
 bool StepScheduler::is_long_prefill(const Sequence& sequence) const {
-  return is_long_prompt(sequence.prompt_remaining());
+  return !sequence.prefill_done() && is_long_prompt(sequence.prefill_work_tokens());
 }
 
 void StepScheduler::add_prefill(Sequence& sequence, int& budget, int& kv_free) {
@@ -321,14 +340,14 @@ void StepScheduler::preempt(size_t index) {
   }
 }
 
+// Prompt tokens that fit beside `decode_tokens` decodes in one step of --target-itl-ms, at
+// the measured costs (the whole token budget while they are unknown).
 int StepScheduler::prefill_budget(int decode_tokens) const {
   const int token_budget = options_.max_batched_tokens - decode_tokens;
-  if (options_.max_step_ms <= 0 || decode_tokens == 0 || prefill_ms_per_token_ <= 0) {
-    return token_budget;
-  }
+  if (options_.max_step_ms <= 0 || prefill_ms_per_token_ <= 0) return token_budget;
   // A floor keeps prompts moving even when decodes alone use up the time target.
   constexpr int kMinChunkTokens = 16;
-  const double spare_ms = options_.max_step_ms - decode_step_ms_;
+  const double spare_ms = options_.max_step_ms - (decode_tokens > 0 ? decode_step_ms_ : 0);
   const int timed_budget = static_cast<int>(spare_ms / prefill_ms_per_token_);
   return std::min(token_budget, std::max(kMinChunkTokens, timed_budget));
 }
@@ -425,10 +444,10 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
           waiting_, [&](const Request& r) { return !short_only || !is_long(r); }, is_long, now,
           prefill_ms_per_token_);
       const bool waiting_first =
-          index >= 0 &&
-          (resumed == preempted_.end() ||
-           (policy_.policy() == SchedulingPolicy::priority &&
-            policy_.runs_before(*waiting_[static_cast<size_t>(index)], (*resumed)->request(), now)));
+          index >= 0 && (resumed == preempted_.end() ||
+                         (policy_.policy() == SchedulingPolicy::priority &&
+                          policy_.runs_before(*waiting_[static_cast<size_t>(index)],
+                                              (*resumed)->request(), now)));
       if (index < 0 && resumed == preempted_.end() && !waiting_.empty()) {
         return blocked(AdmissionBlock::long_prefill_turn);
       }
@@ -450,8 +469,8 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
       }
     }
     if (request) {
-      auto sequence = std::make_unique<Sequence>(std::move(request), -1, Clock::now(),
-                                                 next_admission_order_++);
+      auto sequence =
+          std::make_unique<Sequence>(std::move(request), -1, Clock::now(), next_admission_order_++);
       start_sequence(std::move(sequence), hit, budget, kv_free);
     } else {
       if (resumed == preempted_.end()) return;
@@ -558,7 +577,7 @@ void StepScheduler::sample_and_commit(int decode_tokens, TimePoint step_started,
   phases.sample_seconds = seconds_between(decoded, sampled);
   phases.commit_seconds = seconds_between(sampled, committed);
   const double step_seconds = seconds_between(started, committed);
-  metrics_.observe_step(batch_tokens, step_seconds, phases);
+  metrics_.observe_step(decode_tokens, batch_tokens - decode_tokens, step_seconds, phases);
   learn_step_cost(decode_tokens, batch_tokens - decode_tokens, step_seconds * 1000.0);
 }
 
@@ -705,8 +724,7 @@ SchedulerSnapshot StepScheduler::snapshot() const {
   return out;
 }
 
-void StepScheduler::finish_unscheduled(Request& request, FinishReason reason,
-                                       std::string error) {
+void StepScheduler::finish_unscheduled(Request& request, FinishReason reason, std::string error) {
   RequestTimings timings;
   timings.e2e_ms = ms_between(request.arrival, Clock::now());
   timings.queue_ms = timings.e2e_ms;

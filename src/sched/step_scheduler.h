@@ -175,6 +175,7 @@ class StepScheduler {
   std::atomic<int> prefix_cache_sequences_{0};
   LoadEstimate load_;                // guarded by mutex_; written by publish_load()
   SchedulerSnapshot published_;      // guarded by mutex_; written by publish_load()
+  bool long_prefill_stepped_aside_ = false;  // engine thread: the last step's long chunk gave way
   AdmissionBlock admission_blocked_ = AdmissionBlock::none;  // engine thread: the last pass's
   int queued_prompt_tokens_ = 0;     // guarded by mutex_: prompt tokens in waiting_
   double mean_hold_ms_ = 0;  // engine thread: how long finished requests held a sequence

@@ -32,7 +32,8 @@ const std::vector<Dialect>& dialects() {
        {"vllm:num_preemptions_total", "vllm:num_preemptions"},
        {"vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries",
         "vllm:gpu_prefix_cache_queries_total"},
-       {"vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits_total"},
+       {"vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits",
+        "vllm:gpu_prefix_cache_hits_total"},
        {}},
       {"sglang",
        {"sglang:num_queue_reqs"},
@@ -93,6 +94,10 @@ ServerMetrics read_server_metrics(const std::vector<MetricSample>& samples) {
     metrics.prefix_query_tokens_total = first_present(samples, dialect.prefix_queries);
     metrics.prefix_hit_tokens_total = first_present(samples, dialect.prefix_hits);
     metrics.prefix_hit_rate = highest_present(samples, dialect.prefix_hit_rate);
+    if (metrics.dialect == "brisk") {
+      metrics.kv_full_blocks_total = sum_samples(samples, "brisk_admission_blocked_steps_total",
+                                                 {{"reason", "kv_cache_full"}});
+    }
     if (dialect.queries_exclude_hits && metrics.prefix_query_tokens_total &&
         metrics.prefix_hit_tokens_total) {
       *metrics.prefix_query_tokens_total += *metrics.prefix_hit_tokens_total;

@@ -19,6 +19,11 @@ struct ServerMetrics {
   std::optional<double> prefix_query_tokens_total;  // prompt tokens looked up in a prefix cache
   std::optional<double> prefix_hit_tokens_total;    // of them, reused from it
   std::optional<double> prefix_hit_rate;            // a server that exports only the ratio
+  // Engine steps that left requests waiting because their prompts did not fit in the KV cache
+  // (brisk only: brisk_admission_blocked_steps_total{reason="kv_cache_full"}). A counter: a
+  // usage gauge scraped every 250 ms can miss a cache that filled between scrapes, and
+  // brisk's admission keeps usage just under full by design.
+  std::optional<double> kv_full_blocks_total;
   bool known() const { return !dialect.empty(); }
 };
 

@@ -212,6 +212,29 @@ TEST(DoctorRules, KvCacheExhaustedWithPreemptionsAndCappedRunning) {
   EXPECT_NE(finding->prescription.find("--ctx-size"), std::string::npos);
 }
 
+TEST(DoctorRules, KvCacheExhaustedFromBrisksWaitsForKvRoom) {
+  // brisk serve --ctx-size 256: admission keeps usage just under full (never 90% at a scrape)
+  // and nothing is preempted, but one request runs while the next waits for cells; before the
+  // counter this read as no_batching or head-of-line blocking.
+  Evidence e = healthy();
+  e.metrics.kv_usage_max = 0.7;
+  e.metrics.preemptions = 0;
+  e.metrics.running_max = 1;
+  e.metrics.waiting_max = 1;
+  e.mixed_short.max_itl_ms = 1180;
+  e.mixed_short_later_ttft_ms_p50 = 1300;
+  e.metrics.kv_full_blocks = 40;
+  expect_primary(e, "kv_cache_exhausted");
+  const Diagnosis diagnosis = diagnose(e);
+  EXPECT_EQ(find(diagnosis, "kv_cache_exhausted")->severity, Severity::critical);
+  EXPECT_EQ(find(diagnosis, "no_batching"), nullptr);
+  EXPECT_EQ(find(diagnosis, "head_of_line_blocking"), nullptr);
+  // A few such steps are a prompt briefly waiting for cells, not an exhausted cache.
+  e.metrics.kv_full_blocks = 2;
+  EXPECT_EQ(check_kv_cache_exhausted(e), std::nullopt);
+  EXPECT_TRUE(check_no_batching(e));
+}
+
 TEST(DoctorRules, KvCacheNearlyFullAloneIsAWarning) {
   Evidence e = healthy();
   e.metrics.kv_usage_max = 0.93;
@@ -261,8 +284,9 @@ TEST(DoctorRules, PrefixNotCachedNamesTheCountersWhenThereAreSome) {
   e.metrics.prefix_hit_tokens = 0;
   const auto finding = check_prefix_not_cached(e);
   ASSERT_TRUE(finding);
-  const auto counter = std::find_if(finding->evidence.begin(), finding->evidence.end(),
-                                    [](const EvidenceItem& i) { return i.source.find("/metrics") == 0; });
+  const auto counter =
+      std::find_if(finding->evidence.begin(), finding->evidence.end(),
+                   [](const EvidenceItem& i) { return i.source.find("/metrics") == 0; });
   ASSERT_NE(counter, finding->evidence.end());
   EXPECT_EQ(counter->value, 0);
 }
@@ -340,7 +364,8 @@ TEST(DoctorRules, ModelOnCpuWhenTheGpuIdles) {
   Evidence e = with_gpu(healthy(), 0.0, 0.02);
   e.host.server_cores_mean = 1.8;
   expect_primary(e, "model_on_cpu");
-  EXPECT_NE(find(diagnose(e), "model_on_cpu")->prescription.find("--gpu-layers"), std::string::npos);
+  EXPECT_NE(find(diagnose(e), "model_on_cpu")->prescription.find("--gpu-layers"),
+            std::string::npos);
 }
 
 TEST(DoctorRules, CpuBoundFrontendWhenTheGpuWaits) {

@@ -23,7 +23,6 @@ namespace {
 using testing::FakeModelRunner;
 using namespace testing;  // NOLINT: the harness of scheduler_run.h
 
-
 TEST(StepScheduler, PreemptedRequestsGenerateExactlyWhatTheyWouldAlone) {
   for (const SamplingParams& sampling : {greedy(), seeded(7)}) {
     const auto work = jobs(6, 20, 60, sampling);  // up to 95 cells each, 6 at once
@@ -202,9 +201,88 @@ TEST(StepScheduler, StepTargetHoldsExceptForABurstOfShortPrompts) {
     if (arrival == Arrival::burst) {
       EXPECT_GT(runner.max_batch(), 300) << "a burst of short prompts was cut to the target";
     } else {
-      EXPECT_LT(runner.max_batch(), 60) << "a prompt's chunks ignored the step target (case "
-                                        << static_cast<int>(arrival) << ")";
+      EXPECT_LT(runner.max_batch(), 60)
+          << "a prompt's chunks ignored the step target (case " << static_cast<int>(arrival) << ")";
     }
+  }
+}
+
+// A long prompt prefilled while nothing decodes, and short prompts arriving one per step from
+// the engine's `first_short_step`th decode to its `last_short_step`th: the decode at which each
+// request got its first token (index 0: a warm-up that measures the step costs, 1: the long
+// one, then the short ones), and the largest batch after the first short arrived. The fake's
+// steps cost 2 ms + 0.1 ms a token, so the 5 ms target fits ~30 prompt tokens.
+struct LongAmongShorts {
+  std::vector<int> first_token_step;
+  int max_batch_since_first_short = 0;
+  int max_sequences_in_a_step = 0;
+};
+LongAmongShorts prefill_long_among_shorts(int long_tokens, int first_short_step,
+                                          int last_short_step) {
+  FakeModelRunner runner(16384);
+  runner.step_delay = std::chrono::milliseconds(2);
+  runner.token_delay = std::chrono::microseconds(100);
+  SchedulerOptions opts = options(64, 512);
+  opts.max_step_ms = 5;
+  opts.long_prefill_tokens = 256;
+  ServingMetrics metrics;
+  StepScheduler scheduler(runner, opts, metrics);
+  std::mutex mutex;
+  std::condition_variable cv;
+  const int total = 2 + last_short_step - first_short_step + 1;
+  LongAmongShorts result;
+  result.first_token_step.assign(static_cast<size_t>(total), -1);
+  int submitted = 0;
+  int finished = 0;
+  auto submit = [&](int prompt_tokens) {
+    const int index = submitted++;
+    auto request = std::make_shared<Request>();
+    request->prompt_tokens.assign(static_cast<size_t>(prompt_tokens), 7 + index % 50);
+    request->max_tokens = 1;
+    request->sampling = greedy();
+    request->arrival = Clock::now();
+    request->on_update = [&, index](GenerationUpdate&& update) {
+      std::lock_guard lock(mutex);
+      auto& step = result.first_token_step[static_cast<size_t>(index)];
+      if (step < 0 && update.completion_tokens > 0) step = runner.decodes();
+      if (update.finished() && ++finished == total) cv.notify_all();
+    };
+    EXPECT_EQ(scheduler.submit(std::move(request)), SubmitStatus::accepted);
+  };
+  runner.before_decode = [&](int n) {
+    if (n == 1) submit(long_tokens);
+    if (n == first_short_step) runner.reset_max_batch();
+    if (n >= first_short_step && n <= last_short_step) submit(40);
+  };
+  submit(40);
+  scheduler.start();
+  std::unique_lock lock(mutex);
+  EXPECT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return finished == total; }));
+  result.max_batch_since_first_short = runner.max_batch();
+  result.max_sequences_in_a_step = runner.max_sequences_in_a_step();
+  return result;
+}
+
+// brisk doctor found short newcomers waiting ~80% of a 320-token prefill: with nothing decoding
+// a long prompt took the whole token budget, and a short one's step carried a full long chunk.
+// Now every step stays under the target and a short prompt's step carries no long chunk.
+TEST(StepScheduler, AShortNewcomerWaitsOneTargetStepNotALongPrefill) {
+  const LongAmongShorts run = prefill_long_among_shorts(2000, 3, 3);
+  EXPECT_LT(run.max_batch_since_first_short, 60)
+      << "a step beside the short newcomer, or of the long prompt alone, ignored the target";
+  EXPECT_LE(run.first_token_step[2], 4) << "the short newcomer waited for the long prompt";
+  EXPECT_EQ(run.max_sequences_in_a_step, 1) << "a long chunk shared the short newcomer's step";
+}
+
+// The long chunk gives way to short prompts for one step, never two in a row: a short prompt
+// arriving at every step does not starve it (it would wait for the last short otherwise).
+TEST(StepScheduler, AStreamOfShortPromptsDoesNotStarveALongOne) {
+  // Every other step the long prompt gets at least a quarter of the ~30-token chunk: its 400
+  // tokens are in by about step 100, while the short prompts keep coming until step 200.
+  const LongAmongShorts run = prefill_long_among_shorts(400, 3, 200);
+  EXPECT_LT(run.first_token_step[1], 150) << "the long prompt waited for the shorts to stop";
+  for (size_t i = 2; i < run.first_token_step.size(); ++i) {
+    EXPECT_LE(run.first_token_step[i], static_cast<int>(i) + 3) << "short " << i << " waited";
   }
 }
 
