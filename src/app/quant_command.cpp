@@ -9,6 +9,7 @@
 #include "quant/candidate_maker.h"
 #include "quant/dataset.h"
 #include "quant/default_dataset.h"
+#include "quant/endpoint_run.h"
 #include "quant/gates.h"
 #include "quant/quant_report.h"
 #include "quant/quant_run.h"
@@ -21,6 +22,12 @@ namespace fs = std::filesystem;
 struct QuantFlags {
   std::string reference;
   std::vector<std::string> candidates;
+  std::string reference_url;
+  std::vector<std::string> candidate_urls;
+  std::string reference_model;
+  std::vector<std::string> candidate_models;
+  std::string api_key;
+  int top_logprobs = 20;
   std::string make;
   bool allow_requantize = false;
   std::string work_dir;
@@ -78,9 +85,98 @@ std::string unique_name(std::string name, const std::vector<quant::CandidateFile
   }
 }
 
+quant::QuantSettings settings_of(const QuantFlags& flags) {
+  return {flags.ctx_size, flags.max_tokens, flags.concurrency,
+          flags.threads,  flags.prefer,     flags.dataset.empty() ? "(built-in)" : flags.dataset,
+          flags.text,     flags.text_ctx};
+}
+
+int print_report(const QuantFlags& flags, const quant::QuantReport& report) {
+  if (flags.json) {
+    std::cout << quant::report_json(report).dump(2) << "\n";
+  } else {
+    quant::print_report_table(std::cout, report);
+  }
+  if (!flags.out.empty()) {
+    std::string error;
+    if (!quant::write_report_files(report, flags.out, &error)) return fail(error);
+    std::cerr << "wrote " << (fs::path(flags.out) / "report.{json,md,html}").string() << "\n";
+  }
+  return 0;
+}
+
+// A file reference with URL candidates (or the reverse) is refused: the in-process mode
+// compares full logits, the endpoint mode only what a server returns, so one report cannot
+// mix them honestly.
+std::optional<std::string> mixed_mode_error(const QuantFlags& flags) {
+  const bool any_url = !flags.reference_url.empty() || !flags.candidate_urls.empty();
+  if (!any_url) return std::nullopt;
+  if (!flags.reference.empty() && !flags.reference_url.empty()) {
+    return "give --reference FILE or --reference-url URL, not both";
+  }
+  if (flags.reference_url.empty()) {
+    return "--candidate-url needs --reference-url: a file reference and endpoint candidates "
+           "cannot be compared (serve the reference, e.g. `brisk serve --model FILE`, and give "
+           "its URL)";
+  }
+  if (!flags.candidates.empty() || !flags.make.empty()) {
+    return "--reference-url compares endpoints only: give the candidates with --candidate-url "
+           "(serve a file with `brisk serve --model FILE`), not --candidate or --make";
+  }
+  if (flags.candidate_urls.empty()) return "give at least one --candidate-url URL";
+  if (!flags.text.empty()) return "--text needs files: an endpoint cannot be teacher-forced";
+  if (flags.prefer == "memory") {
+    return "--prefer memory needs files: memory is not measurable over HTTP";
+  }
+  if (flags.candidate_models.size() > 1 &&
+      flags.candidate_models.size() != flags.candidate_urls.size()) {
+    return "give one --candidate-model for all candidates, or one per --candidate-url";
+  }
+  if (flags.top_logprobs < 1) return "--top-logprobs must be at least 1";
+  return std::nullopt;
+}
+
+int run_endpoint_quant(const QuantFlags& flags, std::vector<quant::DatasetItem> items,
+                       std::vector<quant::Gate> gates) {
+  quant::EndpointRunInputs inputs;
+  inputs.reference = {flags.reference_url, flags.reference_model};
+  for (size_t i = 0; i < flags.candidate_urls.size(); ++i) {
+    const std::string model = flags.candidate_models.empty()       ? ""
+                              : flags.candidate_models.size() == 1 ? flags.candidate_models[0]
+                                                                   : flags.candidate_models[i];
+    inputs.candidates.push_back({flags.candidate_urls[i], model});
+  }
+  inputs.api_key = flags.api_key;
+  inputs.items = std::move(items);
+  inputs.gates = std::move(gates);
+  inputs.settings = settings_of(flags);
+  inputs.concurrent_tokens = flags.concurrent_tokens;
+  inputs.top_logprobs = flags.top_logprobs;
+  inputs.progress = bench::progress_style_for(flags.progress);
+  std::string error;
+  const auto report = quant::run_endpoint_quant(inputs, &error);
+  if (!report) return fail(error);
+  return print_report(flags, *report);
+}
+
 int run_quant(const QuantFlags& flags) {
   if (!configure_logging(LogFormat::text, flags.log_level)) {
     return fail("unknown --log-level '" + flags.log_level + "'");
+  }
+  if (const auto mixed = mixed_mode_error(flags)) return fail(*mixed);
+  if (flags.reference.empty() && flags.reference_url.empty()) {
+    return fail("give the reference: --reference FILE (or a catalog name), or --reference-url URL");
+  }
+  if (!flags.reference_url.empty()) {
+    if (flags.max_tokens < 1 || flags.concurrency < 1 || flags.concurrent_tokens < 1) {
+      return fail("--max-tokens, --concurrency and --concurrent-tokens must be positive");
+    }
+    std::string error;
+    auto gates = quant::parse_gates(flags.gates, &error);
+    if (!gates) return fail("--gate: " + error);
+    auto items = dataset_items(flags, &error);
+    if (!items) return fail(error);
+    return run_endpoint_quant(flags, std::move(*items), std::move(*gates));
   }
   if (flags.candidates.empty() && flags.make.empty()) {
     return fail("give at least one --candidate FILE.gguf, or --make q8_0,q4_k_m,... to make them");
@@ -134,26 +230,14 @@ int run_quant(const QuantFlags& flags) {
   }
   inputs.items = std::move(*items);
   inputs.gates = *gates;
-  inputs.settings = {flags.ctx_size,    flags.max_tokens,
-                     flags.concurrency, flags.threads,
-                     flags.prefer,      flags.dataset.empty() ? "(built-in)" : flags.dataset,
-                     flags.text,        flags.text_ctx};
+  inputs.settings = settings_of(flags);
   inputs.concurrent_tokens = flags.concurrent_tokens;
   inputs.text_chunks = flags.text_chunks;
   inputs.progress = bench::progress_style_for(flags.progress);
 
   const auto report = quant::run_quant(inputs, &error);
   if (!report) return fail(error);
-  if (flags.json) {
-    std::cout << quant::report_json(*report).dump(2) << "\n";
-  } else {
-    quant::print_report_table(std::cout, *report);
-  }
-  if (!flags.out.empty()) {
-    if (!quant::write_report_files(*report, flags.out, &error)) return fail(error);
-    std::cerr << "wrote " << (fs::path(flags.out) / "report.{json,md,html}").string() << "\n";
-  }
-  return 0;
+  return print_report(flags, *report);
 }
 
 }  // namespace
@@ -161,9 +245,22 @@ int run_quant(const QuantFlags& flags) {
 CommandRunner register_quant_command(CLI::App& app) {
   auto flags = std::make_shared<QuantFlags>();
   app.add_option("--reference", flags->reference,
-                 "The reference model: a GGUF file or a catalog name (e.g. gemma3-270m)")
-      ->required();
+                 "The reference model: a GGUF file or a catalog name (e.g. gemma3-270m)");
   app.add_option("--candidate", flags->candidates, "A quantized GGUF to check (repeatable)");
+  app.add_option("--reference-url", flags->reference_url,
+                 "Compare endpoints instead: the reference's OpenAI-compatible server, "
+                 "http://HOST:PORT");
+  app.add_option("--candidate-url", flags->candidate_urls,
+                 "A candidate's OpenAI-compatible server (repeatable; with --reference-url)");
+  app.add_option("--reference-model", flags->reference_model,
+                 "Model name sent to --reference-url (default: the first of GET /v1/models)");
+  app.add_option("--candidate-model", flags->candidate_models,
+                 "Model name sent to the candidates: once for all, or once per --candidate-url "
+                 "(default: the first of each server's GET /v1/models)");
+  app.add_option("--api-key", flags->api_key, "Sent to every endpoint as a Bearer token");
+  app.add_option("--top-logprobs", flags->top_logprobs,
+                 "Endpoints: N of the approximate KLD over the top-N logprobs (servers cap it; "
+                 "brisk and OpenAI at 20)");
   app.add_option("--make", flags->make,
                  "Make candidates from the reference with llama-quantize, e.g. q8_0,q4_k_m,q2_k");
   app.add_flag("--allow-requantize", flags->allow_requantize,

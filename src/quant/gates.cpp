@@ -84,7 +84,7 @@ std::vector<GateOutcome> apply_gates(const std::vector<Gate>& gates,
                                      const std::map<std::string, std::optional<double>>& figures) {
   std::vector<GateOutcome> outcomes;
   for (const Gate& gate : gates) {
-    GateOutcome outcome{gate, std::nullopt, true};
+    GateOutcome outcome{gate, std::nullopt, false};
     const auto found = figures.find(gate.metric);
     if (found != figures.end() && found->second) {
       outcome.value = *found->second;

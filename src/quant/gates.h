@@ -24,10 +24,14 @@ const std::vector<std::string>& gate_metric_names();
 // "a<=x,b>=y" -> gates; nullopt with `error` saying what is wrong and what is allowed.
 std::optional<std::vector<Gate>> parse_gates(const std::string& text, std::string* error);
 
+// A gate's figure that was not measured (no JSON check the reference passes, no perplexity over
+// an endpoint) does not pass: a verdict must not certify what nobody looked at. It is reported
+// as "not measured" rather than as a failure of the candidate's quality.
 struct GateOutcome {
   Gate gate;
-  std::optional<double> value;  // nullopt: not measured (e.g. no format check): not a failure
-  bool passed = true;
+  std::optional<double> value;  // nullopt: not measured
+  bool passed = false;
+  bool measured() const { return value.has_value(); }
 };
 
 // `figures`: metric name -> value, absent or nullopt when not measured.

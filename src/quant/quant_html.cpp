@@ -36,8 +36,9 @@ const bars = (id, labels, label, values, y) => new Chart(document.getElementById
   data: {labels, datasets: [{label, data: values, backgroundColor: labels.map((_, i) => palette[i % palette.length])}]},
   options: {animation: false, plugins: {legend: {display: false}, title: {display: true, text: label}},
             scales: {y: {beginAtZero: true, title: {display: true, text: y}}}}});
-bars('kld', names, 'KLD mean (nats/token)', DATA.candidates.map(c => c.kld.mean), 'nats');
-bars('kld99', names, 'KLD p99 (nats/token)', DATA.candidates.map(c => c.kld.p99), 'nats');
+const approx = DATA.mode === 'endpoints' ? ' (approximate, top-N logprobs)' : '';
+bars('kld', names, 'KLD mean (nats/token)' + approx, DATA.candidates.map(c => c.kld.mean), 'nats');
+bars('kld99', names, 'KLD p99 (nats/token)' + approx, DATA.candidates.map(c => c.kld.p99), 'nats');
 bars('same', names, 'same top token (%)', DATA.candidates.map(c => 100 * c.same_top), '%');
 bars('tasks', models, 'task checks passed (%)',
      [DATA.candidates.length ? 100 * DATA.candidates[0].tasks.reference_pass_rate : 0]
@@ -45,7 +46,7 @@ bars('tasks', models, 'task checks passed (%)',
 bars('speed', models, 'decode tokens/s, concurrency 1',
      [DATA.reference.speed.decode_tokens_per_s].concat(DATA.candidates.map(c => c.speed.decode_tokens_per_s)), 'tokens/s');
 bars('memory', models, 'memory allocated at the context (MiB)',
-     [DATA.reference.memory.allocated_bytes / 1048576].concat(DATA.candidates.map(c => c.memory.allocated_bytes / 1048576)), 'MiB');
+     [DATA.reference].concat(DATA.candidates).map(m => m.memory ? m.memory.allocated_bytes / 1048576 : null), 'MiB');
 )JS";
 
 }  // namespace
@@ -76,7 +77,10 @@ bool write_quant_html(const QuantReport& report, const std::filesystem::path& pa
   for (const CandidateResult& candidate : report.candidates) {
     std::string gates;
     for (const GateOutcome& outcome : candidate.gates) {
-      gates += (outcome.passed ? "pass " : "FAIL ") + outcome.gate.text() + "; ";
+      gates += (outcome.passed       ? "pass "
+                : outcome.measured() ? "FAIL "
+                                     : "NOT MEASURED ") +
+               outcome.gate.text() + "; ";
     }
     page << "<tr><td>" << bench::html_escape(candidate.run.name) << "</td><td>"
          << bench::html_escape(gates) << "</td></tr>";

@@ -11,8 +11,14 @@ namespace {
 
 using nlohmann::json;
 
-json speed_json(const SpeedFigures& speed) {
-  return {{"load_ms", speed.load_ms},
+json optional_number(const std::optional<double>& value) {
+  return value ? json(*value) : json(nullptr);
+}
+
+// An endpoint's load time cannot be seen over HTTP.
+json speed_json(const ModelRun& run) {
+  const SpeedFigures& speed = run.speed;
+  return {{"load_ms", run.is_endpoint() ? json(nullptr) : json(speed.load_ms)},
           {"ttft_ms_mean", speed.ttft_ms_mean},
           {"e2e_ms_mean", speed.e2e_ms_mean},
           {"decode_tokens_per_s", speed.decode_tokens_per_s},
@@ -23,7 +29,10 @@ json speed_json(const SpeedFigures& speed) {
           {"error_rate", speed.error_rate}};
 }
 
-json memory_json(const MemoryFigures& memory) {
+// Null for an endpoint: memory and file size are not measurable over HTTP.
+json memory_json(const ModelRun& run) {
+  if (run.is_endpoint()) return nullptr;
+  const MemoryFigures& memory = run.memory;
   return {{"file_bytes", memory.file_bytes},
           {"weights_bytes", memory.weights_bytes},
           {"context_tokens", memory.context_tokens},
@@ -49,10 +58,6 @@ json tally_json(const KindTally& tally) {
           {"gained", tally.gained}};
 }
 
-json optional_number(const std::optional<double>& value) {
-  return value ? json(*value) : json(nullptr);
-}
-
 json tasks_json(const TaskComparison& tasks) {
   json by_kind = json::object();
   for (const auto& [kind, tally] : tasks.by_kind)
@@ -75,37 +80,73 @@ json flips_json(const TaskComparison& tasks) {
   return {{"lost", tasks.total.lost}, {"gained", tasks.total.gained}, {"items", items}};
 }
 
-json candidate_json(const CandidateResult& candidate) {
+json url_of(const ModelRun& run) { return run.is_endpoint() ? json(run.url) : json(nullptr); }
+
+json kld_json(const CandidateResult& candidate, const QuantReport& report) {
   const DivergenceSummary& divergence = candidate.divergence;
+  json kld = {{"mean", divergence.kld_mean},
+              {"median", divergence.kld_median},
+              {"p99", divergence.kld_p99},
+              {"max", divergence.kld_max},
+              {"tokens", divergence.tokens},
+              {"method", candidate.run.is_endpoint() ? "top_logprobs" : "full_vocabulary"}};
+  if (candidate.run.is_endpoint()) {
+    kld["approximate"] = true;
+    kld["top_n"] = report.top_n;
+    kld["positions_compared"] = divergence.tokens;
+  }
+  return kld;
+}
+
+json continuations_json(const CandidateResult& candidate) {
+  json continuations = json::array();
+  for (const ItemAlignment& item : candidate.alignments) {
+    const auto& diverged_at = item.alignment.diverged_at;
+    continuations.push_back({{"item", item.item_id},
+                             {"positions_compared", item.alignment.compared_positions},
+                             {"diverged_at", diverged_at ? json(*diverged_at) : json(nullptr)}});
+  }
+  return continuations;
+}
+
+json candidate_json(const CandidateResult& candidate, const QuantReport& report) {
+  const DivergenceSummary& divergence = candidate.divergence;
+  const bool endpoint = candidate.run.is_endpoint();
   json gates = json::array();
   for (const GateOutcome& outcome : candidate.gates) {
     gates.push_back({{"gate", outcome.gate.text()},
                      {"metric", outcome.gate.metric},
                      {"value", optional_number(outcome.value)},
+                     {"measured", outcome.measured()},
                      {"passed", outcome.passed}});
   }
-  return {
-      {"name", candidate.run.name},
-      {"file", candidate.run.file},
-      {"description", candidate.run.description},
-      {"made_as", candidate.made_as.empty() ? json(nullptr) : json(candidate.made_as)},
-      {"passed", candidate.passed},
-      {"failed_gates", candidate.failed_gates},
-      {"gates", gates},
-      {"kld",
-       {{"mean", divergence.kld_mean},
-        {"median", divergence.kld_median},
-        {"p99", divergence.kld_p99},
-        {"max", divergence.kld_max},
-        {"tokens", divergence.tokens}}},
-      {"same_top", divergence.same_top},
-      {"ppl_ratio", divergence.ppl_ratio},
-      {"ppl", {{"reference", divergence.reference_ppl}, {"candidate", divergence.candidate_ppl}}},
-      {"tasks", tasks_json(candidate.tasks)},
-      {"flips", flips_json(candidate.tasks)},
-      {"speed", speed_json(candidate.run.speed)},
-      {"memory", memory_json(candidate.run.memory)},
-      {"answers", answers_json(candidate.run)}};
+  json result = {{"name", candidate.run.name},
+                 {"file", candidate.run.file},
+                 {"url", url_of(candidate.run)},
+                 {"description", candidate.run.description},
+                 {"made_as", candidate.made_as.empty() ? json(nullptr) : json(candidate.made_as)},
+                 {"passed", candidate.passed},
+                 {"failed_gates", candidate.failed_gates},
+                 {"unmeasured_gates", candidate.unmeasured_gates},
+                 {"gates", gates},
+                 {"kld", kld_json(candidate, report)},
+                 {"same_top", divergence.same_top},
+                 // Perplexity needs the candidate's probability of the reference's tokens, which an
+                 // endpoint gives only where both answers agree.
+                 {"ppl_ratio", endpoint ? json(nullptr) : json(divergence.ppl_ratio)},
+                 {"ppl", endpoint ? json(nullptr)
+                                  : json({{"reference", divergence.reference_ppl},
+                                          {"candidate", divergence.candidate_ppl}})},
+                 {"tasks", tasks_json(candidate.tasks)},
+                 {"flips", flips_json(candidate.tasks)},
+                 {"speed", speed_json(candidate.run)},
+                 {"memory", memory_json(candidate.run)},
+                 {"answers", answers_json(candidate.run)}};
+  if (endpoint) {
+    result["model"] = candidate.run.model;
+    result["continuations"] = continuations_json(candidate);
+  }
+  return result;
 }
 
 std::string mib(uint64_t bytes) { return fmt::format("{:.1f}", bytes / 1048576.0); }
@@ -113,8 +154,18 @@ std::string mib(uint64_t bytes) { return fmt::format("{:.1f}", bytes / 1048576.0
 std::string percent(double fraction) { return fmt::format("{:.1f}%", 100.0 * fraction); }
 
 std::string gate_cell(const GateOutcome& outcome) {
-  const std::string value = outcome.value ? fmt::format("{:.4g}", *outcome.value) : "n/a";
-  return fmt::format("{} {} ({})", outcome.passed ? "pass" : "FAIL", outcome.gate.text(), value);
+  if (!outcome.measured()) return fmt::format("NOT MEASURED {}", outcome.gate.text());
+  return fmt::format("{} {} ({:.4g})", outcome.passed ? "pass" : "FAIL", outcome.gate.text(),
+                     *outcome.value);
+}
+
+// "pass", or what kept the candidate from passing: "FAIL kld_mean unmeasured:format".
+std::string gates_summary(const CandidateResult& candidate) {
+  if (candidate.passed) return "pass";
+  std::string text = "FAIL";
+  for (const std::string& gate : candidate.failed_gates) text += " " + gate;
+  for (const std::string& gate : candidate.unmeasured_gates) text += " unmeasured:" + gate;
+  return text;
 }
 
 }  // namespace
@@ -126,21 +177,24 @@ json report_json(const QuantReport& report) {
   }
   json candidates = json::array();
   for (const CandidateResult& candidate : report.candidates) {
-    candidates.push_back(candidate_json(candidate));
+    candidates.push_back(candidate_json(candidate, report));
   }
   const QuantSettings& settings = report.settings;
+  json reference = {{"name", report.reference.name},
+                    {"file", report.reference.file},
+                    {"url", url_of(report.reference)},
+                    {"description", report.reference.description},
+                    {"type", report.reference_type},
+                    {"quantized", report.reference_quantized},
+                    {"speed", speed_json(report.reference)},
+                    {"memory", memory_json(report.reference)},
+                    {"answers", answers_json(report.reference)}};
+  if (report.reference.is_endpoint()) reference["model"] = report.reference.model;
   return {
       {"report", "brisk quant"},
       {"version", 1},
-      {"reference",
-       {{"name", report.reference.name},
-        {"file", report.reference.file},
-        {"description", report.reference.description},
-        {"type", report.reference_type},
-        {"quantized", report.reference_quantized},
-        {"speed", speed_json(report.reference.speed)},
-        {"memory", memory_json(report.reference.memory)},
-        {"answers", answers_json(report.reference)}}},
+      {"mode", report.mode},
+      {"reference", reference},
       {"settings",
        {{"ctx_size", settings.ctx_size},
         {"max_tokens", settings.max_tokens},
@@ -148,8 +202,9 @@ json report_json(const QuantReport& report) {
         {"threads", settings.threads},
         {"prefer", settings.prefer},
         {"dataset", settings.dataset},
-        {"divergence_source",
-         settings.divergence_text.empty() ? "dataset continuations" : settings.divergence_text},
+        {"divergence_source", report.mode == "endpoints"         ? "endpoint top_logprobs"
+                              : settings.divergence_text.empty() ? "dataset continuations"
+                                                                 : settings.divergence_text},
         {"text_ctx", settings.text_ctx}}},
       {"gates", gates},
       {"candidates", candidates},
@@ -161,48 +216,72 @@ json report_json(const QuantReport& report) {
 }
 
 void print_report_table(std::ostream& out, const QuantReport& report) {
+  const bool endpoints = report.mode == "endpoints";
+  if (endpoints) {
+    out << fmt::format(
+        "endpoints: kld is APPROXIMATE (~), from the servers' top {} logprobs up to where the "
+        "answers part; memory and load time are not measurable over HTTP\n",
+        report.top_n);
+  }
   out << fmt::format("{:<24} {:>9} {:>9} {:>9} {:>8} {:>9} {:>7} {:>9} {:>9} {:>8} {:>9}  {}\n",
-                     "model", "kld_mean", "kld_p99", "same_top", "ppl_x", "tasks", "flips",
+                     "model", endpoints ? "~kld_mean" : "kld_mean",
+                     endpoints ? "~kld_p99" : "kld_p99", "same_top", "ppl_x", "tasks", "flips",
                      "ttft_ms", "decode/s", "load_ms", "mem_MiB", "gates");
+  auto load_ms = [](const ModelRun& run) {
+    return run.is_endpoint() ? std::string("-") : fmt::format("{:.0f}", run.speed.load_ms);
+  };
+  auto memory_mib = [](const ModelRun& run) {
+    return run.is_endpoint() ? std::string("-") : mib(run.memory.allocated_bytes);
+  };
   const ModelRun& reference = report.reference;
   out << fmt::format(
-      "{:<24} {:>9} {:>9} {:>9} {:>8} {:>9} {:>7} {:>9.1f} {:>9.1f} {:>8.0f} {:>9}  {}\n",
+      "{:<24} {:>9} {:>9} {:>9} {:>8} {:>9} {:>7} {:>9.1f} {:>9.1f} {:>8} {:>9}  {}\n",
       reference.name.substr(0, 24), "-", "-", "-", "-",
       report.candidates.empty() ? std::string("-")
                                 : percent(report.candidates.front().tasks.reference_pass_rate),
-      "-", reference.speed.ttft_ms_mean, reference.speed.decode_tokens_per_s,
-      reference.speed.load_ms, mib(reference.memory.allocated_bytes), "(reference)");
+      "-", reference.speed.ttft_ms_mean, reference.speed.decode_tokens_per_s, load_ms(reference),
+      memory_mib(reference), "(reference)");
   for (const CandidateResult& candidate : report.candidates) {
     const DivergenceSummary& divergence = candidate.divergence;
-    std::string failed;
-    for (const std::string& gate : candidate.failed_gates) {
-      failed.append(failed.empty() ? "" : ",").append(gate);
-    }
     out << fmt::format(
-        "{:<24} {:>9.5f} {:>9.4f} {:>9} {:>8.4f} {:>9} {:>7} {:>9.1f} {:>9.1f} {:>8.0f} {:>9}  "
+        "{:<24} {:>9.5f} {:>9.4f} {:>9} {:>8} {:>9} {:>7} {:>9.1f} {:>9.1f} {:>8} {:>9}  "
         "{}\n",
         candidate.run.name.substr(0, 24), divergence.kld_mean, divergence.kld_p99,
-        percent(divergence.same_top), divergence.ppl_ratio,
+        percent(divergence.same_top),
+        candidate.run.is_endpoint() ? std::string("-")
+                                    : fmt::format("{:.4f}", divergence.ppl_ratio),
         percent(candidate.tasks.candidate_pass_rate),
         fmt::format("-{}/+{}", candidate.tasks.total.lost, candidate.tasks.total.gained),
         candidate.run.speed.ttft_ms_mean, candidate.run.speed.decode_tokens_per_s,
-        candidate.run.speed.load_ms, mib(candidate.run.memory.allocated_bytes),
-        candidate.passed ? "pass" : "FAIL " + failed);
+        load_ms(candidate.run), memory_mib(candidate.run), gates_summary(candidate));
   }
   for (const std::string& note : report.notes) out << "note: " << note << "\n";
   out << "verdict: " << report.verdict.summary << "\n";
 }
 
 std::string report_markdown(const QuantReport& report) {
+  const bool endpoints = report.mode == "endpoints";
   std::string md = "# brisk quant report\n\n";
-  md += fmt::format("Reference: `{}` ({}, {} MiB file)\n\n", report.reference.file,
-                    report.reference.description, mib(report.reference.memory.file_bytes));
+  if (endpoints) {
+    md += fmt::format("Reference: {} (endpoint; memory and file size not measurable over HTTP)\n\n",
+                      report.reference.description);
+  } else {
+    md += fmt::format("Reference: `{}` ({}, {} MiB file)\n\n", report.reference.file,
+                      report.reference.description, mib(report.reference.memory.file_bytes));
+  }
   md += "**Verdict:** " + report.verdict.summary + "\n\n";
   for (const std::string& note : report.notes) md += "- " + note + "\n";
   md += "\n## Quality against the reference\n\n";
-  md +=
-      "| candidate | KLD mean | KLD median | KLD p99 | same top | PPL ratio | task pass | "
-      "task drop | format kept | flips lost/gained | gates |\n";
+  if (endpoints) {
+    md += fmt::format(
+        "KLD is **approximate**: from the servers' top {} logprobs, over the positions where "
+        "both answers were conditioned on the same tokens (see docs/quant.md).\n\n",
+        report.top_n);
+  }
+  md += fmt::format(
+      "| candidate | {0} mean | {0} median | {0} p99 | same top | PPL ratio | task pass | "
+      "task drop | format kept | flips lost/gained | gates |\n",
+      endpoints ? "~KLD" : "KLD");
   md += "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const CandidateResult& candidate : report.candidates) {
     const DivergenceSummary& divergence = candidate.divergence;
@@ -210,24 +289,40 @@ std::string report_markdown(const QuantReport& report) {
     for (const GateOutcome& outcome : candidate.gates) {
       gates.append(gates.empty() ? "" : "<br>").append(gate_cell(outcome));
     }
-    md += fmt::format(
-        "| {} | {:.5f} | {:.5f} | {:.5f} | {} | {:.4f} | {} | {:.3f} | {} | {}/{} | {} |\n",
-        candidate.run.name, divergence.kld_mean, divergence.kld_median, divergence.kld_p99,
-        percent(divergence.same_top), divergence.ppl_ratio,
-        percent(candidate.tasks.candidate_pass_rate), candidate.tasks.task_drop,
-        candidate.tasks.format_kept ? percent(*candidate.tasks.format_kept) : "n/a",
-        candidate.tasks.total.lost, candidate.tasks.total.gained, gates);
+    md +=
+        fmt::format("| {} | {:.5f} | {:.5f} | {:.5f} | {} | {} | {} | {:.3f} | {} | {}/{} | {} |\n",
+                    candidate.run.name, divergence.kld_mean, divergence.kld_median,
+                    divergence.kld_p99, percent(divergence.same_top),
+                    candidate.run.is_endpoint() ? std::string("n/a")
+                                                : fmt::format("{:.4f}", divergence.ppl_ratio),
+                    percent(candidate.tasks.candidate_pass_rate), candidate.tasks.task_drop,
+                    candidate.tasks.format_kept ? percent(*candidate.tasks.format_kept) : "n/a",
+                    candidate.tasks.total.lost, candidate.tasks.total.gained, gates);
   }
   md += "\n## Speed and memory (same settings for every model)\n\n";
-  md += fmt::format(
-      "Context {} tokens, up to {} new tokens per item, concurrency {} for the "
-      "second decode figure.\n\n",
-      report.settings.ctx_size, report.settings.max_tokens, report.settings.concurrency);
+  if (endpoints) {
+    md += fmt::format(
+        "Measured over HTTP with brisk bench's client: up to {} new tokens per item, concurrency "
+        "{} for the second decode figure.\n\n",
+        report.settings.max_tokens, report.settings.concurrency);
+  } else {
+    md += fmt::format(
+        "Context {} tokens, up to {} new tokens per item, concurrency {} for the "
+        "second decode figure.\n\n",
+        report.settings.ctx_size, report.settings.max_tokens, report.settings.concurrency);
+  }
   md +=
       "| model | file MiB | allocated MiB (weights + KV + compute) | RSS added MiB | load ms | "
       "TTFT ms | E2E ms | decode tok/s (1) | decode tok/s (N) | errors |\n"
       "|---|---|---|---|---|---|---|---|---|---|\n";
   auto speed_row = [&md](const ModelRun& run) {
+    if (run.is_endpoint()) {
+      md += fmt::format(
+          "| {} | n/a | n/a | n/a | n/a | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {}/{} |\n", run.name,
+          run.speed.ttft_ms_mean, run.speed.e2e_ms_mean, run.speed.decode_tokens_per_s,
+          run.speed.decode_tokens_per_s_concurrent, run.speed.errors, run.speed.requests);
+      return;
+    }
     md += fmt::format(
         "| {} | {} | {} ({} + {} + {}) | {} | {:.0f} | {:.1f} | {:.1f} | {:.1f} | "
         "{:.1f} | {}/{} |\n",

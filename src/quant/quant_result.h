@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "quant/continuation_alignment.h"
 #include "quant/divergence.h"
 #include "quant/gates.h"
 #include "quant/task_comparison.h"
@@ -39,22 +40,35 @@ struct MemoryFigures {
 
 // One model's own runs: answers to the dataset, speed and memory.
 struct ModelRun {
-  std::string name;  // the file's stem, or the --make type
+  std::string name;  // the file's stem, the --make type, or the endpoint's host:port
   std::string file;
+  // Set for an OpenAI-compatible endpoint: its load time, memory and file size cannot be seen
+  // over HTTP, and are reported as null.
+  std::string url;
+  std::string model;        // the model name sent to the endpoint
   std::string description;  // llama.cpp's, e.g. "gemma3 270M Q4_K - Medium"
   SpeedFigures speed;
   MemoryFigures memory;
   std::vector<ItemAnswer> answers;  // parallel to the dataset
+  bool is_endpoint() const { return !url.empty(); }
+};
+
+// Endpoints: where the candidate's greedy answer to an item left the reference's.
+struct ItemAlignment {
+  std::string item_id;
+  ContinuationAlignment alignment;
 };
 
 struct CandidateResult {
   ModelRun run;
   std::string made_as;  // the llama-quantize type when --make produced it, else ""
   DivergenceSummary divergence;
+  std::vector<ItemAlignment> alignments;  // endpoints only, parallel to the items answered
   TaskComparison tasks;
   std::vector<GateOutcome> gates;
-  bool passed = false;
-  std::vector<std::string> failed_gates;  // metric names
+  bool passed = false;                        // every gate measured and within its bound
+  std::vector<std::string> failed_gates;      // metric names: measured, out of bounds
+  std::vector<std::string> unmeasured_gates;  // metric names: no figure to judge
 };
 
 struct Verdict {
@@ -74,6 +88,10 @@ struct QuantSettings {
 };
 
 struct QuantReport {
+  // "files": GGUFs in-process, exact full-vocabulary divergence. "endpoints": OpenAI-compatible
+  // servers, divergence approximated from their top_logprobs (top_n of them).
+  std::string mode = "files";
+  int top_n = 0;
   ModelRun reference;
   bool reference_quantized = false;  // candidates were requantized from an already-quantized file
   std::string reference_type;        // its file type, e.g. "Q4_K_M"

@@ -163,34 +163,6 @@ bool accumulate_divergence(ReferenceLogits& reference, size_t index, ScoringMode
   return true;
 }
 
-std::map<std::string, std::optional<double>> gate_figures(const CandidateResult& candidate) {
-  const DivergenceSummary& divergence = candidate.divergence;
-  const bool measured = divergence.tokens > 0;
-  auto if_measured = [measured](double value) {
-    return measured ? std::optional<double>(value) : std::nullopt;
-  };
-  std::map<std::string, std::optional<double>> figures = {
-      {"kld_mean", if_measured(divergence.kld_mean)},
-      {"kld_median", if_measured(divergence.kld_median)},
-      {"kld_p99", if_measured(divergence.kld_p99)},
-      {"same_top", if_measured(divergence.same_top)},
-      {"ppl_ratio", if_measured(divergence.ppl_ratio)},
-      {"format", candidate.tasks.format_kept},
-      {"error_rate", candidate.run.speed.error_rate}};
-  if (candidate.tasks.total.checks > 0) figures["task_drop"] = candidate.tasks.task_drop;
-  return figures;
-}
-
-void judge(const std::vector<Gate>& gates, CandidateResult* candidate) {
-  candidate->gates = apply_gates(gates, gate_figures(*candidate));
-  candidate->passed = true;
-  for (const GateOutcome& outcome : candidate->gates) {
-    if (outcome.passed) continue;
-    candidate->passed = false;
-    candidate->failed_gates.push_back(outcome.gate.metric);
-  }
-}
-
 // Resident memory can shrink between two readings (freed pages); never report a negative cost.
 uint64_t grown_by(uint64_t after, uint64_t before) { return after > before ? after - before : 0; }
 
@@ -265,7 +237,7 @@ std::optional<QuantReport> run_quant(const QuantRunInputs& inputs, std::string* 
     step_done();
     result.divergence = accumulator.summary();
     result.tasks = compare_tasks(inputs.items, report.reference.answers, result.run.answers);
-    judge(inputs.gates, &result);
+    judge_candidate(inputs.gates, /*perplexity_measured=*/true, &result);
     report.candidates.push_back(std::move(result));
   }
   progress.stop();

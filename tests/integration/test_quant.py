@@ -11,14 +11,17 @@ error. The dataset and token counts are kept small (flags), so the module adds ~
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from conftest import BRISK_BIN, LLAMA_BIN_DIR, REPO_ROOT, SECOND_MODEL_FILE, model_path, require_file
+from conftest import (BRISK_BIN, LLAMA_BIN_DIR, REPO_ROOT, SECOND_MODEL_FILE, Server, free_port,
+                      model_path, require_file)
 
 LLAMA_PERPLEXITY_BIN = LLAMA_BIN_DIR / "llama-perplexity"
 RUN_TIMEOUT_S = 600
@@ -278,3 +281,147 @@ def test_chat_checks_on_the_instruction_tuned_model(tmp_path):
     assert q8["passed"] == (q8["failed_gates"] == [])
     if not q8["passed"]:
         assert all(gate in report["verdict"]["summary"] for gate in q8["failed_gates"])
+
+
+# --- Against endpoints: two brisk serve instances, the reference's file and its Q8_0 ---------
+
+ENDPOINT_CHECKS = [
+    {"id": "capital", "prompt": "Q: What is the capital of Italy?\nA: Rome.\n"
+                                "Q: What is the capital of France?\nA:",
+     "expect_contains": "Paris"},
+    {"id": "planet", "prompt": "The largest planet in our solar system is",
+     "expect_contains": "Jupiter"},
+    {"id": "spider", "prompt": "Q: How many days are in a week?\nA: Seven.\n"
+                               "Q: How many legs does a spider have?\nA:",
+     "expect_regex": "\\b([Ee]ight|8)\\b"},
+    {"id": "chat", "messages": [{"role": "user", "content": "What is the capital of Italy?"}],
+     "expect_contains": "Rome"},
+]
+ENDPOINT_RUN = ["--max-tokens", "8", "--concurrency", "2", "--concurrent-tokens", "8",
+                "--progress", "off"]
+# ppl_ratio cannot be measured over an API: the gate must say so, not pass.
+ENDPOINT_GATES = "kld_mean<=0.05,same_top>=0.80,task_drop<=0.5,ppl_ratio<=1.1"
+
+
+def start_brisk_serve(model: Path, name: str, log_dir: Path) -> Server:
+    port = free_port()
+    server = Server(name=name, port=port, log_path=log_dir / f"{name}.log",
+                    argv=[str(BRISK_BIN), "serve", "--model", str(model), "--host", "127.0.0.1",
+                          "--port", str(port), "--ctx-size", "1024", "--threads", QUANT_THREADS])
+    server.start("/ready")
+    return server
+
+
+@pytest.fixture(scope="module")
+def endpoint_servers(tmp_path_factory):
+    """brisk serve on the reference and on its Q8_0, made here with llama-quantize (seconds)."""
+    require_file(LLAMA_BIN_DIR / "llama-quantize", "build with BRISK_BUILD_LLAMA_TOOLS=ON")
+    work = tmp_path_factory.mktemp("quant-endpoints")
+    q8 = work / "reference.Q8_0.gguf"
+    subprocess.run([str(LLAMA_BIN_DIR / "llama-quantize"), "--allow-requantize",
+                    str(reference_path()), str(q8), "q8_0"],
+                   check=True, capture_output=True, timeout=RUN_TIMEOUT_S)
+    servers = []
+    try:
+        servers.append(start_brisk_serve(reference_path(), "quant-reference", work))
+        servers.append(start_brisk_serve(q8, "quant-q8_0", work))
+        yield servers[0], servers[1]
+    finally:
+        for server in servers:
+            server.terminate()
+
+
+@pytest.fixture(scope="module")
+def endpoint_run(endpoint_servers, tmp_path_factory):
+    """The reference's URL against the Q8_0's and against itself, in one run."""
+    reference, q8 = endpoint_servers
+    out = tmp_path_factory.mktemp("quant-endpoint-report")
+    dataset = out / "checks.jsonl"
+    dataset.write_text("".join(json.dumps(item) + "\n" for item in ENDPOINT_CHECKS))
+    started = time.monotonic()
+    result = run_quant("--reference-url", reference.base_url, "--candidate-url", q8.base_url,
+                       "--candidate-url", reference.base_url, "--dataset", str(dataset),
+                       "--gate", ENDPOINT_GATES, "--out", str(out), *ENDPOINT_RUN, timeout=300)
+    wall_s = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    print(f"brisk quant against endpoints: {wall_s:.1f} s")
+    return result, json.loads((out / "report.json").read_text()), out
+
+
+def test_endpoints_q8_0_diverges_a_little_and_is_labelled_approximate(endpoint_servers,
+                                                                       endpoint_run):
+    result, report, out = endpoint_run
+    reference, q8_server = endpoint_servers
+    assert report["mode"] == "endpoints"
+    assert report["reference"]["url"] == reference.base_url
+    q8 = report["candidates"][0]
+    assert q8["url"] == q8_server.base_url and q8["file"] == q8_server.base_url
+    kld = q8["kld"]
+    print(f"Q8_0 over endpoints: approximate KLD mean {kld['mean']:.5f} over "
+          f"{kld['positions_compared']} positions, same_top {q8['same_top']:.3f}")
+    assert kld["method"] == "top_logprobs" and kld["approximate"] is True and kld["top_n"] == 20
+    # Q8_0 of the reference: close, but not the same weights (in-process, full vocabulary,
+    # teacher-forced: 0.008 nats).
+    assert 0 < kld["mean"] < 0.05 and math.isfinite(kld["p99"]), kld
+    assert kld["positions_compared"] >= 8, q8["continuations"]
+    assert q8["same_top"] >= 0.8
+    assert len(q8["continuations"]) == len(ENDPOINT_CHECKS)
+    assert q8["ppl_ratio"] is None
+    assert not q8["passed"] and "ppl_ratio" in q8["unmeasured_gates"], q8["gates"]
+    assert "not measured" in report["verdict"]["summary"]
+    assert "APPROXIMATE" in result.stdout
+    assert "approximate" in (out / "report.md").read_text()
+
+
+def test_endpoints_the_reference_against_itself_diverges_by_zero(endpoint_run):
+    _, report, _ = endpoint_run
+    self_check = report["candidates"][1]
+    assert self_check["url"] == report["reference"]["url"]
+    assert self_check["kld"]["positions_compared"] > 0
+    assert self_check["kld"]["mean"] == 0.0 and self_check["kld"]["max"] == 0.0
+    assert self_check["same_top"] == 1.0
+    assert all(c["diverged_at"] is None for c in self_check["continuations"])
+    assert self_check["flips"]["lost"] == 0 and self_check["flips"]["gained"] == 0
+
+
+def test_endpoints_report_tasks_and_speed_and_no_memory(endpoint_run):
+    _, report, _ = endpoint_run
+    for model in [report["reference"], *report["candidates"]]:
+        assert model["memory"] is None  # not measurable over HTTP
+        speed = model["speed"]
+        assert speed["load_ms"] is None
+        assert speed["ttft_ms_mean"] > 0 and speed["e2e_ms_mean"] > speed["ttft_ms_mean"]
+        assert speed["decode_tokens_per_s"] > 0 and speed["decode_tokens_per_s_concurrent"] > 0
+        assert speed["errors"] == 0 and speed["concurrency"] == 2
+        assert len(model["answers"]) == len(ENDPOINT_CHECKS)
+    for candidate_entry in report["candidates"]:
+        assert candidate_entry["tasks"]["checks"] == len(ENDPOINT_CHECKS)
+        assert set(candidate_entry["tasks"]["by_kind"]) == {"contains", "regex"}
+    # The base model knows the capital of France when shown how to answer.
+    assert report["reference"]["answers"][0]["passed"] == [True], report["reference"]["answers"]
+
+
+def test_endpoints_an_unreachable_candidate_is_named(endpoint_servers):
+    reference, _ = endpoint_servers
+    dead = f"http://127.0.0.1:{free_port()}"
+    result = run_quant("--reference-url", reference.base_url, "--candidate-url", dead,
+                       *ENDPOINT_RUN, timeout=60)
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert f"error: --candidate-url {dead} cannot be reached" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("case", ["unreachable reference", "file reference", "file candidate"])
+def test_endpoints_bad_input_names_the_flag(case):
+    dead = f"http://127.0.0.1:{free_port()}"
+    ref = str(reference_path())
+    args, expected = {
+        "unreachable reference": (["--reference-url", dead, "--candidate-url", dead],
+                                  f"--reference-url {dead} cannot be reached"),
+        "file reference": (["--reference", ref, "--candidate-url", dead],
+                           "--candidate-url needs --reference-url"),
+        "file candidate": (["--reference-url", dead, "--candidate", ref],
+                           "not --candidate or --make"),
+    }[case]
+    result = run_quant(*args, *ENDPOINT_RUN, timeout=60)
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert "error: " in result.stderr and expected in result.stderr, result.stderr

@@ -33,17 +33,49 @@ TEST(QuantGates, BadGatesSayWhatIsWrong) {
   EXPECT_FALSE(parse_gates(" , ", &error));
 }
 
-TEST(QuantGates, UnmeasuredFiguresDoNotFail) {
+// An unmeasured figure used to pass its gate silently, so a candidate nobody could judge on a
+// gate was shipped as if it had met it.
+TEST(QuantGates, AnUnmeasuredFigureDoesNotPassAndIsReportedAsNotMeasured) {
   std::string error;
   const auto gates = parse_gates("kld_mean<=0.05,same_top>=0.9,format>=0.98", &error);
   const auto outcomes =
       apply_gates(*gates, {{"kld_mean", 0.06}, {"same_top", 0.95}, {"format", std::nullopt}});
   EXPECT_FALSE(outcomes[0].passed);
+  EXPECT_TRUE(outcomes[0].measured());
   EXPECT_TRUE(outcomes[1].passed);
-  EXPECT_TRUE(outcomes[2].passed);
-  EXPECT_FALSE(outcomes[2].value);
+  EXPECT_FALSE(outcomes[2].passed);
+  EXPECT_FALSE(outcomes[2].measured());
+  // Absent from the figures altogether is unmeasured too.
+  EXPECT_FALSE(apply_gates(*gates, {})[1].passed);
   // At the threshold itself a gate passes.
   EXPECT_TRUE(apply_gates(*gates, {{"kld_mean", 0.05}})[0].passed);
+}
+
+TEST(QuantGates, ACandidateWithAnUnmeasuredGateDoesNotPassAndTheVerdictSaysWhy) {
+  std::string error;
+  const auto gates = parse_gates("kld_mean<=0.05,format>=0.98,ppl_ratio<=1.1", &error);
+  CandidateResult result;
+  result.run.name = "q8";
+  result.divergence.tokens = 10;
+  result.divergence.kld_mean = 0.01;
+  result.divergence.ppl_ratio = 1.0;
+  judge_candidate(*gates, /*perplexity_measured=*/true, &result);
+  EXPECT_FALSE(result.passed);
+  EXPECT_TRUE(result.failed_gates.empty());
+  EXPECT_EQ(result.unmeasured_gates, std::vector<std::string>{"format"});
+  result.tasks.format_kept = 1.0;
+  judge_candidate(*gates, /*perplexity_measured=*/false, &result);
+  EXPECT_EQ(result.unmeasured_gates, std::vector<std::string>{"ppl_ratio"});
+  judge_candidate(*gates, /*perplexity_measured=*/true, &result);
+  EXPECT_TRUE(result.passed);
+  result.divergence.tokens = 0;  // no position compared: no divergence figure at all
+  judge_candidate(*gates, /*perplexity_measured=*/true, &result);
+  EXPECT_EQ(result.unmeasured_gates, (std::vector<std::string>{"kld_mean", "ppl_ratio"}));
+  const Verdict verdict = choose_candidate({}, {result}, "speed");
+  EXPECT_FALSE(verdict.choice);
+  EXPECT_NE(verdict.summary.find("could not be judged on kld_mean, ppl_ratio (not measured)"),
+            std::string::npos)
+      << verdict.summary;
 }
 
 CandidateResult candidate(const std::string& name, bool passed, double tokens_per_s,
