@@ -257,13 +257,14 @@ int StepScheduler::build_batch(bool admit) {
     if (left_waiting) metrics_.count_admission_block(admission_blocked_);
   }
   const int short_tokens = step_budget - budget;
-  // A long prompt's chunks keep every step under the target, decodes or not: a short newcomer
-  // then waits at most one such step before its own. And a step that carries short prompts
-  // carries no long chunk, so their first tokens cost their own prefill only (with a full
-  // chunk beside them, short newcomers waited ~80% of a 320-token prefill: brisk doctor's
-  // head_of_line_blocking). The long prompt steps aside for one step, never two in a row, and
-  // then gets at least a quarter of a step's chunk: a steady stream of short prompts that
-  // fills every step cannot starve it.
+  // A step that carries short prompts carries no long chunk, so their first tokens cost their
+  // own prefill only (with a chunk filling the step beside them, short newcomers waited ~80% of
+  // a 320-token prefill: brisk doctor's head_of_line_blocking). The long prompt steps aside for
+  // one step, never two in a row, and then gets at least a quarter of a step's chunk: a steady
+  // stream of short prompts that fills every step cannot starve it. While nothing decodes, a
+  // long chunk keeps the whole token budget: cut to the target there, its steps' fixed cost
+  // (~150 ms a step on shared cores) left 16-token chunks, and a 2,900-token prompt alone took
+  // 67 s instead of 7.
   const bool long_steps_aside = short_tokens > 0 && !long_prefill_stepped_aside_;
   const int timed_tokens = prefill_budget(decode_tokens);
   int long_budget = long_steps_aside
@@ -341,13 +342,15 @@ void StepScheduler::preempt(size_t index) {
 }
 
 // Prompt tokens that fit beside `decode_tokens` decodes in one step of --target-itl-ms, at
-// the measured costs (the whole token budget while they are unknown).
+// the measured costs (the whole token budget while they are unknown or nothing decodes).
 int StepScheduler::prefill_budget(int decode_tokens) const {
   const int token_budget = options_.max_batched_tokens - decode_tokens;
-  if (options_.max_step_ms <= 0 || prefill_ms_per_token_ <= 0) return token_budget;
+  if (options_.max_step_ms <= 0 || decode_tokens == 0 || prefill_ms_per_token_ <= 0) {
+    return token_budget;
+  }
   // A floor keeps prompts moving even when decodes alone use up the time target.
   constexpr int kMinChunkTokens = 16;
-  const double spare_ms = options_.max_step_ms - (decode_tokens > 0 ? decode_step_ms_ : 0);
+  const double spare_ms = options_.max_step_ms - decode_step_ms_;
   const int timed_budget = static_cast<int>(spare_ms / prefill_ms_per_token_);
   return std::min(token_budget, std::max(kMinChunkTokens, timed_budget));
 }
