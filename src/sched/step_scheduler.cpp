@@ -4,7 +4,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cmath>
 
 namespace brisk {
 
@@ -17,7 +16,8 @@ StepScheduler::StepScheduler(ModelRunner& engine, SchedulerOptions options, Serv
       kv_shared_(engine.sequence_context_size() == engine.context_size()),
       kv_(engine, options.max_seqs, engine.sequence_ids(), options.prefix_cache, metrics),
       policy_(options.queue_policy),
-      sampling_pool_(options.sampling_threads) {}
+      sampling_pool_(options.sampling_threads),
+      costs_(options.max_step_ms, options.max_batched_tokens) {}
 
 StepScheduler::~StepScheduler() { shutdown(std::chrono::milliseconds(0)); }
 
@@ -49,29 +49,6 @@ SubmitStatus StepScheduler::submit(std::shared_ptr<Request> request, double* est
   }
   work_available_.notify_one();
   return SubmitStatus::accepted;
-}
-
-double estimate_queue_delay_ms(const LoadEstimate& load, int queued_tokens, int queued_requests,
-                               int max_batched_tokens) {
-  if (load.prefill_ms_per_token <= 0) return 0;  // nothing measured yet
-  // Prompt work ahead, in steps shared with the running decodes.
-  const int tokens_ahead = queued_tokens + load.backlog_tokens;
-  double wait = tokens_ahead * load.prefill_ms_per_token;
-  if (load.decoders > 0 && tokens_ahead > 0) {
-    const int per_step = std::max(1, max_batched_tokens - load.decoders);
-    wait += std::ceil(static_cast<double>(tokens_ahead) / per_step) * load.decode_step_ms;
-  }
-  // No sequence free for it (nor for those ahead): it waits for as many running requests to
-  // finish as stand ahead of it; past one round of the running set, each sequence frees again
-  // after the average hold.
-  const int releases = queued_requests + 1 - load.free_slots;
-  if (releases > 0 && load.hold_ms > 0 && !load.slot_release_ms.empty()) {
-    const int running = static_cast<int>(load.slot_release_ms.size());
-    const int round = (releases - 1) / running;
-    const double release = load.slot_release_ms[static_cast<size_t>((releases - 1) % running)];
-    wait = std::max(wait, release + round * load.hold_ms);
-  }
-  return wait;
 }
 
 void StepScheduler::wake() {
@@ -237,7 +214,7 @@ int StepScheduler::build_batch(bool admit) {
   }
   const int token_budget = options_.max_batched_tokens - decode_tokens;
   int budget = decode_tokens > 0 && (long_prefill_running || prompt_backlog <= token_budget)
-                   ? prefill_budget(decode_tokens)
+                   ? costs_.prefill_budget(decode_tokens)
                    : token_budget;
   const int step_budget = budget;
   // Short prompts first, then newcomers (whose long prompts wait for the next pass), then the
@@ -266,7 +243,7 @@ int StepScheduler::build_batch(bool admit) {
   // (~150 ms a step on shared cores) left 16-token chunks, and a 2,900-token prompt alone took
   // 67 s instead of 7.
   const bool long_steps_aside = short_tokens > 0 && !long_prefill_stepped_aside_;
-  const int timed_tokens = prefill_budget(decode_tokens);
+  const int timed_tokens = costs_.prefill_budget(decode_tokens);
   int long_budget = long_steps_aside
                         ? 0
                         : std::min(budget, std::max(timed_tokens - short_tokens, timed_tokens / 4));
@@ -338,34 +315,6 @@ void StepScheduler::preempt(size_t index) {
     std::lock_guard lock(mutex_);
     running_count_ = static_cast<int>(running_.size());
     preempted_count_ = static_cast<int>(preempted_.size());
-  }
-}
-
-// Prompt tokens that fit beside `decode_tokens` decodes in one step of --target-itl-ms, at
-// the measured costs (the whole token budget while they are unknown or nothing decodes).
-int StepScheduler::prefill_budget(int decode_tokens) const {
-  const int token_budget = options_.max_batched_tokens - decode_tokens;
-  if (options_.max_step_ms <= 0 || decode_tokens == 0 || prefill_ms_per_token_ <= 0) {
-    return token_budget;
-  }
-  // A floor keeps prompts moving even when decodes alone use up the time target.
-  constexpr int kMinChunkTokens = 16;
-  const double spare_ms = options_.max_step_ms - decode_step_ms_;
-  const int timed_budget = static_cast<int>(spare_ms / prefill_ms_per_token_);
-  return std::min(token_budget, std::max(kMinChunkTokens, timed_budget));
-}
-
-void StepScheduler::learn_step_cost(int decode_tokens, int prefill_tokens, double step_ms) {
-  constexpr double kWeight = 0.2;
-  auto blend = [](double average, double sample) {
-    return average <= 0 ? sample : (1 - kWeight) * average + kWeight * sample;
-  };
-  if (prefill_tokens == 0) {
-    decode_step_ms_ = blend(decode_step_ms_, step_ms);
-  } else if (prefill_tokens >= 16) {
-    const double decode_part = decode_tokens > 0 ? decode_step_ms_ : 0;
-    prefill_ms_per_token_ =
-        blend(prefill_ms_per_token_, std::max(0.0, step_ms - decode_part) / prefill_tokens);
   }
 }
 
@@ -445,7 +394,7 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
       const bool short_only = long_prefills >= options_.max_long_prefills;
       const int index = policy_.pick(
           waiting_, [&](const Request& r) { return !short_only || !is_long(r); }, is_long, now,
-          prefill_ms_per_token_);
+          costs_.prefill_ms_per_token());
       const bool waiting_first =
           index >= 0 && (resumed == preempted_.end() ||
                          (policy_.policy() == SchedulingPolicy::priority &&
@@ -581,7 +530,7 @@ void StepScheduler::sample_and_commit(int decode_tokens, TimePoint step_started,
   phases.commit_seconds = seconds_between(sampled, committed);
   const double step_seconds = seconds_between(started, committed);
   metrics_.observe_step(decode_tokens, batch_tokens - decode_tokens, step_seconds, phases);
-  learn_step_cost(decode_tokens, batch_tokens - decode_tokens, step_seconds * 1000.0);
+  costs_.learn_step(decode_tokens, batch_tokens - decode_tokens, step_seconds * 1000.0);
 }
 
 // Draws every sequence's next token; the sequences' samplers are independent, so the draws run
@@ -635,10 +584,7 @@ void StepScheduler::release_finished() {
       continue;
     }
     kv_.retire(sequence->slot());
-    constexpr double kWeight = 0.1;
-    const double held_ms = ms_between(sequence->scheduled_at_, Clock::now());
-    mean_hold_ms_ =
-        mean_hold_ms_ <= 0 ? held_ms : (1 - kWeight) * mean_hold_ms_ + kWeight * held_ms;
+    costs_.learn_hold(ms_between(sequence->scheduled_at_, Clock::now()));
   }
   std::erase_if(running_, [](const auto& sequence) { return sequence->finished(); });
   const int cached_cells = kv_.cached_cells();
@@ -653,10 +599,10 @@ void StepScheduler::release_finished() {
 // and when each running request should give its sequence back.
 void StepScheduler::publish_load() {
   LoadEstimate load;
-  load.decode_step_ms = decode_step_ms_;
-  load.prefill_ms_per_token = prefill_ms_per_token_;
+  load.decode_step_ms = costs_.decode_step_ms();
+  load.prefill_ms_per_token = costs_.prefill_ms_per_token();
   load.free_slots = options_.max_seqs - static_cast<int>(running_.size());
-  load.hold_ms = mean_hold_ms_;
+  load.hold_ms = costs_.mean_hold_ms();
   const TimePoint now = Clock::now();
   for (const auto& sequence : running_) {
     load.backlog_tokens += sequence->prompt_remaining();
@@ -664,7 +610,7 @@ void StepScheduler::publish_load() {
     // Expected to hold it about as long as finished requests did, not until its max_tokens
     // (everything left of the context when a client sends none); one past that is due now.
     load.slot_release_ms.push_back(
-        std::max(0.0, mean_hold_ms_ - ms_between(sequence->scheduled_at_, now)));
+        std::max(0.0, costs_.mean_hold_ms() - ms_between(sequence->scheduled_at_, now)));
   }
   std::sort(load.slot_release_ms.begin(), load.slot_release_ms.end());
   for (const auto& sequence : preempted_) load.backlog_tokens += sequence->prompt_remaining();
@@ -681,8 +627,8 @@ SchedulerSnapshot StepScheduler::describe() const {
   out.max_seqs = options_.max_seqs;
   out.max_batched_tokens = options_.max_batched_tokens;
   out.target_itl_ms = options_.max_step_ms;
-  out.decode_step_ms = decode_step_ms_;
-  out.prefill_ms_per_token = prefill_ms_per_token_;
+  out.decode_step_ms = costs_.decode_step_ms();
+  out.prefill_ms_per_token = costs_.prefill_ms_per_token();
   out.admission_blocked = admission_blocked_;
   const auto view = [](const Sequence& sequence) {
     SequenceView v;

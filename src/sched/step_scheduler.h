@@ -16,6 +16,7 @@
 #include "sched/scheduler_snapshot.h"
 #include "sched/sequence.h"
 #include "sched/serving_metrics.h"
+#include "sched/step_costs.h"
 
 namespace brisk {
 
@@ -47,24 +48,6 @@ struct SchedulerOptions {
 };
 
 enum class SubmitStatus { accepted, queue_full, queue_delay, queued_tokens_full, shutting_down };
-
-// What the engine thread last published about its load, for estimating a newcomer's wait.
-struct LoadEstimate {
-  double decode_step_ms = 0;        // learned cost of a step of decodes alone
-  double prefill_ms_per_token = 0;  // learned cost of one prompt token in a step
-  int backlog_tokens = 0;           // prompt (or replay) tokens the started requests still need
-  int decoders = 0;                 // running requests past their prompt
-  int free_slots = 0;
-  // Until each running request is expected to give its sequence back, soonest first (each
-  // holds one for the measured average, counted from when it started), and that average.
-  std::vector<double> slot_release_ms;
-  double hold_ms = 0;
-};
-
-// Milliseconds until a request arriving now would start its prompt, if `queued_tokens` prompt
-// tokens (of `queued_requests` requests) wait ahead of it; 0 while the costs are not yet known.
-double estimate_queue_delay_ms(const LoadEstimate& load, int queued_tokens, int queued_requests,
-                               int max_batched_tokens);
 
 // Owns the engine thread. Each step puts the next token of every running sequence into one
 // batch, fills the rest of the token budget with prompt chunks (chunked prefill), decodes,
@@ -126,8 +109,6 @@ class StepScheduler {
   void finish_unscheduled(Request& request, FinishReason reason, std::string error = {});
   static std::string deadline_message(const Request& request);
   int committed_kv_tokens() const;
-  int prefill_budget(int decode_tokens) const;
-  void learn_step_cost(int decode_tokens, int prefill_tokens, double step_ms);
   void publish_load();
   SchedulerSnapshot describe() const;
 
@@ -151,7 +132,7 @@ class StepScheduler {
   bool wake_pending_ = false;                     // guarded by mutex_
 
   // Engine thread only.
-  std::vector<std::unique_ptr<Sequence>> running_;    // in arrival order
+  std::vector<std::unique_ptr<Sequence>> running_;   // in arrival order
   std::deque<std::unique_ptr<Sequence>> preempted_;  // in arrival order; run before waiting_
   std::vector<Sequence::Progress> batch_progress_;   // in_batch_'s, before this step
   uint64_t next_admission_order_ = 0;
@@ -163,9 +144,7 @@ class StepScheduler {
   std::vector<Sequence*> to_sample_;  // this step's sequences with logits, and their results
   std::vector<const float*> sample_logits_;
   std::vector<SampledToken> samples_;
-  // Learned step costs (exponential moving averages) for max_step_ms.
-  double decode_step_ms_ = 0;
-  double prefill_ms_per_token_ = 0;
+  StepCosts costs_;
 
   // Published for stats() by the engine thread.
   std::atomic<int> running_count_{0};
@@ -173,12 +152,11 @@ class StepScheduler {
   std::atomic<int> preempted_count_{0};
   std::atomic<int> prefix_cache_cells_{0};
   std::atomic<int> prefix_cache_sequences_{0};
-  LoadEstimate load_;                // guarded by mutex_; written by publish_load()
-  SchedulerSnapshot published_;      // guarded by mutex_; written by publish_load()
+  LoadEstimate load_;                        // guarded by mutex_; written by publish_load()
+  SchedulerSnapshot published_;              // guarded by mutex_; written by publish_load()
   bool long_prefill_stepped_aside_ = false;  // engine thread: the last step's long chunk gave way
   AdmissionBlock admission_blocked_ = AdmissionBlock::none;  // engine thread: the last pass's
-  int queued_prompt_tokens_ = 0;     // guarded by mutex_: prompt tokens in waiting_
-  double mean_hold_ms_ = 0;  // engine thread: how long finished requests held a sequence
+  int queued_prompt_tokens_ = 0;  // guarded by mutex_: prompt tokens in waiting_
 
   std::thread engine_thread_;
 };

@@ -279,31 +279,6 @@ TEST(StepScheduler, AStreamOfShortPromptsDoesNotStarveALongOne) {
   }
 }
 
-TEST(QueueDelayEstimate, IsTheWorkAheadAtTheMeasuredCosts) {
-  LoadEstimate load;
-  EXPECT_EQ(estimate_queue_delay_ms(load, 5000, 3, 512), 0) << "nothing measured: no estimate";
-  load.decode_step_ms = 20;
-  load.prefill_ms_per_token = 2;
-  load.backlog_tokens = 100;
-  load.decoders = 4;
-  load.free_slots = 2;
-  // 400 queued + 100 started prompt tokens at 2 ms, in one step shared with 4 decodes (20 ms).
-  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 400, 1, 512), 1020);
-  // Two steps once the tokens ahead pass a step's budget (512 - 4 decodes).
-  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 500, 1, 512), 1200 + 2 * 20);
-  // Sequences: 2 free, 4 running that should free theirs in 100, 3000, 4000 and 5000 ms, each
-  // held 6000 ms on average.
-  load.slot_release_ms = {100, 3000, 4000, 5000};
-  load.hold_ms = 6000;
-  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 1, 512), 200 + 20) << "a sequence is free";
-  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 3, 512), 3000) << "second release";
-  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 6, 512), 100 + 6000) << "second round";
-  load.decoders = 0;
-  load.backlog_tokens = 0;
-  load.slot_release_ms.clear();
-  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 0, 512), 0) << "an idle server";
-}
-
 // A request that would wait past --max-queue-delay-ms is refused at submit, with the estimate.
 TEST(StepScheduler, RefusesWhatWouldWaitTooLong) {
   FakeModelRunner runner(100000);

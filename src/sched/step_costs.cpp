@@ -1,0 +1,66 @@
+#include "sched/step_costs.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace brisk {
+
+namespace {
+
+double blend(double average, double sample, double weight) {
+  return average <= 0 ? sample : (1 - weight) * average + weight * sample;
+}
+
+}  // namespace
+
+void StepCosts::learn_step(int decode_tokens, int prefill_tokens, double step_ms) {
+  constexpr double kWeight = 0.2;
+  if (prefill_tokens == 0) {
+    decode_step_ms_ = blend(decode_step_ms_, step_ms, kWeight);
+  } else if (prefill_tokens >= kMinChunkTokens) {
+    // A few prompt tokens say more about the step's fixed cost than about a token's.
+    const double decode_part = decode_tokens > 0 ? decode_step_ms_ : 0;
+    prefill_ms_per_token_ = blend(prefill_ms_per_token_,
+                                  std::max(0.0, step_ms - decode_part) / prefill_tokens, kWeight);
+  }
+}
+
+void StepCosts::learn_hold(double held_ms) {
+  constexpr double kWeight = 0.1;
+  mean_hold_ms_ = blend(mean_hold_ms_, held_ms, kWeight);
+}
+
+int StepCosts::prefill_budget(int decode_tokens) const {
+  const int token_budget = max_batched_tokens_ - decode_tokens;
+  if (target_step_ms_ <= 0 || decode_tokens == 0 || prefill_ms_per_token_ <= 0) {
+    return token_budget;
+  }
+  const double spare_ms = target_step_ms_ - decode_step_ms_;
+  const int timed_budget = static_cast<int>(spare_ms / prefill_ms_per_token_);
+  return std::min(token_budget, std::max(kMinChunkTokens, timed_budget));
+}
+
+double estimate_queue_delay_ms(const LoadEstimate& load, int queued_tokens, int queued_requests,
+                               int max_batched_tokens) {
+  if (load.prefill_ms_per_token <= 0) return 0;  // nothing measured yet
+  // Prompt work ahead, in steps shared with the running decodes.
+  const int tokens_ahead = queued_tokens + load.backlog_tokens;
+  double wait = tokens_ahead * load.prefill_ms_per_token;
+  if (load.decoders > 0 && tokens_ahead > 0) {
+    const int per_step = std::max(1, max_batched_tokens - load.decoders);
+    wait += std::ceil(static_cast<double>(tokens_ahead) / per_step) * load.decode_step_ms;
+  }
+  // No sequence free for it (nor for those ahead): it waits for as many running requests to
+  // finish as stand ahead of it; past one round of the running set, each sequence frees again
+  // after the average hold.
+  const int releases = queued_requests + 1 - load.free_slots;
+  if (releases > 0 && load.hold_ms > 0 && !load.slot_release_ms.empty()) {
+    const int running = static_cast<int>(load.slot_release_ms.size());
+    const int round = (releases - 1) / running;
+    const double release = load.slot_release_ms[static_cast<size_t>((releases - 1) % running)];
+    wait = std::max(wait, release + round * load.hold_ms);
+  }
+  return wait;
+}
+
+}  // namespace brisk

@@ -1,0 +1,57 @@
+#pragma once
+
+#include <vector>
+
+namespace brisk {
+
+// What an engine step costs on this machine, learned from the steps run (moving averages), and
+// what follows from it: the prompt chunk that keeps a step under --target-itl-ms, and how long
+// finished requests held their sequence. Engine thread only; no clock, so tests feed it times.
+class StepCosts {
+ public:
+  StepCosts(double target_step_ms, int max_batched_tokens)
+      : target_step_ms_(target_step_ms), max_batched_tokens_(max_batched_tokens) {}
+
+  // A step of `decode_tokens` decodes and `prefill_tokens` prompt tokens took `step_ms`.
+  void learn_step(int decode_tokens, int prefill_tokens, double step_ms);
+  // A finished request held its sequence for `held_ms`.
+  void learn_hold(double held_ms);
+
+  // Prompt tokens that fit beside `decode_tokens` decodes in one step of the target: the whole
+  // token budget while the costs are unknown, the target is off or nothing decodes (no stream
+  // to protect); never under a floor that keeps prompts moving when decodes alone use it up.
+  int prefill_budget(int decode_tokens) const;
+
+  double decode_step_ms() const { return decode_step_ms_; }
+  double prefill_ms_per_token() const { return prefill_ms_per_token_; }
+  double mean_hold_ms() const { return mean_hold_ms_; }
+
+  static constexpr int kMinChunkTokens = 16;
+
+ private:
+  const double target_step_ms_;
+  const int max_batched_tokens_;
+  double decode_step_ms_ = 0;        // a step of decodes alone
+  double prefill_ms_per_token_ = 0;  // one prompt token, beyond the decodes of its step
+  double mean_hold_ms_ = 0;
+};
+
+// What the engine thread last published about its load, for estimating a newcomer's wait.
+struct LoadEstimate {
+  double decode_step_ms = 0;        // learned cost of a step of decodes alone
+  double prefill_ms_per_token = 0;  // learned cost of one prompt token in a step
+  int backlog_tokens = 0;           // prompt (or replay) tokens the started requests still need
+  int decoders = 0;                 // running requests past their prompt
+  int free_slots = 0;
+  // Until each running request is expected to give its sequence back, soonest first (each
+  // holds one for the measured average, counted from when it started), and that average.
+  std::vector<double> slot_release_ms;
+  double hold_ms = 0;
+};
+
+// Milliseconds until a request arriving now would start its prompt, if `queued_tokens` prompt
+// tokens (of `queued_requests` requests) wait ahead of it; 0 while the costs are not yet known.
+double estimate_queue_delay_ms(const LoadEstimate& load, int queued_tokens, int queued_requests,
+                               int max_batched_tokens);
+
+}  // namespace brisk

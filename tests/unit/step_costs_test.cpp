@@ -1,0 +1,81 @@
+// The step-cost model behind --target-itl-ms and the queue-delay estimate, fed step times as a
+// machine whose step costs a fixed part plus a part per token would produce them.
+
+#include "sched/step_costs.h"
+
+#include <gtest/gtest.h>
+
+namespace brisk {
+namespace {
+
+// A step of `decodes` decodes and `prompt` prompt tokens on a machine where a step costs
+// 30 ms + 1 ms a decode + 1.5 ms a prompt token.
+double step_ms(int decodes, int prompt) { return 30 + decodes + 1.5 * prompt; }
+
+TEST(StepCosts, TheWholeBudgetUntilCostsAreKnownOrWhileNothingDecodes) {
+  StepCosts costs(150, 512);
+  EXPECT_EQ(costs.prefill_budget(4), 508);
+  costs.learn_step(4, 0, step_ms(4, 0));
+  costs.learn_step(4, 100, step_ms(4, 100));
+  EXPECT_LT(costs.prefill_budget(4), 508);
+  EXPECT_EQ(costs.prefill_budget(0), 512) << "no stream decodes: nothing to protect";
+  StepCosts off(0, 512);
+  off.learn_step(4, 0, step_ms(4, 0));
+  off.learn_step(4, 100, step_ms(4, 100));
+  EXPECT_EQ(off.prefill_budget(4), 508) << "--target-itl-ms 0 is off";
+}
+
+TEST(StepCosts, ChunksConvergeToStepsOfTheTarget) {
+  StepCosts costs(150, 512);
+  costs.learn_step(4, 0, step_ms(4, 0));
+  int chunk = 512;
+  for (int i = 0; i < 60; ++i) {
+    chunk = costs.prefill_budget(4);
+    costs.learn_step(4, chunk, step_ms(4, chunk));
+    costs.learn_step(4, 0, step_ms(4, 0));
+  }
+  EXPECT_NEAR(step_ms(4, chunk), 150, 3) << "chunk of " << chunk << " tokens";
+}
+
+TEST(StepCosts, AFloorKeepsPromptsMovingWhenDecodesFillTheTarget) {
+  StepCosts costs(20, 512);  // decodes alone take 34 ms
+  costs.learn_step(4, 0, step_ms(4, 0));
+  costs.learn_step(4, 64, step_ms(4, 64));
+  EXPECT_EQ(costs.prefill_budget(4), StepCosts::kMinChunkTokens);
+}
+
+TEST(StepCosts, HoldTimesAreAMovingAverage) {
+  StepCosts costs(150, 512);
+  costs.learn_hold(1000);
+  EXPECT_DOUBLE_EQ(costs.mean_hold_ms(), 1000);
+  costs.learn_hold(2000);
+  EXPECT_DOUBLE_EQ(costs.mean_hold_ms(), 1100);
+}
+
+TEST(QueueDelayEstimate, IsTheWorkAheadAtTheMeasuredCosts) {
+  LoadEstimate load;
+  EXPECT_EQ(estimate_queue_delay_ms(load, 5000, 3, 512), 0) << "nothing measured: no estimate";
+  load.decode_step_ms = 20;
+  load.prefill_ms_per_token = 2;
+  load.backlog_tokens = 100;
+  load.decoders = 4;
+  load.free_slots = 2;
+  // 400 queued + 100 started prompt tokens at 2 ms, in one step shared with 4 decodes (20 ms).
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 400, 1, 512), 1020);
+  // Two steps once the tokens ahead pass a step's budget (512 - 4 decodes).
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 500, 1, 512), 1200 + 2 * 20);
+  // Sequences: 2 free, 4 running that should free theirs in 100, 3000, 4000 and 5000 ms, each
+  // held 6000 ms on average.
+  load.slot_release_ms = {100, 3000, 4000, 5000};
+  load.hold_ms = 6000;
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 1, 512), 200 + 20) << "a sequence is free";
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 3, 512), 3000) << "second release";
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 6, 512), 100 + 6000) << "second round";
+  load.decoders = 0;
+  load.backlog_tokens = 0;
+  load.slot_release_ms.clear();
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 0, 512), 0) << "an idle server";
+}
+
+}  // namespace
+}  // namespace brisk
