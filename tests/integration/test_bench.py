@@ -567,24 +567,30 @@ def test_an_itl_limit_on_one_token_outputs_is_not_measured_never_met(scripted_se
     assert "itl_p99 not measured" in proc.stderr, proc.stderr
 
 
-def test_every_error_kind_is_counted_by_its_name(tmp_path):
-    """One request for each way a request can fail, in order, from a server scripted per
-    request; each lands in `errors` under its documented kind, and the good ones stay ok.
-    (connect_refused: test_bench_against_nothing_fails_and_says_why.)"""
-    good = b'data: {"choices": [{"text": "a", "finish_reason": null}]}\n\ndata: [DONE]\n\n'
-    script = [
-        ("ok", 200, good),
-        ("http_429", 429, b'{"error": {"message": "busy"}}'),
-        ("http_4xx", 400, b'{"error": {"message": "bad"}}'),
-        ("http_5xx", 503, b'{"error": {"message": "down"}}'),
-        ("malformed_sse", 200, b"data: this is not json\n\ndata: [DONE]\n\n"),
-        ("malformed_sse", 200, b'data: {"choices": [{"text": "a", "finish_reason": null}]}\n\n'),
-        ("stream_error", 200, b'data: {"error": {"message": "oom"}}\n\ndata: [DONE]\n\n'),
-        ("disconnected", 200, None),  # half a body, then the connection closes
-        ("timeout", 200, "hang"),
-        ("ok", 200, good),
-    ]
+GOOD_STREAM = b'data: {"choices": [{"text": "a", "finish_reason": null}]}\n\ndata: [DONE]\n\n'
+# One request for each way a request can fail, in order (connect_refused:
+# test_bench_against_nothing_fails_and_says_why).
+ERROR_SCRIPT = [
+    ("ok", 200, GOOD_STREAM),
+    ("http_429", 429, b'{"error": {"message": "busy"}}'),
+    ("http_4xx", 400, b'{"error": {"message": "bad"}}'),
+    ("http_5xx", 503, b'{"error": {"message": "down"}}'),
+    ("malformed_sse", 200, b"data: this is not json\n\ndata: [DONE]\n\n"),
+    ("malformed_sse", 200, b'data: {"choices": [{"text": "a", "finish_reason": null}]}\n\n'),
+    ("stream_error", 200, b'data: {"error": {"message": "oom"}}\n\ndata: [DONE]\n\n'),
+    ("disconnected", 200, None),  # half a body, then the connection closes
+    ("timeout", 200, "hang"),
+    ("ok", 200, GOOD_STREAM),
+]
+
+
+@contextlib.contextmanager
+def per_request_script_server(script):
+    """A server that answers its n-th completion request with script[n] = (kind, status, body):
+    body None sends half of a good stream and closes, "hang" answers nothing for 3 s. Yields its
+    URL and the list of the requests it has served."""
     served = []
+    lock = threading.Lock()
 
     class Server(QuietHandler):
         protocol_version = "HTTP/1.1"
@@ -596,8 +602,9 @@ def test_every_error_kind_is_counted_by_its_name(tmp_path):
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-            _, status, body = script[len(served)]
-            served.append(self.path)
+            with lock:  # open-loop requests arrive on several connections at once
+                _, status, body = script[len(served)]
+                served.append(self.path)
             if body == "hang":
                 time.sleep(3)  # past --timeout
                 self.close_connection = True
@@ -605,7 +612,7 @@ def test_every_error_kind_is_counted_by_its_name(tmp_path):
             self.send_response(status)
             self.send_header("Content-Type",
                              "text/event-stream" if status == 200 else "application/json")
-            whole = body if body is not None else good
+            whole = body if body is not None else GOOD_STREAM
             self.send_header("Content-Length", str(len(whole)))
             self.end_headers()
             self.wfile.write(whole if body is not None else whole[:20])
@@ -613,6 +620,21 @@ def test_every_error_kind_is_counted_by_its_name(tmp_path):
                 self.close_connection = True
 
     with python_server(Server) as url:
+        yield url, served
+
+
+def kinds_of(script) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for kind, _, _ in script:
+        if kind != "ok":
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def test_every_error_kind_is_counted_by_its_name(tmp_path):
+    """Each failure lands in `errors` under its documented kind, and the good ones stay ok."""
+    script = ERROR_SCRIPT
+    with per_request_script_server(script) as (url, served):
         proc = subprocess.run(
             [str(BRISK_BIN), "bench", "--url", url, "--model", "m", "--concurrency", "1",
              "--num-requests", str(len(script)), "--warmup-requests", "0", "--timeout", "1",
@@ -622,16 +644,53 @@ def test_every_error_kind_is_counted_by_its_name(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(served) == len(script)
     run = json.loads((tmp_path / "result.json").read_text())["runs"][0]
-    expected: dict[str, int] = {}
-    for kind, _, _ in script:
-        if kind != "ok":
-            expected[kind] = expected.get(kind, 0) + 1
-    assert run["errors"] == expected, (run["errors"], proc.stderr)
+    assert run["errors"] == kinds_of(script), (run["errors"], proc.stderr)
     assert run["requests"]["ok"] == 2 and run["requests"]["failed"] == len(script) - 2, run
     assert run["requests"]["timeouts"] == 1, run
     with open(tmp_path / "requests.csv") as f:
         rows = list(csv.DictReader(f))
     assert [row["error"] or "ok" for row in rows] == [kind for kind, _, _ in script], rows
+
+
+# A good stream whose usage reports "prompt_tokens": null (a count json::value threw on, out of
+# an open-loop coroutine that then vanished with its connection, uncounted).
+NULL_USAGE_STREAM = (b'data: {"choices": [{"text": "a", "finish_reason": null}]}\n\n'
+                     b'data: {"choices": [], "usage": {"prompt_tokens": null, '
+                     b'"completion_tokens": 1}}\n\ndata: [DONE]\n\n')
+
+
+@pytest.mark.parametrize("cap", [[], ["--max-concurrency", "2"]],
+                         ids=["uncapped", "max-concurrency-2"])
+def test_open_loop_counts_every_failure_by_kind_and_never_hangs(tmp_path, cap):
+    """Open-loop requests run as coroutines of their own (the closed loop's users do not): each
+    failure is still counted under its kind, a usage with "prompt_tokens": null is a good
+    request with its completion counted, and with --max-concurrency every connection comes back
+    to the pool, so the run ends (two lost connections would leave the third request waiting
+    for one forever)."""
+    script = ERROR_SCRIPT + [("ok", 200, NULL_USAGE_STREAM)] * 2
+    with per_request_script_server(script) as (url, served):
+        proc = subprocess.run(
+            [str(BRISK_BIN), "bench", "--url", url, "--model", "m", "--rate", "20",
+             "--arrival", "constant", *cap, "--num-requests", str(len(script)),
+             "--warmup-requests", "0", "--timeout", "1", "--input-tokens", "20",
+             "--output-tokens", "1", "--progress", "off", "--out", str(tmp_path)],
+            capture_output=True, text=True, timeout=60)  # a hang fails here
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(served) == len(script)
+    run = json.loads((tmp_path / "result.json").read_text())["runs"][0]
+    assert run["errors"] == kinds_of(script), (run["errors"], proc.stderr)
+    ok = sum(kind == "ok" for kind, _, _ in script)
+    assert run["requests"] == {"ok": ok, "failed": len(script) - ok, "timeouts": 1}, run
+    with open(tmp_path / "requests.csv") as f:
+        rows = sorted(csv.DictReader(f), key=lambda row: int(row["request"]))
+    # 50 ms apart, the requests reach the server in order: row i met script[i].
+    assert [row["error"] or "ok" for row in rows] == [kind for kind, _, _ in script], rows
+    # Every request ended (a vanished one had no end), and the null-usage ones are ok with their
+    # completion counted.
+    assert all(row["end_ms"] != "" for row in rows), rows
+    assert [row["completion_tokens"] for row in rows[-2:]] == ["1", "1"], rows[-2:]
+    if cap:
+        assert max(int(row["concurrency"]) for row in rows) <= 2, rows
 
 
 def test_api_key_and_a_url_path_prefix_reach_every_route(tmp_path):
