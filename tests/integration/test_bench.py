@@ -191,6 +191,50 @@ def test_slo_goodput_and_max_rate_search(brisk, tmp_path):
     assert bad.returncode == 2 and "unknown SLO metric" in bad.stderr
 
 
+def test_max_rate_search_bisects_to_the_rate_a_queue_starts_to_miss_at(tmp_path):
+    """A server of known capacity: one 40 ms prefill at a time (the fixture's --prefill-ms),
+    shared by every request waiting when it starts. Evenly spaced requests up to 25/s each find
+    it idle (TTFT 40 ms); faster, request k waits k x (40 ms - gap) behind the ones before it, so
+    TTFT p50 of 40 requests passes 40 + 10 ms once the gap is below 40 - 10 / 19.5 ms. Nothing
+    is faster than the model (timers only fire late), so the search must land between the
+    capacity less its stated tolerance (burst capacity / 2^steps) and that rate."""
+    prefill_ms, margin_ms, requests, steps = 40.0, 10.0, 40, 10
+    capacity = 1000 / prefill_ms
+    # numpy-linear p50 of 40 TTFTs S + k (S - gap), k = 0..39: S + 19.5 (S - gap).
+    misses_above = 1000 / (prefill_ms - margin_ms / ((requests - 1) / 2))
+    with scripted_stream_server(["--prefill-ms", str(prefill_ms), "--ttft-ms", "0",
+                                 "--itl-ms", "1"]) as url:
+        proc = subprocess.run(
+            [str(BRISK_BIN), "bench", "--url", url, "--arrival", "constant",
+             "--num-requests", str(requests), "--warmup-requests", "0", "--input-tokens", "16",
+             "--output-tokens", "2", "--slo", f"ttft_p50={prefill_ms + margin_ms:g}ms",
+             "--find-max-rate", "--search-steps", str(steps), "--progress", "off",
+             "--out", str(tmp_path)],
+            capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads((tmp_path / "result.json").read_text())
+    burst, *probes = result["runs"]
+    assert burst["load"]["rate"] == "inf" and burst["slo_met"] is False, burst
+    # A batched prefill serves a burst far above the queue's rate: the search has room to bisect.
+    burst_capacity = burst["request_throughput"]
+    assert burst_capacity > 4 * capacity, burst_capacity
+    # Each probe is the middle of the bracket the earlier ones left, for every step.
+    assert len(probes) == steps
+    meets, misses = 0.0, burst_capacity
+    for probe in probes:
+        assert probe["load"]["rate"] == pytest.approx((meets + misses) / 2, rel=1e-6), probe
+        if probe["slo_met"]:
+            meets = probe["load"]["rate"]
+        else:
+            misses = probe["load"]["rate"]
+    assert any(p["slo_met"] for p in probes) and not all(p["slo_met"] for p in probes)
+    found = result["max_rate_meeting_slo"]
+    assert found == meets
+    tolerance = burst_capacity / 2**steps
+    assert capacity - tolerance <= found <= misses_above, (found, capacity, tolerance,
+                                                            misses_above, proc.stderr)
+
+
 # --- workloads: length distributions, JSONL test sets, ShareGPT, presets, --duration ---------
 
 
