@@ -105,6 +105,23 @@ TEST_F(PlanPrediction, ABurstOfShortPromptsIsNotCostedAsOneLongSequence) {
   EXPECT_NEAR(burst.ttft_ms.p50, first_ms + deployment.step(1, 257, others).total_ms, 0.01);
 }
 
+TEST_F(PlanPrediction, ABurstsPercentilesAreLinearBetweenRanksAsBenchReportsThem) {
+  // Two prompts: the first has a step alone (TTFT a), the second waits for it and shares the
+  // next step with the first's decode (TTFT b). brisk bench's definition (numpy's linear) puts
+  // p50 halfway and p95 at 0.95 of the way from a to b; nearest-rank, which plan once used,
+  // said a and b.
+  Deployment deployment = on(*catalog_.find("h100-sxm"));
+  deployment.step_token_budget = 2048;
+  const LoadPrediction burst = predict_burst(deployment, 256, 16, 2);
+  const double a = deployment.step(0, 0, {PromptChunk{256, 0}}).total_ms;
+  const double b = a + deployment.step(1, 257, {PromptChunk{256, 0}}).total_ms;
+  ASSERT_GT(b - a, 1.0);  // far apart next to the microsecond between the two arrivals
+  EXPECT_NEAR(burst.ttft_ms.p50, a + 0.5 * (b - a), 0.01);
+  EXPECT_NEAR(burst.ttft_ms.p95, a + 0.95 * (b - a), 0.01);
+  EXPECT_NEAR(burst.ttft_ms.p99, a + 0.99 * (b - a), 0.01);
+  EXPECT_NEAR(burst.ttft_ms.mean, (a + b) / 2, 0.01);
+}
+
 TEST_F(PlanPrediction, CalibratedBatchScaleIsExactWhereTimedAndInterpolatedBetween) {
   Deployment deployment = on(*catalog_.find("cpu-2vcpu"));
   const Deployment roofline = deployment;
