@@ -191,6 +191,50 @@ def test_slo_goodput_and_max_rate_search(brisk, tmp_path):
     assert bad.returncode == 2 and "unknown SLO metric" in bad.stderr
 
 
+def test_max_rate_search_bisects_to_the_rate_a_queue_starts_to_miss_at(tmp_path):
+    """A server of known capacity: one 40 ms prefill at a time (the fixture's --prefill-ms),
+    shared by every request waiting when it starts. Evenly spaced requests up to 25/s each find
+    it idle (TTFT 40 ms); faster, request k waits k x (40 ms - gap) behind the ones before it, so
+    TTFT p50 of 40 requests passes 40 + 10 ms once the gap is below 40 - 10 / 19.5 ms. Nothing
+    is faster than the model (timers only fire late), so the search must land between the
+    capacity less its stated tolerance (burst capacity / 2^steps) and that rate."""
+    prefill_ms, margin_ms, requests, steps = 40.0, 10.0, 40, 10
+    capacity = 1000 / prefill_ms
+    # numpy-linear p50 of 40 TTFTs S + k (S - gap), k = 0..39: S + 19.5 (S - gap).
+    misses_above = 1000 / (prefill_ms - margin_ms / ((requests - 1) / 2))
+    with scripted_stream_server(["--prefill-ms", str(prefill_ms), "--ttft-ms", "0",
+                                 "--itl-ms", "1"]) as url:
+        proc = subprocess.run(
+            [str(BRISK_BIN), "bench", "--url", url, "--arrival", "constant",
+             "--num-requests", str(requests), "--warmup-requests", "0", "--input-tokens", "16",
+             "--output-tokens", "2", "--slo", f"ttft_p50={prefill_ms + margin_ms:g}ms",
+             "--find-max-rate", "--search-steps", str(steps), "--progress", "off",
+             "--out", str(tmp_path)],
+            capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads((tmp_path / "result.json").read_text())
+    burst, *probes = result["runs"]
+    assert burst["load"]["rate"] == "inf" and burst["slo_met"] is False, burst
+    # A batched prefill serves a burst far above the queue's rate: the search has room to bisect.
+    burst_capacity = burst["request_throughput"]
+    assert burst_capacity > 4 * capacity, burst_capacity
+    # Each probe is the middle of the bracket the earlier ones left, for every step.
+    assert len(probes) == steps
+    meets, misses = 0.0, burst_capacity
+    for probe in probes:
+        assert probe["load"]["rate"] == pytest.approx((meets + misses) / 2, rel=1e-6), probe
+        if probe["slo_met"]:
+            meets = probe["load"]["rate"]
+        else:
+            misses = probe["load"]["rate"]
+    assert any(p["slo_met"] for p in probes) and not all(p["slo_met"] for p in probes)
+    found = result["max_rate_meeting_slo"]
+    assert found == meets
+    tolerance = burst_capacity / 2**steps
+    assert capacity - tolerance <= found <= misses_above, (found, capacity, tolerance,
+                                                            misses_above, proc.stderr)
+
+
 # --- workloads: length distributions, JSONL test sets, ShareGPT, presets, --duration ---------
 
 
@@ -567,24 +611,30 @@ def test_an_itl_limit_on_one_token_outputs_is_not_measured_never_met(scripted_se
     assert "itl_p99 not measured" in proc.stderr, proc.stderr
 
 
-def test_every_error_kind_is_counted_by_its_name(tmp_path):
-    """One request for each way a request can fail, in order, from a server scripted per
-    request; each lands in `errors` under its documented kind, and the good ones stay ok.
-    (connect_refused: test_bench_against_nothing_fails_and_says_why.)"""
-    good = b'data: {"choices": [{"text": "a", "finish_reason": null}]}\n\ndata: [DONE]\n\n'
-    script = [
-        ("ok", 200, good),
-        ("http_429", 429, b'{"error": {"message": "busy"}}'),
-        ("http_4xx", 400, b'{"error": {"message": "bad"}}'),
-        ("http_5xx", 503, b'{"error": {"message": "down"}}'),
-        ("malformed_sse", 200, b"data: this is not json\n\ndata: [DONE]\n\n"),
-        ("malformed_sse", 200, b'data: {"choices": [{"text": "a", "finish_reason": null}]}\n\n'),
-        ("stream_error", 200, b'data: {"error": {"message": "oom"}}\n\ndata: [DONE]\n\n'),
-        ("disconnected", 200, None),  # half a body, then the connection closes
-        ("timeout", 200, "hang"),
-        ("ok", 200, good),
-    ]
+GOOD_STREAM = b'data: {"choices": [{"text": "a", "finish_reason": null}]}\n\ndata: [DONE]\n\n'
+# One request for each way a request can fail, in order (connect_refused:
+# test_bench_against_nothing_fails_and_says_why).
+ERROR_SCRIPT = [
+    ("ok", 200, GOOD_STREAM),
+    ("http_429", 429, b'{"error": {"message": "busy"}}'),
+    ("http_4xx", 400, b'{"error": {"message": "bad"}}'),
+    ("http_5xx", 503, b'{"error": {"message": "down"}}'),
+    ("malformed_sse", 200, b"data: this is not json\n\ndata: [DONE]\n\n"),
+    ("malformed_sse", 200, b'data: {"choices": [{"text": "a", "finish_reason": null}]}\n\n'),
+    ("stream_error", 200, b'data: {"error": {"message": "oom"}}\n\ndata: [DONE]\n\n'),
+    ("disconnected", 200, None),  # half a body, then the connection closes
+    ("timeout", 200, "hang"),
+    ("ok", 200, GOOD_STREAM),
+]
+
+
+@contextlib.contextmanager
+def per_request_script_server(script):
+    """A server that answers its n-th completion request with script[n] = (kind, status, body):
+    body None sends half of a good stream and closes, "hang" answers nothing for 3 s. Yields its
+    URL and the list of the requests it has served."""
     served = []
+    lock = threading.Lock()
 
     class Server(QuietHandler):
         protocol_version = "HTTP/1.1"
@@ -596,8 +646,9 @@ def test_every_error_kind_is_counted_by_its_name(tmp_path):
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-            _, status, body = script[len(served)]
-            served.append(self.path)
+            with lock:  # open-loop requests arrive on several connections at once
+                _, status, body = script[len(served)]
+                served.append(self.path)
             if body == "hang":
                 time.sleep(3)  # past --timeout
                 self.close_connection = True
@@ -605,7 +656,7 @@ def test_every_error_kind_is_counted_by_its_name(tmp_path):
             self.send_response(status)
             self.send_header("Content-Type",
                              "text/event-stream" if status == 200 else "application/json")
-            whole = body if body is not None else good
+            whole = body if body is not None else GOOD_STREAM
             self.send_header("Content-Length", str(len(whole)))
             self.end_headers()
             self.wfile.write(whole if body is not None else whole[:20])
@@ -613,6 +664,21 @@ def test_every_error_kind_is_counted_by_its_name(tmp_path):
                 self.close_connection = True
 
     with python_server(Server) as url:
+        yield url, served
+
+
+def kinds_of(script) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for kind, _, _ in script:
+        if kind != "ok":
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def test_every_error_kind_is_counted_by_its_name(tmp_path):
+    """Each failure lands in `errors` under its documented kind, and the good ones stay ok."""
+    script = ERROR_SCRIPT
+    with per_request_script_server(script) as (url, served):
         proc = subprocess.run(
             [str(BRISK_BIN), "bench", "--url", url, "--model", "m", "--concurrency", "1",
              "--num-requests", str(len(script)), "--warmup-requests", "0", "--timeout", "1",
@@ -622,16 +688,54 @@ def test_every_error_kind_is_counted_by_its_name(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(served) == len(script)
     run = json.loads((tmp_path / "result.json").read_text())["runs"][0]
-    expected: dict[str, int] = {}
-    for kind, _, _ in script:
-        if kind != "ok":
-            expected[kind] = expected.get(kind, 0) + 1
-    assert run["errors"] == expected, (run["errors"], proc.stderr)
+    assert run["errors"] == kinds_of(script), (run["errors"], proc.stderr)
     assert run["requests"]["ok"] == 2 and run["requests"]["failed"] == len(script) - 2, run
     assert run["requests"]["timeouts"] == 1, run
     with open(tmp_path / "requests.csv") as f:
         rows = list(csv.DictReader(f))
     assert [row["error"] or "ok" for row in rows] == [kind for kind, _, _ in script], rows
+
+
+# A good stream whose usage reports "prompt_tokens": null (a count json::value threw on, out of
+# an open-loop coroutine that then vanished with its connection, uncounted).
+NULL_USAGE_STREAM = (b'data: {"choices": [{"text": "a", "finish_reason": null}]}\n\n'
+                     b'data: {"choices": [], "usage": {"prompt_tokens": null, '
+                     b'"completion_tokens": 1}}\n\ndata: [DONE]\n\n')
+
+
+@pytest.mark.parametrize("cap", [[], ["--max-concurrency", "2"]],
+                         ids=["uncapped", "max-concurrency-2"])
+def test_open_loop_counts_every_failure_by_kind_and_never_hangs(tmp_path, cap):
+    """Open-loop requests run as coroutines of their own (the closed loop's users do not): each
+    failure is still counted under its kind, a usage with "prompt_tokens": null is a good
+    request with its completion counted, and with --max-concurrency every connection comes back
+    to the pool, so the run ends (two lost connections would leave the third request waiting
+    for one forever)."""
+    # The null-usage ones early: under the cap, the requests after them need their connections.
+    script = ERROR_SCRIPT[:1] + [("ok", 200, NULL_USAGE_STREAM)] * 2 + ERROR_SCRIPT[1:]
+    with per_request_script_server(script) as (url, served):
+        proc = subprocess.run(
+            [str(BRISK_BIN), "bench", "--url", url, "--model", "m", "--rate", "20",
+             "--arrival", "constant", *cap, "--num-requests", str(len(script)),
+             "--warmup-requests", "0", "--timeout", "1", "--input-tokens", "20",
+             "--output-tokens", "1", "--progress", "off", "--out", str(tmp_path)],
+            capture_output=True, text=True, timeout=60)  # a hang fails here
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(served) == len(script)
+    run = json.loads((tmp_path / "result.json").read_text())["runs"][0]
+    assert run["errors"] == kinds_of(script), (run["errors"], proc.stderr)
+    ok = sum(kind == "ok" for kind, _, _ in script)
+    assert run["requests"] == {"ok": ok, "failed": len(script) - ok, "timeouts": 1}, run
+    with open(tmp_path / "requests.csv") as f:
+        rows = sorted(csv.DictReader(f), key=lambda row: int(row["request"]))
+    # 50 ms apart, the requests reach the server in order: row i met script[i].
+    assert [row["error"] or "ok" for row in rows] == [kind for kind, _, _ in script], rows
+    # Every request ended (a vanished one had no end), and the null-usage ones are ok with their
+    # completion counted.
+    assert all(row["end_ms"] != "" for row in rows), rows
+    assert [row["completion_tokens"] for row in rows[1:3]] == ["1", "1"], rows[1:3]
+    if cap:
+        assert max(int(row["concurrency"]) for row in rows) <= 2, rows
 
 
 def test_api_key_and_a_url_path_prefix_reach_every_route(tmp_path):

@@ -125,6 +125,46 @@ def test_calibrate_measures_this_machine_and_plan_uses_it(tmp_path):
     assert uncalibrated["candidates"][0]["efficiency"]["origin"].startswith("default")
 
 
+def test_calibrate_fills_a_context_longer_than_one_batch(tmp_path):
+    """--context 1100 with 512-token engine batches: the cache is filled in three chunks and
+    every decode step is timed at positions 1100 and up (it was once cut to the first 512
+    tokens; llama.cpp decodes a sequence's next token only right after its last cached
+    position, so a short fill makes the timed steps fail instead of measuring a shorter
+    context)."""
+    require_file(model_path(), "run `brisk pull gemma3-270m`")
+    env = {"BRISK_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    proc = plan("calibrate", "--model", str(model_path()), "--device", "cpu-2vcpu",
+                "--batches", "1,2", "--context", "1100", "--repeats", "1", env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    samples = json.loads((tmp_path / "calibration.json").read_text())["devices"]["cpu-2vcpu"][
+        "samples"]
+    decode = [s for s in samples if s["decode_batch"] > 0]
+    # Timed at 1100 + repeat for repeat = 1: the mean context of the steps timed.
+    assert [(s["decode_batch"], s["context"]) for s in decode] == [(1, 1100.5), (2, 1100.5)]
+    assert all(s["measured_ms"] > 0 for s in decode), decode
+    # The printed table (batch, context columns) says so too.
+    rows = [line.split()[1:3] for line in proc.stdout.splitlines() if ".gguf" in line]
+    assert rows[1:] == [["1", "1100"], ["2", "1100"]], proc.stdout
+
+
+@pytest.mark.parametrize("flag, value, says", [
+    ("--repeats", "0", "--repeats: Value 0 not in range 1 to 1000"),
+    ("--batches", "1,0", "--batches: Value 0 not in range 1 to 4096"),
+    ("--context", "-1", "--context: Value -1 not in range"),
+])
+def test_calibrate_refuses_out_of_range_flags_before_loading_anything(tmp_path, flag, value,
+                                                                      says):
+    """--repeats 0 once took the median of no timed steps and fitted log(x / 0). The parser
+    refuses it with its own exit status (docs/cli.md), before the model is even looked for."""
+    env = {"BRISK_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    proc = plan("calibrate", "--model", str(tmp_path / "absent.gguf"), "--device", "cpu-2vcpu",
+                flag, value, env=env)
+    assert proc.returncode > 1, (proc.returncode, proc.stderr)  # not a failed run, no signal
+    assert says in proc.stderr, proc.stderr
+    assert "does not exist" not in proc.stderr + proc.stdout
+    assert not (tmp_path / "calibration.json").exists()
+
+
 def test_workload_from_a_bench_result(tmp_path):
     result = tmp_path / "result.json"
     result.write_text(json.dumps({"workload": {"input_tokens": 300.4, "output_tokens": 99},

@@ -18,6 +18,17 @@ TEST(Percentile, MatchesNumpyLinearInterpolation) {
   EXPECT_DOUBLE_EQ(percentile_linear({42}, 99), 42.0);
 }
 
+TEST(Percentile, UnevenGapsInterpolateWithinTheirOwnInterval) {
+  // The same vector as tests/integration/test_percentile.py pins bench/percentile.py on. Ranks
+  // 1, 1.5, 2, 3.6, 3.96; nearest-rank would say 20, 20, 40, 160, 160.
+  const std::vector<double> sorted{10, 20, 40, 80, 160};
+  EXPECT_DOUBLE_EQ(percentile_linear(sorted, 25), 20.0);
+  EXPECT_DOUBLE_EQ(percentile_linear(sorted, 37.5), 30.0);
+  EXPECT_DOUBLE_EQ(percentile_linear(sorted, 50), 40.0);
+  EXPECT_DOUBLE_EQ(percentile_linear(sorted, 90), 128.0);
+  EXPECT_DOUBLE_EQ(percentile_linear(sorted, 99), 156.8);
+}
+
 TEST(Summarize, HandComputedFromUnsortedSamples) {
   const LatencySummary s = summarize({100, 10, 90, 20, 80, 30, 70, 40, 60, 50});
   EXPECT_EQ(s.count, 10u);
