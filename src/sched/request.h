@@ -59,6 +59,9 @@ struct Request {
   SamplingParams sampling;
   int top_logprobs = -1;  // < 0: no logprobs; 0: the chosen token's; N: and the N most likely
   int max_tokens = 0;
+  // The client (or --override-generation-config) named max_tokens; else it is whatever the
+  // context leaves, which says nothing about how long the request will run.
+  bool max_tokens_named = false;
   std::vector<std::string> stop;
   bool ignore_eos = false;
   // Lower runs sooner under --policy priority (vLLM's convention); 0 by default.

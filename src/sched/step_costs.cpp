@@ -42,11 +42,11 @@ int StepCosts::prefill_budget(int decode_tokens) const {
 
 double estimate_queue_delay_ms(const LoadEstimate& load, int queued_tokens, int queued_requests,
                                int max_batched_tokens) {
-  if (load.prefill_ms_per_token <= 0) return 0;  // nothing measured yet
-  // Prompt work ahead, in steps shared with the running decodes.
+  // Prompt work ahead, in steps shared with the running decodes (once a prompt token's cost
+  // is measured).
   const int tokens_ahead = queued_tokens + load.backlog_tokens;
   double wait = tokens_ahead * load.prefill_ms_per_token;
-  if (load.decoders > 0 && tokens_ahead > 0) {
+  if (load.prefill_ms_per_token > 0 && load.decoders > 0 && tokens_ahead > 0) {
     const int per_step = std::max(1, max_batched_tokens - load.decoders);
     wait += std::ceil(static_cast<double>(tokens_ahead) / per_step) * load.decode_step_ms;
   }

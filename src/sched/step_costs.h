@@ -50,7 +50,8 @@ struct LoadEstimate {
 };
 
 // Milliseconds until a request arriving now would start its prompt, if `queued_tokens` prompt
-// tokens (of `queued_requests` requests) wait ahead of it; 0 while the costs are not yet known.
+// tokens (of `queued_requests` requests) wait ahead of it; each part counts once its costs are
+// known (0 while nothing is).
 double estimate_queue_delay_ms(const LoadEstimate& load, int queued_tokens, int queued_requests,
                                int max_batched_tokens);
 

@@ -604,13 +604,24 @@ void StepScheduler::publish_load() {
   load.free_slots = options_.max_seqs - static_cast<int>(running_.size());
   load.hold_ms = costs_.mean_hold_ms();
   const TimePoint now = Clock::now();
+  double expected_holds_ms = 0;
   for (const auto& sequence : running_) {
     load.backlog_tokens += sequence->prompt_remaining();
     if (sequence->prefill_done()) ++load.decoders;
-    // Expected to hold it about as long as finished requests did, not until its max_tokens
-    // (everything left of the context when a client sends none); one past that is due now.
-    load.slot_release_ms.push_back(
-        std::max(0.0, costs_.mean_hold_ms() - ms_between(sequence->scheduled_at_, now)));
+    const double held_ms = ms_between(sequence->scheduled_at_, now);
+    if (costs_.mean_hold_ms() > 0) {
+      // Expected to hold it about as long as finished requests did, not until its max_tokens
+      // (everything left of the context when a client sends none); one past that is due now.
+      load.slot_release_ms.push_back(std::max(0.0, costs_.mean_hold_ms() - held_ms));
+    } else if (const double left_ms = expected_ms_to_finish(*sequence); left_ms >= 0) {
+      // Nothing has finished yet (a cold start under load): a request that named its
+      // max_tokens runs them at the measured step costs; one that did not is not guessed at.
+      load.slot_release_ms.push_back(left_ms);
+      expected_holds_ms += held_ms + left_ms;
+    }
+  }
+  if (load.hold_ms <= 0 && !load.slot_release_ms.empty()) {
+    load.hold_ms = expected_holds_ms / static_cast<double>(load.slot_release_ms.size());
   }
   std::sort(load.slot_release_ms.begin(), load.slot_release_ms.end());
   for (const auto& sequence : preempted_) load.backlog_tokens += sequence->prompt_remaining();
@@ -618,6 +629,17 @@ void StepScheduler::publish_load() {
   std::lock_guard lock(mutex_);
   load_ = std::move(load);
   published_ = std::move(published);
+}
+
+// Milliseconds until a running request that named its max_tokens would have them all, at the
+// measured step costs (ignoring a stop or end of generation, which only come sooner); -1 when
+// it named none or the costs are not known yet.
+double StepScheduler::expected_ms_to_finish(const Sequence& sequence) const {
+  if (!sequence.request_ref().max_tokens_named || costs_.decode_step_ms() <= 0) return -1;
+  const int tokens_left =
+      std::max(0, sequence.request_ref().max_tokens - sequence.completion_tokens_);
+  return sequence.prompt_remaining() * std::max(0.0, costs_.prefill_ms_per_token()) +
+         tokens_left * costs_.decode_step_ms();
 }
 
 // The engine thread's part of a snapshot: the running and preempted sequences and the KV map.

@@ -110,6 +110,7 @@ class StepScheduler {
   static std::string deadline_message(const Request& request);
   int committed_kv_tokens() const;
   void publish_load();
+  double expected_ms_to_finish(const Sequence& sequence) const;
   SchedulerSnapshot describe() const;
 
   ModelRunner& engine_;

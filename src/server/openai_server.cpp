@@ -50,14 +50,10 @@ struct Route {
 };
 
 constexpr Route kRoutes[] = {
-    {"/health", http::verb::get},
-    {"/ready", http::verb::get},
-    {"/metrics", http::verb::get},
-    {"/debug/scheduler", http::verb::get},
-    {"/v1/models", http::verb::get},
-    {"/v1/chat/completions", http::verb::post},
-    {"/v1/completions", http::verb::post},
-    {"/tokenize", http::verb::post},
+    {"/health", http::verb::get},          {"/ready", http::verb::get},
+    {"/metrics", http::verb::get},         {"/debug/scheduler", http::verb::get},
+    {"/v1/models", http::verb::get},       {"/v1/chat/completions", http::verb::post},
+    {"/v1/completions", http::verb::post}, {"/tokenize", http::verb::post},
 };
 
 }  // namespace
@@ -142,8 +138,7 @@ void OpenAiServer::drain() {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (connections_.busy() > 0) {
-    spdlog::warn("{} responses were still being written when the drain ended",
-                 connections_.busy());
+    spdlog::warn("{} responses were still being written when the drain ended", connections_.busy());
   }
   io_.stop();
 }
@@ -303,6 +298,8 @@ void OpenAiServer::handle_completion(const HttpRequest& http_request, Completion
   TokenList tokens;
   if (auto error = prepare_prompt(params, &tokens))
     return session->respond(reject(*error, "invalid_request"));
+  const bool max_tokens_named =
+      params.max_tokens.has_value() || options_.generation.max_tokens.has_value();
   if (auto error = check_lengths(params, tokens))
     return session->respond(reject(*error, "prompt_too_long"));
 
@@ -312,6 +309,7 @@ void OpenAiServer::handle_completion(const HttpRequest& http_request, Completion
   request->sampling = params.sampling;
   request->top_logprobs = params.top_logprobs;
   request->max_tokens = *params.max_tokens;
+  request->max_tokens_named = max_tokens_named;
   request->stop = params.stop;
   request->ignore_eos = params.ignore_eos;
   if (auto error = read_priority_header(http_request, params))
@@ -375,7 +373,9 @@ std::optional<ApiError> OpenAiServer::read_priority_header(const HttpRequest& ht
       priority > kMaxPriority) {
     return ApiError::invalid(
         "the X-Request-Priority header must be an integer between -1000000 and 1000000 (lower "
-        "runs sooner), got '" + value + "'", "priority");
+        "runs sooner), got '" +
+            value + "'",
+        "priority");
   }
   params.priority = priority;
   return std::nullopt;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -12,6 +13,7 @@
 #include <numeric>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fake_model_runner.h"
@@ -321,6 +323,50 @@ TEST(StepScheduler, RefusesWhatWouldWaitTooLong) {
   EXPECT_EQ(status, SubmitStatus::queue_delay);
   EXPECT_GT(wait_ms, 50);
   scheduler.shutdown(std::chrono::seconds(30));
+}
+
+// Under load from a cold start nothing has finished, so no hold time is measured: a request
+// that named its max_tokens is then expected to run them at the measured decode step, and a
+// newcomer that would wait for its sequence longer than --max-queue-delay-ms is refused (with
+// no estimate, overload admitted everything and admitted requests waited 3.4x the limit).
+TEST(StepScheduler, BeforeAnythingFinishedTheWaitForASequenceComesFromMaxTokens) {
+  for (const bool named : {true, false}) {
+    FakeModelRunner runner(100000);
+    runner.step_delay = std::chrono::milliseconds(3);
+    SchedulerOptions opts = options(1, 64);
+    opts.max_queue_delay_ms = 100;
+    ServingMetrics metrics;
+    StepScheduler scheduler(runner, opts, metrics);
+    std::atomic<int> tokens{0};
+    auto busy = std::make_shared<Request>();
+    busy->prompt_tokens.assign(8, 3);
+    busy->max_tokens = 300;  // ~900 ms of 3 ms steps
+    busy->max_tokens_named = named;
+    busy->sampling = greedy();
+    busy->ignore_eos = true;
+    busy->arrival = Clock::now();
+    busy->on_update = [&](GenerationUpdate&& update) { tokens = update.completion_tokens; };
+    scheduler.start();
+    ASSERT_EQ(scheduler.submit(busy), SubmitStatus::accepted);
+    while (tokens < 20) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    auto newcomer = std::make_shared<Request>();
+    newcomer->prompt_tokens.assign(8, 4);
+    newcomer->max_tokens = 1;
+    newcomer->sampling = greedy();
+    newcomer->arrival = Clock::now();
+    newcomer->on_update = [](GenerationUpdate&&) {};
+    double wait_ms = 0;
+    const SubmitStatus status = scheduler.submit(newcomer, &wait_ms);
+    if (named) {
+      EXPECT_EQ(status, SubmitStatus::queue_delay) << "estimated " << wait_ms << " ms";
+      EXPECT_GT(wait_ms, 400);
+    } else {
+      EXPECT_EQ(status, SubmitStatus::accepted) << "a request without max_tokens was guessed at";
+    }
+    busy->cancelled = true;
+    scheduler.wake();
+    scheduler.shutdown(std::chrono::seconds(10));
+  }
 }
 
 }  // namespace
