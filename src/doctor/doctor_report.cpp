@@ -1,6 +1,12 @@
 #include "doctor/doctor_report.h"
 
+#include <algorithm>
+#include <tuple>
+
 #include <fmt/format.h>
+
+#include "doctor/attribution.h"
+#include "doctor/rules.h"
 
 namespace brisk::doctor {
 
@@ -38,6 +44,19 @@ json optional_json(const std::optional<double>& value) {
   return value ? json(*value) : json(nullptr);
 }
 
+json per_core_json(const std::vector<telemetry::CoreShare>& cores) {
+  json list = json::array();
+  for (const telemetry::CoreShare& core : cores) {
+    list.push_back({{"core", core.core},
+                    {"user", core.share.user},
+                    {"system", core.share.system},
+                    {"iowait", core.share.iowait},
+                    {"steal", core.share.steal},
+                    {"busy", core.share.busy()}});
+  }
+  return list;
+}
+
 json resources_json(const Evidence& evidence) {
   const HostSummary& host = evidence.host;
   json gpus = json::array();
@@ -53,7 +72,9 @@ json resources_json(const Evidence& evidence) {
                     {"power_w_peak", optional_json(gpu.power_w)},
                     {"pcie_tx_bytes_per_s_peak", optional_json(gpu.pcie_tx_bytes_per_s)},
                     {"pcie_rx_bytes_per_s_peak", optional_json(gpu.pcie_rx_bytes_per_s)},
-                    {"nvlinks_active", gpu.nvlinks_active}});
+                    {"nvlinks_active", gpu.nvlinks_active},
+                    {"nvlink_tx_bytes_per_s_peak", optional_json(gpu.nvlink_tx_bytes_per_s)},
+                    {"nvlink_rx_bytes_per_s_peak", optional_json(gpu.nvlink_rx_bytes_per_s)}});
   }
   json links = json::array();
   for (const telemetry::GpuLink& link : evidence.gpu.links) {
@@ -66,6 +87,7 @@ json resources_json(const Evidence& evidence) {
             {"steal_fraction", host.steal_fraction},
             {"iowait_fraction", host.iowait_fraction},
             {"busiest_core_fraction", host.busiest_core_fraction},
+            {"per_core", per_core_json(host.per_core)},
             {"doctor_cores_mean", host.doctor_cores_mean},
             {"server_pid", host.server_pid < 0 ? json(nullptr) : json(host.server_pid)},
             {"server_command", host.server_command},
@@ -94,8 +116,104 @@ json resources_json(const Evidence& evidence) {
             {"prefix_hit_rate", optional_json(metrics.prefix_hit_rate)}}}};
 }
 
+json attribution_json(const PhaseAttribution& phases) {
+  return {{"stage", phases.stage},
+          {"concurrency", phases.concurrency},
+          {"outside_server_ms", optional_json(phases.outside_server_ms)},
+          {"server_ttft_ms", optional_json(phases.server_ttft_ms)},
+          {"queue_ms", optional_json(phases.queue_ms)},
+          {"prefill_ms", optional_json(phases.prefill_ms)},
+          {"decode_ms_per_token", optional_json(phases.decode_ms_per_token)},
+          {"floor_ms_per_token", optional_json(phases.floor_ms_per_token)},
+          {"decode_over_floor", optional_json(phases.decode_over_floor)}};
+}
+
+// The concurrency-1 baseline and the top of the ramp: where the time goes alone and under the
+// most load the probe offered.
+std::vector<PhaseAttribution> attributed_points(const Evidence& evidence) {
+  std::vector<PhaseAttribution> points;
+  if (evidence.short_baseline.measured()) {
+    points.push_back(attribute_phases(evidence.short_baseline, evidence.floor));
+  }
+  if (const ProbePoint* top = ramp_top(evidence)) {
+    points.push_back(attribute_phases(*top, evidence.floor));
+  }
+  return points;
+}
+
+json attributions_json(const Evidence& evidence) {
+  const ProbePoint* top = ramp_top(evidence);
+  return {
+      {"baseline", evidence.short_baseline.measured()
+                       ? attribution_json(attribute_phases(evidence.short_baseline, evidence.floor))
+                       : json(nullptr)},
+      {"ramp_top", top ? attribution_json(attribute_phases(*top, evidence.floor)) : json(nullptr)}};
+}
+
 std::string fixed(double value, const char* unit = "") {
   return value < 0 ? "n/a" : fmt::format("{:.1f}{}", value, unit);
+}
+
+// "cpu0 95% (90/5/0/0)": busy, then user/system/iowait/steal in percent. A machine with many
+// cores lists its busiest ones: the table row has to stay readable.
+std::string per_core_cell(std::vector<telemetry::CoreShare> cores) {
+  constexpr size_t kCoresListedMax = 16;
+  const size_t total = cores.size();
+  if (total > kCoresListedMax) {
+    std::stable_sort(cores.begin(), cores.end(),
+                     [](const auto& a, const auto& b) { return a.share.busy() > b.share.busy(); });
+  }
+  std::string cell;
+  double rest_busy = 0;
+  for (size_t i = 0; i < total; ++i) {
+    const telemetry::CpuShare& share = cores[i].share;
+    if (i >= kCoresListedMax) {
+      rest_busy += share.busy();
+      continue;
+    }
+    cell += fmt::format("{}cpu{} {:.0f}% ({:.0f}/{:.0f}/{:.0f}/{:.0f})", cell.empty() ? "" : " · ",
+                        cores[i].core, share.busy() * 100, share.user * 100, share.system * 100,
+                        share.iowait * 100, share.steal * 100);
+  }
+  if (total > kCoresListedMax) {
+    cell += fmt::format(" · {} more, {:.0f}% busy on average", total - kCoresListedMax,
+                        rest_busy / (total - kCoresListedMax) * 100);
+  }
+  return cell;
+}
+
+std::string optional_cell(const std::optional<double>& value, const char* format) {
+  return value ? fmt::format(fmt::runtime(format), *value) : "n/a";
+}
+
+std::string where_the_time_went(const Evidence& evidence) {
+  const std::vector<PhaseAttribution> points = attributed_points(evidence);
+  if (points.empty()) return "";
+  std::string out = "## Where the time went\n\n| phase (p50) |";
+  for (const PhaseAttribution& point : points) {
+    out += fmt::format(" {} at {} concurrent |", point.stage, point.concurrency);
+  }
+  out += "\n|---|";
+  for (size_t i = 0; i < points.size(); ++i) out += "---|";
+  out += "\n";
+  using Field = std::optional<double> PhaseAttribution::*;
+  const std::vector<std::tuple<const char*, Field, const char*>> rows = {
+      {"outside the server (network + frontend)", &PhaseAttribution::outside_server_ms,
+       "{:.1f} ms"},
+      {"server TTFT", &PhaseAttribution::server_ttft_ms, "{:.1f} ms"},
+      {"= queue", &PhaseAttribution::queue_ms, "{:.1f} ms"},
+      {"+ prefill", &PhaseAttribution::prefill_ms, "{:.1f} ms"},
+      {"decode per token (ITL)", &PhaseAttribution::decode_ms_per_token, "{:.1f} ms"},
+      {"hardware floor per token", &PhaseAttribution::floor_ms_per_token, "{:.1f} ms"},
+      {"decode / floor", &PhaseAttribution::decode_over_floor, "{:.1f}x"}};
+  for (const auto& [name, field, format] : rows) {
+    out += fmt::format("| {} |", name);
+    for (const PhaseAttribution& point : points) {
+      out += fmt::format(" {} |", optional_cell(point.*field, format));
+    }
+    out += "\n";
+  }
+  return out + "\nn/a: the server (or brisk plan, for the floor) did not report it.\n\n";
 }
 
 std::string evidence_value(const EvidenceItem& item) {
@@ -160,6 +278,7 @@ json report_json(const Evidence& evidence, const Diagnosis& diagnosis) {
               {"mixed_short", point_json(evidence.mixed_short)},
               {"mixed_long", point_json(evidence.mixed_long)},
               {"mixed_short_later_ttft_ms_p50", nullable(evidence.mixed_short_later_ttft_ms_p50)}}},
+            {"attribution", attributions_json(evidence)},
             {"resources", resources_json(evidence)},
             {"hardware_floor",
              {{"decode_ms_per_token", nullable(evidence.floor.decode_ms_per_token)},
@@ -179,24 +298,29 @@ std::string markdown_report(const Evidence& evidence, const Diagnosis& diagnosis
 
   out +=
       "## Latency\n\n| probe | concurrency | requests | TTFT mean | TTFT p95 | TTFT p99 | ITL p50 "
-      "| E2E p50 | output tokens/s | server TTFT p50 "
-      "|\n|---|---|---|---|---|---|---|---|---|---|\n";
+      "| E2E mean | E2E p50 | E2E p95 | E2E p99 | output tokens/s | server TTFT p50 "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::vector<const ProbePoint*> points = {&evidence.cold, &evidence.short_baseline,
                                            &evidence.long_baseline};
   for (size_t i = 1; i < evidence.ramp.size(); ++i) points.push_back(&evidence.ramp[i]);
   points.insert(points.end(), {&evidence.prefix, &evidence.mixed_short, &evidence.mixed_long});
   for (const ProbePoint* point : points) {
     if (!point->measured()) continue;
-    out += fmt::format("| {} | {} | {} | {} ms | {} ms | {} ms | {} ms | {} ms | {} | {} |\n",
-                       point->stage, point->concurrency, point->ok, fixed(point->ttft_ms.mean),
-                       fixed(point->ttft_ms.p95), fixed(point->ttft_ms.p99),
-                       fixed(point->itl_ms.p50), fixed(point->e2e_ms.p50),
-                       fixed(point->output_tokens_per_s), fixed(point->server_ttft_ms_p50, " ms"));
+    out += fmt::format(
+        "| {} | {} | {} | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} | {} "
+        "|\n",
+        point->stage, point->concurrency, point->ok, fixed(point->ttft_ms.mean),
+        fixed(point->ttft_ms.p95), fixed(point->ttft_ms.p99), fixed(point->itl_ms.p50),
+        fixed(point->e2e_ms.mean), fixed(point->e2e_ms.p50), fixed(point->e2e_ms.p95),
+        fixed(point->e2e_ms.p99), fixed(point->output_tokens_per_s),
+        fixed(point->server_ttft_ms_p50, " ms"));
   }
   out += fmt::format("\nRamp stopped: {}.",
                      evidence.ramp_stop_reason.empty() ? "did not run" : evidence.ramp_stop_reason);
   for (const std::string& skipped : evidence.skipped) out += " Skipped: " + skipped + ".";
-  out += "\n\n## Resources\n\n| resource | value | source |\n|---|---|---|\n";
+  out += "\n\n";
+  out += where_the_time_went(evidence);
+  out += "## Resources\n\n| resource | value | source |\n|---|---|---|\n";
   const HostSummary& host = evidence.host;
   if (evidence.gpu.present()) {
     for (size_t i = 0; i < evidence.gpu.peak.size(); ++i) {
@@ -206,6 +330,10 @@ std::string markdown_report(const Evidence& evidence, const Diagnosis& diagnosis
       if (gpu.memory_used_bytes && gpu.memory_total_bytes) {
         out += fmt::format("| GPU {} memory (peak) | {:.1f} / {:.1f} GiB | NVML |\n", i,
                            *gpu.memory_used_bytes / (1 << 30), *gpu.memory_total_bytes / (1 << 30));
+      }
+      if (gpu.nvlink_tx_bytes_per_s && gpu.nvlink_rx_bytes_per_s) {
+        out += fmt::format("| GPU {} NVLink TX / RX (peak) | {:.2f} / {:.2f} GB/s | NVML |\n", i,
+                           *gpu.nvlink_tx_bytes_per_s / 1e9, *gpu.nvlink_rx_bytes_per_s / 1e9);
       }
     }
     for (const auto& link : evidence.gpu.links) {
@@ -228,6 +356,10 @@ std::string markdown_report(const Evidence& evidence, const Diagnosis& diagnosis
       host.top_other_process.empty()
           ? ""
           : fmt::format(" (most: {} {:.2f})", host.top_other_process, host.top_other_cores));
+  if (!host.per_core.empty()) {
+    out += fmt::format("| per core busy (user/system/iowait/steal %) | {} | /proc/stat |\n",
+                       per_core_cell(host.per_core));
+  }
   out += fmt::format("| brisk doctor itself | {:.2f} cores | /proc/self/stat |\n",
                      host.doctor_cores_mean);
   out += fmt::format("| steal / iowait | {:.1f}% / {:.1f}% | /proc/stat |\n",

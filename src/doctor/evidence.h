@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "bench/run_statistics.h"
+#include "telemetry/cpu_times.h"
 #include "telemetry/nvml_sampler.h"
 
 namespace brisk::doctor {
@@ -52,6 +53,9 @@ struct HostSummary {
   double steal_fraction = 0;   // of all cores' time
   double iowait_fraction = 0;
   double busiest_core_fraction = 0;
+  // Each core's user/system/iowait/steal share of the probe's wall time: one busy core among
+  // idle ones (a single-threaded frontend) hides in the mean of all of them.
+  std::vector<telemetry::CoreShare> per_core;
   double doctor_cores_mean = 0;  // this process: the load generator's own cost
   // The server process, found from the listening port; -1 when it is not on this machine.
   int server_pid = -1;

@@ -46,6 +46,19 @@ void raise_to(std::optional<double>& peak, const std::optional<double>& value) {
 
 }  // namespace
 
+void summarize_host_cpu(const telemetry::CpuSnapshot& first, const telemetry::CpuSnapshot& last,
+                        HostSummary& host) {
+  host.cores = static_cast<int>(std::max<size_t>(1, last.cores.size()));
+  const telemetry::CpuShare all = telemetry::cpu_share_between(first.all, last.all);
+  host.busy_cores_mean = all.busy() * host.cores;
+  host.steal_fraction = all.steal;
+  host.iowait_fraction = all.iowait;
+  host.per_core = telemetry::numbered_core_shares_between(first, last);
+  for (const telemetry::CoreShare& core : host.per_core) {
+    host.busiest_core_fraction = std::max(host.busiest_core_fraction, core.share.busy());
+  }
+}
+
 bool is_local_host(const std::string& host) {
   return host == "localhost" || host == "::1" || host == "0.0.0.0" || host.rfind("127.", 0) == 0;
 }
@@ -173,6 +186,8 @@ void TelemetryRecorder::sample_once() {
     peak(gpu_peak_[i].power_w, gpus[i].power_w);
     peak(gpu_peak_[i].pcie_tx_bytes_per_s, gpus[i].pcie_tx_bytes_per_s);
     peak(gpu_peak_[i].pcie_rx_bytes_per_s, gpus[i].pcie_rx_bytes_per_s);
+    peak(gpu_peak_[i].nvlink_tx_bytes_per_s, gpus[i].nvlink_tx_bytes_per_s);
+    peak(gpu_peak_[i].nvlink_rx_bytes_per_s, gpus[i].nvlink_rx_bytes_per_s);
     gpu_peak_[i].nvlinks_active = std::max(gpu_peak_[i].nvlinks_active, gpus[i].nvlinks_active);
   }
   if (memory.total_bytes > 0) {
@@ -218,14 +233,7 @@ HostSummary TelemetryRecorder::host_summary() const {
   host.memory_total_bytes = memory_total_bytes_;
   if (!first_cpu_ || !last_cpu_) return host;
   const double seconds = seconds_between(first_at_, last_at_);
-  host.cores = static_cast<int>(std::max<size_t>(1, last_cpu_->cores.size()));
-  const telemetry::CpuShare all = telemetry::cpu_share_between(first_cpu_->all, last_cpu_->all);
-  host.busy_cores_mean = all.busy() * host.cores;
-  host.steal_fraction = all.steal;
-  host.iowait_fraction = all.iowait;
-  for (const telemetry::CpuShare& core : telemetry::core_shares_between(*first_cpu_, *last_cpu_)) {
-    host.busiest_core_fraction = std::max(host.busiest_core_fraction, core.busy());
-  }
+  summarize_host_cpu(*first_cpu_, *last_cpu_, host);
   if (first_self_ && last_self_)
     host.doctor_cores_mean = cores_used(*first_self_, *last_self_, seconds);
   if (first_server_ && last_server_) {

@@ -88,6 +88,11 @@ class TelemetryRecorder {
   TimePoint previous_at_{};
 };
 
+// The host's CPU over the probe from its first and last /proc/stat readings: cores, busy
+// cores, steal, iowait, the busiest core and each core's shares.
+void summarize_host_cpu(const telemetry::CpuSnapshot& first, const telemetry::CpuSnapshot& last,
+                        HostSummary& host);
+
 // True for addresses of this machine that a port lookup can trust (loopback, "localhost").
 bool is_local_host(const std::string& host);
 

@@ -1,5 +1,6 @@
 #include "telemetry/cpu_times.h"
 
+#include <cstdlib>
 #include <sstream>
 #include <string>
 
@@ -40,6 +41,7 @@ std::optional<CpuSnapshot> parse_proc_stat(std::string_view text) {
       has_total = true;
     } else {
       snapshot.cores.push_back(*ticks);
+      snapshot.core_ids.push_back(std::atoi(line.c_str() + 3));
     }
   }
   if (!has_total) return std::nullopt;
@@ -48,18 +50,31 @@ std::optional<CpuSnapshot> parse_proc_stat(std::string_view text) {
 
 CpuShare cpu_share_between(const CpuTicks& before, const CpuTicks& after) {
   const uint64_t elapsed = after.total() > before.total() ? after.total() - before.total() : 0;
-  return {fraction(before.user, after.user, elapsed), fraction(before.system, after.system, elapsed),
-          fraction(before.iowait, after.iowait, elapsed),
-          fraction(before.steal, after.steal, elapsed)};
+  return {
+      fraction(before.user, after.user, elapsed), fraction(before.system, after.system, elapsed),
+      fraction(before.iowait, after.iowait, elapsed), fraction(before.steal, after.steal, elapsed)};
 }
 
 std::vector<CpuShare> core_shares_between(const CpuSnapshot& before, const CpuSnapshot& after) {
   std::vector<CpuShare> shares;
-  if (before.cores.size() != after.cores.size()) return shares;
+  if (before.cores.size() != after.cores.size() || before.core_ids != after.core_ids) {
+    return shares;
+  }
   for (size_t i = 0; i < before.cores.size(); ++i) {
     shares.push_back(cpu_share_between(before.cores[i], after.cores[i]));
   }
   return shares;
+}
+
+std::vector<CoreShare> numbered_core_shares_between(const CpuSnapshot& before,
+                                                    const CpuSnapshot& after) {
+  std::vector<CoreShare> numbered;
+  const std::vector<CpuShare> shares = core_shares_between(before, after);
+  for (size_t i = 0; i < shares.size(); ++i) {
+    const int core = i < after.core_ids.size() ? after.core_ids[i] : static_cast<int>(i);
+    numbered.push_back({core, shares[i]});
+  }
+  return numbered;
 }
 
 }  // namespace brisk::telemetry

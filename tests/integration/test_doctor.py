@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -353,6 +354,91 @@ def test_healthy_configuration_gets_a_clean_bill(tmp_path_factory, tmp_path, ser
     expect_primary(rep, "healthy")
     if rep["verdict"]["primary_cause"] == "healthy":
         assert all(f["severity"] == "info" for f in rep["findings"]), explain(rep)
+
+
+# --- without --url: brisk serve as a child ------------------------------------------------------
+
+
+def serve_children(parent_pid: int) -> dict[int, str]:
+    """The `brisk serve` processes whose parent is `parent_pid`, with their command lines, from
+    /proc (psutil is not in the venv)."""
+    children = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # exited meanwhile
+            continue
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        if ppid == parent_pid and b"serve" in cmdline[1:2]:
+            children[int(entry.name)] = " ".join(part.decode() for part in cmdline if part)
+    return children
+
+
+def process_alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie has finished running: it only waits to be reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def test_without_url_starts_brisk_serve_and_stops_it(tmp_path):
+    require_file(BRISK_BIN, "build brisk first (make)")
+    require_file(model_path(), f"fetch the model first: {BRISK_BIN} pull {MODEL_NAME}")
+    out = tmp_path / "doctor"
+    log = tmp_path / "doctor.log"
+    argv = [str(BRISK_BIN), "doctor", "--model-file", str(model_path()), "--budget", "20",
+            "--max-concurrency", "2", "--device", "cpu-2vcpu", "--progress", "off",
+            f"--serve-args=--model {MODEL_NAME} --threads {THREADS} --ctx-size {CTX_SIZE}",
+            "--out", str(out)]
+    with open(log, "w") as log_file:
+        doctor = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL)
+        children: dict[int, str] = {}
+        left_running: list[int] = []
+        deadline = time.monotonic() + 300
+        try:
+            while doctor.poll() is None and time.monotonic() < deadline:
+                children.update(serve_children(doctor.pid))
+                time.sleep(0.2)
+        finally:
+            if doctor.poll() is None:
+                doctor.kill()
+            doctor.wait(10)
+            left_running = [pid for pid in children if process_alive(pid)]
+            for pid in left_running:  # never leave a server behind, whatever happened
+                os.kill(pid, signal.SIGKILL)
+    output = log.read_text()
+    assert doctor.returncode == 0, output
+    assert len(children) == 1, children
+    (child_pid, command), = children.items()
+    assert f"--model {MODEL_NAME}" in command and "--host 127.0.0.1" in command, command
+    # The doctor stopped its child before it exited.
+    assert not left_running, f"brisk serve (pid {left_running}) outlived the doctor"
+
+    rep = report(tmp_path)
+    check_report_shape(tmp_path, rep)
+    assert rep["verdict"]["primary_cause"], rep["verdict"]
+    assert rep["verdict"]["summary"]
+    m = rep["measurements"]
+    port = int(m["url"].rsplit(":", 1)[1])
+    assert f"--port {port}" in command, (command, m["url"])
+    assert m["model"] == MODEL_NAME
+    assert m["resources"]["server_metrics"]["dialect"] == "brisk", m["resources"]["server_metrics"]
+    host = m["resources"]["host"]
+    assert host["server_pid"] == child_pid, host
+    assert len(host["per_core"]) == host["cores"], host
+    assert m["hardware_floor"]["decode_ms_per_token"] is not None, m["hardware_floor"]
+    baseline = m["attribution"]["baseline"]
+    assert baseline["concurrency"] == 1
+    for key in ("outside_server_ms", "queue_ms", "prefill_ms", "decode_ms_per_token",
+                "floor_ms_per_token", "decode_over_floor"):
+        assert baseline[key] is not None, (key, baseline)
+    assert "## Where the time went" in output, output
 
 
 # --- bad input --------------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 
 #include "scratch_dir.h"
 #include "telemetry/cpu_times.h"
+#include "telemetry/gpu_interconnect.h"
 #include "telemetry/memory_info.h"
 #include "telemetry/nvml_sampler.h"
 #include "telemetry/process_finder.h"
@@ -51,6 +52,29 @@ TEST(TelemetryProcStat, SharesBetweenTwoReadingsWhileOneCoreSpun) {
   ASSERT_EQ(cores.size(), 2u);
   EXPECT_GT(cores[0].busy() + cores[1].busy(), 0.9);
   for (const CpuShare& core : cores) EXPECT_LE(core.busy() + core.steal + core.iowait, 1.0);
+}
+
+TEST(TelemetryProcStat, NumbersCoresByTheirLinesWhenACpuIsOffline) {
+  // cpu1 offline: /proc/stat has no line for it, so cpu2 is the second core listed.
+  const char* before =
+      "cpu  300 0 30 600 0 0 0 0\ncpu0 100 0 10 300 0 0 0 0\ncpu2 200 0 20 300 0 0 0 0\n";
+  const char* after =
+      "cpu  500 0 30 800 0 0 0 0\ncpu0 100 0 10 500 0 0 0 0\ncpu2 400 0 20 300 0 0 0 0\n";
+  const auto first = parse_proc_stat(before);
+  const auto last = parse_proc_stat(after);
+  ASSERT_TRUE(first && last);
+  EXPECT_EQ(last->core_ids, (std::vector<int>{0, 2}));
+  const auto cores = numbered_core_shares_between(*first, *last);
+  ASSERT_EQ(cores.size(), 2u);
+  EXPECT_EQ(cores[0].core, 0);
+  EXPECT_DOUBLE_EQ(cores[0].share.busy(), 0);
+  EXPECT_EQ(cores[1].core, 2);
+  EXPECT_DOUBLE_EQ(cores[1].share.user, 1);
+  // A different set of cores between the readings: no per-core comparison.
+  const auto other =
+      parse_proc_stat("cpu  1 0 1 1 0 0 0 0\ncpu0 1 0 1 1 0 0 0 0\ncpu1 0 0 0 0 0 0 0 0\n");
+  ASSERT_TRUE(other);
+  EXPECT_TRUE(numbered_core_shares_between(*first, *other).empty());
 }
 
 TEST(TelemetryProcStat, RejectsTextWithoutACpuLine) {
@@ -148,8 +172,10 @@ TEST(TelemetryPrometheus, ParsesLlamaServersMetrics) {
 
 TEST(TelemetryPrometheus, ReadsVllmSglangAndTgiNames) {
   std::string error;
-  for (const auto& [file, dialect] : std::vector<std::pair<std::string, std::string>>{
-           {"metrics_vllm.txt", "vllm"}, {"metrics_sglang.txt", "sglang"}, {"metrics_tgi.txt", "tgi"}}) {
+  for (const auto& [file, dialect] :
+       std::vector<std::pair<std::string, std::string>>{{"metrics_vllm.txt", "vllm"},
+                                                        {"metrics_sglang.txt", "sglang"},
+                                                        {"metrics_tgi.txt", "tgi"}}) {
     SCOPED_TRACE(file);
     const auto parsed = parse_prometheus_text(recorded(file), error);
     ASSERT_TRUE(parsed) << error;
@@ -191,7 +217,8 @@ TEST(TelemetryPrometheus, LabelEscapesTimestampsAndSpecialValues) {
 }
 
 TEST(TelemetryPrometheus, RejectsMalformedLinesNamingThem) {
-  for (const char* text : {"x{a=\"1\" 2\n", "x{a=1} 2\n", "x 1\n9x 2\n", "x one\n", "{a=\"b\"} 1\n"}) {
+  for (const char* text :
+       {"x{a=\"1\" 2\n", "x{a=1} 2\n", "x 1\n9x 2\n", "x one\n", "{a=\"b\"} 1\n"}) {
     SCOPED_TRACE(text);
     std::string error;
     EXPECT_FALSE(parse_prometheus_text(text, error));
@@ -211,6 +238,43 @@ TEST(TelemetryNvml, AbsenceIsReportedNotFatal) {
   EXPECT_EQ(NvmlSampler::open(why), nullptr);
   EXPECT_NE(why.find("did not initialize"), std::string::npos) << why;
   unsetenv("BRISK_NVML_LIBRARY");
+}
+
+TEST(TelemetryNvml, NvLinkKibCountersBecomeBytesPerSecond) {
+  // 2,000 KiB more over half a second.
+  EXPECT_DOUBLE_EQ(*kib_counter_bytes_per_s(1000, 3000, 1'000'000, 1'500'000), 2000 * 1024 / 0.5);
+  EXPECT_DOUBLE_EQ(*kib_counter_bytes_per_s(7, 7, 0, 250'000), 0);  // idle links: zero, measured
+  EXPECT_FALSE(kib_counter_bytes_per_s(3000, 1000, 0, 500'000));    // reset by a driver reload
+  EXPECT_FALSE(kib_counter_bytes_per_s(1000, 3000, 500'000, 500'000));  // no time passed
+}
+
+TEST(TelemetryNvml, TopologyNamesNvLinkFromTheLinksFarEnds) {
+  const PciAddress gpu0{0, 0x1b, 0}, gpu1{0, 0x43, 0}, gpu2{0, 0x52, 0}, nvswitch{0, 0x9a, 0};
+  // GPU 0 and 1 bridged to each other; GPU 2 has no NVLink.
+  std::vector<GpuNvLinks> bridged = {{gpu0, 2, std::vector<PciAddress>{gpu1, gpu1}},
+                                     {gpu1, 2, std::vector<PciAddress>{gpu0, gpu0}},
+                                     {gpu2, 0, std::vector<PciAddress>{}}};
+  EXPECT_EQ(gpu_link_kind(bridged, 0, 1, 30), "NVLink");
+  EXPECT_EQ(gpu_link_kind(bridged, 0, 2, 30), "PHB");
+  EXPECT_EQ(gpu_link_kind(bridged, 1, 2, 50), "SYS");
+  // Two bridged pairs: GPU 0 and GPU 3 both have active links, but not to each other.
+  const PciAddress gpu3{0, 0x61, 0};
+  std::vector<GpuNvLinks> pairs = {{gpu0, 1, std::vector<PciAddress>{gpu1}},
+                                   {gpu1, 1, std::vector<PciAddress>{gpu0}},
+                                   {gpu2, 1, std::vector<PciAddress>{gpu3}},
+                                   {gpu3, 1, std::vector<PciAddress>{gpu2}}};
+  EXPECT_EQ(gpu_link_kind(pairs, 0, 3, 40), "NODE");
+  EXPECT_EQ(gpu_link_kind(pairs, 2, 3, 40), "NVLink");
+  // HGX: every GPU's links end at NVSwitches, which connect all of them.
+  std::vector<GpuNvLinks> switched = {{gpu0, 18, std::vector<PciAddress>(18, nvswitch)},
+                                      {gpu1, 18, std::vector<PciAddress>(18, nvswitch)}};
+  EXPECT_EQ(gpu_link_kind(switched, 0, 1, 50), "NVLink");
+  // A driver that cannot name the far ends: both with active links is taken as NVLink.
+  std::vector<GpuNvLinks> unnamed = {
+      {gpu0, 4, std::nullopt}, {gpu1, 4, std::nullopt}, {gpu2, 0, std::nullopt}};
+  EXPECT_EQ(gpu_link_kind(unnamed, 0, 1, 10), "NVLink");
+  EXPECT_EQ(gpu_link_kind(unnamed, 0, 2, 10), "PIX");
+  EXPECT_EQ(gpu_link_kind(unnamed, 0, 2, -1), "unknown");
 }
 
 }  // namespace
