@@ -168,14 +168,17 @@ def delaying_proxy(target_port: int, one_way_delay_s: float):
         ready.set()
         await server.serve_forever()
 
-    thread = threading.Thread(target=lambda: loop.run_until_complete(main()), daemon=True)
+    def run() -> None:
+        with contextlib.suppress(asyncio.CancelledError):  # close() cancels serve_forever
+            loop.run_until_complete(main())
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     ready.wait(10)
     try:
         yield f"http://127.0.0.1:{state['port']}"
     finally:
         loop.call_soon_threadsafe(state["server"].close)
-        loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
 
 
@@ -272,36 +275,85 @@ def test_repeated_prefix_without_cache(tmp_path_factory, tmp_path):
     assert probe["prefix"]["server_ttft_ms_p50"] >= 0.7 * probe["long"]["server_ttft_ms_p50"]
 
 
+COLD_READ_BYTES_PER_S = 100 * 1024 * 1024
+
+
+@contextlib.contextmanager
+def server_cgroups(name: str, device: int):
+    """A memory and a blkio cgroup (v1) whose reads from `device` are throttled to
+    COLD_READ_BYTES_PER_S; yields (the shell prefix that starts a command inside both, a
+    function that drops the page cache charged to them). Skips where the machine has no such
+    cgroups or they cannot be written (not root)."""
+    roots = [Path("/sys/fs/cgroup/memory"), Path("/sys/fs/cgroup/blkio")]
+    groups = [root / f"{name}-{os.getpid()}" for root in roots]
+    try:
+        for group in groups:
+            group.mkdir(exist_ok=True)
+        (groups[1] / "blkio.throttle.read_bps_device").write_text(
+            f"{os.major(device)}:{os.minor(device)} {COLD_READ_BYTES_PER_S}\n")
+    except OSError as e:
+        for group in groups:
+            with contextlib.suppress(OSError):
+                group.rmdir()
+        pytest.skip(f"a cold start needs writable cgroup v1 memory and blkio controllers "
+                    f"(llama.cpp reads the whole model in at load, so only pages dropped after "
+                    f"it make a first request cold): {e}")
+    enter = "".join(f"echo $$ > {group}/cgroup.procs; " for group in groups)
+
+    def drop_page_cache() -> None:
+        (groups[0] / "memory.force_empty").write_text("0\n")
+
+    try:
+        yield enter, drop_page_cache
+    finally:
+        for group in groups:
+            for _ in range(50):  # the server's exit reaches the cgroup a moment later
+                try:
+                    group.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+
+
 @contextlib.contextmanager
 def cold_brisk_server(tmp_path_factory):
-    """brisk serve on a fresh copy of the model whose pages the kernel was told to drop (only
-    this copy's): llama.cpp maps the file, so the first request reads the weights from disk, as
-    on a machine that just started. Nothing else's page cache is touched."""
+    """brisk serve whose model pages were dropped after it loaded, on storage that reads at
+    100 MiB/s: the first request reads the weights back, as on a node whose idle server was
+    paged out, or a model on network storage. llama.cpp maps the model with MAP_POPULATE, so
+    dropping the file's pages before the start (the earlier way) only slowed the load; the
+    first request then showed just the first decode's own overhead (65-225 ms here), which
+    sometimes passed the rule's 200 ms and sometimes not. The server runs in a memory cgroup of
+    its own, so only its pages are dropped; nothing else's page cache is touched."""
     require_file(model_path(), f"fetch the model first: {BRISK_BIN} pull {MODEL_NAME}")
     copy = tmp_path_factory.mktemp("cold") / "cold-model.gguf"
     shutil.copyfile(model_path(), copy)
+    # The copy's pages, charged to this process while it wrote them, go first: the server's
+    # load reads them again, charged to its own cgroup, where they can be dropped after.
     fd = os.open(copy, os.O_RDONLY)
     try:
         os.fsync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
-    port = free_port()
-    argv = [str(BRISK_BIN), "serve", "--model", str(copy), "--port", str(port), "--host",
-            "127.0.0.1", "--ctx-size", str(CTX_SIZE), "--threads", str(THREADS)]
-    server = Server(name="brisk-cold", argv=argv, port=port,
-                    log_path=tmp_path_factory.mktemp("logs") / "brisk-cold.log")
-    server.start("/ready")
-    try:
-        yield server
-    finally:
-        server.terminate()
-        server.kill()
+    with server_cgroups("brisk-cold", os.stat(copy).st_dev) as (enter, drop_page_cache):
+        port = free_port()
+        serve = [str(BRISK_BIN), "serve", "--model", str(copy), "--port", str(port), "--host",
+                 "127.0.0.1", "--ctx-size", str(CTX_SIZE), "--threads", str(THREADS)]
+        argv = ["sh", "-c", enter + 'exec "$@"', "sh", *serve]
+        server = Server(name="brisk-cold", argv=argv, port=port,
+                        log_path=tmp_path_factory.mktemp("logs") / "brisk-cold.log")
+        server.start("/ready")
+        try:
+            drop_page_cache()
+            yield server, copy
+        finally:
+            server.terminate()
+            server.kill()
 
 
 def test_cold_server(tmp_path_factory, tmp_path):
-    with cold_brisk_server(tmp_path_factory) as server:
-        rep = diagnose(tmp_path, server.base_url, model_file=server.argv[3])
+    with cold_brisk_server(tmp_path_factory) as (server, model_file):
+        rep = diagnose(tmp_path, server.base_url, model_file=str(model_file))
     expect_primary(rep, "cold_start")
     probe = rep["measurements"]["probe"]
     assert probe["cold"]["ttft_ms"]["p50"] >= 3 * probe["short"]["ttft_ms"]["p50"], probe
