@@ -203,6 +203,8 @@ int run_quant(const QuantFlags& flags) {
   quant::QuantRunInputs inputs;
   inputs.reference = resolved.path.string();
   inputs.reference_type = reference_type->name;
+  // A quantized reference is a fact about the reference, whether candidates are made or given.
+  inputs.reference_quantized = reference_type->quantized;
   for (const std::string& path : flags.candidates) {
     if (!fs::exists(path)) return fail("--candidate '" + path + "' does not exist");
     // Read the header now, so a wrong file fails before minutes of measuring the reference.
@@ -219,7 +221,6 @@ int run_quant(const QuantFlags& flags) {
                   "measured against this reference, not the original weights), or give an "
                   "F16/BF16 reference");
     }
-    inputs.reference_quantized = reference_type->quantized;
     const auto made = quant::make_candidates(inputs.reference, *types, work_dir_for(flags),
                                              flags.allow_requantize, std::cerr, &error);
     if (!made) return fail(error);

@@ -93,7 +93,7 @@ struct QuantReport {
   std::string mode = "files";
   int top_n = 0;
   ModelRun reference;
-  bool reference_quantized = false;  // candidates were requantized from an already-quantized file
+  bool reference_quantized = false;  // the reference file is itself quantized
   std::string reference_type;        // its file type, e.g. "Q4_K_M"
   QuantSettings settings;
   std::vector<Gate> gates;
