@@ -39,7 +39,15 @@ ServingMetrics::ServingMetrics()
       step_schedule_(Histogram::step_phase_seconds_buckets()),
       step_decode_(Histogram::step_phase_seconds_buckets()),
       step_sample_(Histogram::step_phase_seconds_buckets()),
-      step_commit_(Histogram::step_phase_seconds_buckets()) {}
+      step_commit_(Histogram::step_phase_seconds_buckets()) {
+  // Every reason's series exists from the first scrape, at 0: rate() needs a sample before the
+  // first increase, or the first requests of a reason never show in a dashboard.
+  for (const FinishReason reason : {FinishReason::stop, FinishReason::length,
+                                    FinishReason::cancelled, FinishReason::error,
+                                    FinishReason::deadline}) {
+    finished_by_reason_[finish_reason_name(reason)] = 0;
+  }
+}
 
 void ServingMetrics::observe_step(int decode_tokens, int prefill_tokens, double step_seconds,
                                   const StepPhases& phases) {

@@ -52,9 +52,9 @@ double estimate_queue_delay_ms(const LoadEstimate& load, int queued_tokens, int 
   }
   // No sequence free for it (nor for those ahead): it waits for as many running requests to
   // finish as stand ahead of it; past one round of the running set, each sequence frees again
-  // after the average hold.
+  // after the average hold (0 while nothing has finished: a lower bound).
   const int releases = queued_requests + 1 - load.free_slots;
-  if (releases > 0 && load.hold_ms > 0 && !load.slot_release_ms.empty()) {
+  if (releases > 0 && !load.slot_release_ms.empty()) {
     const int running = static_cast<int>(load.slot_release_ms.size());
     const int round = (releases - 1) / running;
     const double release = load.slot_release_ms[static_cast<size_t>((releases - 1) % running)];

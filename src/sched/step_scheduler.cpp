@@ -604,7 +604,6 @@ void StepScheduler::publish_load() {
   load.free_slots = options_.max_seqs - static_cast<int>(running_.size());
   load.hold_ms = costs_.mean_hold_ms();
   const TimePoint now = Clock::now();
-  double expected_holds_ms = 0;
   for (const auto& sequence : running_) {
     load.backlog_tokens += sequence->prompt_remaining();
     if (sequence->prefill_done()) ++load.decoders;
@@ -616,12 +615,10 @@ void StepScheduler::publish_load() {
     } else if (const double left_ms = expected_ms_to_finish(*sequence); left_ms >= 0) {
       // Nothing has finished yet (a cold start under load): a request that named its
       // max_tokens runs them at the measured step costs; one that did not is not guessed at.
+      // How long the queued requests will hold theirs stays unknown (hold_ms 0): the estimate
+      // then counts only the running ones' releases, a lower bound.
       load.slot_release_ms.push_back(left_ms);
-      expected_holds_ms += held_ms + left_ms;
     }
-  }
-  if (load.hold_ms <= 0 && !load.slot_release_ms.empty()) {
-    load.hold_ms = expected_holds_ms / static_cast<double>(load.slot_release_ms.size());
   }
   std::sort(load.slot_release_ms.begin(), load.slot_release_ms.end());
   for (const auto& sequence : preempted_) load.backlog_tokens += sequence->prompt_remaining();

@@ -111,9 +111,13 @@ def test_calibrate_measures_this_machine_and_plan_uses_it(tmp_path):
                                     abs=0.051), proc.stdout
     assert " ns per vocabulary entry" in proc.stdout
     stored = json.loads((tmp_path / "calibration.json").read_text())["devices"]["cpu-2vcpu"]
-    # Fractions of the catalog's peaks for this 2-vCPU VM: above 1 would mean the model or the
-    # fit is wrong (brisk plan warns then); the check once had no upper bound.
-    assert 0 < stored["bandwidth_efficiency"] < 1 and 0 < stored["compute_efficiency"] < 1, stored
+    # Fractions of the catalog's peaks for a generic 2-vCPU VM. Those peaks are rough (data/
+    # hardware.toml says so): on a fast day this VM read 1.06x the catalog's 20 GB/s (CI,
+    # 2026-12-02), and brisk plan warns then and keeps every prediction above the physical
+    # floor. Far above 1 would mean the model or the fit is wrong; the check once had no upper
+    # bound.
+    assert 0 < stored["bandwidth_efficiency"] < 1.5 and 0 < stored["compute_efficiency"] < 1.5, \
+        stored
     assert len(stored["samples"]) == 3 and all(s["measured_ms"] > 0 for s in stored["samples"])
     result = json.loads(plan("--model", str(model_path()), "--devices", "cpu-2vcpu,h100-sxm",
                              "--json", env=env).stdout)

@@ -45,7 +45,7 @@ TEXT_CHUNKS = 4
 # position of same-top in 252 where a near-tie's argmax can move, and 1% of the PPL ratio.
 KLD_ABS_TOLERANCE = 5e-4
 KLD_REL_TOLERANCE = 0.01
-SAME_TOP_TOLERANCE = 1 / 252 + 1e-9
+SAME_TOP_TOLERANCE = 1 / 252 + 1e-5  # + llama-perplexity's printed rounding (94.048%: 5e-6)
 PPL_RATIO_REL_TOLERANCE = 0.01
 LLAMA_PERPLEXITY_ARGS = ["-c", str(TEXT_CTX), "--chunks", str(TEXT_CHUNKS), "-t", QUANT_THREADS,
                          "-b", str(TEXT_CTX)]
