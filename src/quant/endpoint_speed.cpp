@@ -4,13 +4,11 @@
 
 #include "bench/dataset_workload.h"
 #include "bench/load_runner.h"
+#include "common/clock.h"
+#include "quant/sequential_speed.h"
 
 namespace brisk::quant {
 namespace {
-
-double ms_between(TimePoint from, TimePoint to) {
-  return std::chrono::duration<double, std::milli>(to - from).count();
-}
 
 bench::DatasetEntry entry_of(const DatasetItem& item, int default_max_tokens) {
   bench::DatasetEntry entry;
@@ -62,28 +60,16 @@ std::vector<bench::RequestRecord> run_entries(const QuantEndpoint& endpoint,
 }
 
 void add_sequential_figures(const std::vector<bench::RequestRecord>& records, SpeedFigures* speed) {
-  double ttft_sum_ms = 0;
-  double e2e_sum_ms = 0;
-  double decode_ms = 0;
-  int decode_tokens = 0;
-  int succeeded = 0;
+  SequentialSpeed sequential;
   for (const bench::RequestRecord& record : records) {
-    ++speed->requests;
     if (!record.ok() || !record.has_first_content()) {
-      ++speed->errors;
+      sequential.add_failure();
       continue;
     }
-    ++succeeded;
-    ttft_sum_ms += ms_between(record.sent, record.first_content());
-    e2e_sum_ms += ms_between(record.sent, record.end);
-    decode_ms += ms_between(record.first_content(), record.end);
-    decode_tokens += std::max(0, generated_tokens(record) - 1);
+    sequential.add(ms_between(record.sent, record.first_content()),
+                   ms_between(record.sent, record.end), generated_tokens(record));
   }
-  if (succeeded > 0) {
-    speed->ttft_ms_mean = ttft_sum_ms / succeeded;
-    speed->e2e_ms_mean = e2e_sum_ms / succeeded;
-  }
-  speed->decode_tokens_per_s = decode_ms > 0 ? decode_tokens / (decode_ms / 1000.0) : 0;
+  sequential.write_to(speed);
 }
 
 double concurrent_decode_tokens_per_s(const std::vector<bench::RequestRecord>& records) {

@@ -4,6 +4,8 @@
 
 #include <fstream>
 
+#include "quant/sequential_speed.h"
+
 namespace brisk::quant {
 
 std::optional<std::vector<PreparedPrompt>> prepare_prompts(const ScoringModel& model,
@@ -59,38 +61,26 @@ void measure_model(ScoringModel& model, const std::vector<DatasetItem>& items,
     std::string ignored;
     model.generate_greedy(prompts.front().tokens, 2, &ignored);
   }
-  double ttft_sum_ms = 0;
-  double e2e_sum_ms = 0;
-  double decode_ms = 0;
-  int decode_tokens = 0;
-  int succeeded = 0;
+  SequentialSpeed sequential;
   for (size_t i = 0; i < items.size(); ++i) {
-    ++speed.requests;
     std::string error;
     const auto generation = model.generate_greedy(prompts[i].tokens, prompts[i].max_tokens, &error);
     if (!generation) {
-      ++speed.errors;
+      sequential.add_failure();
       run->answers.push_back(evaluate_answer(items[i], ""));
       continuations->push_back({});
       after_item();
       continue;
     }
-    ++succeeded;
-    ttft_sum_ms += generation->ttft_ms;
-    e2e_sum_ms += generation->e2e_ms;
-    decode_ms += generation->e2e_ms - generation->ttft_ms;
-    decode_tokens += static_cast<int>(generation->tokens.size()) - 1;
+    sequential.add(generation->ttft_ms, generation->e2e_ms,
+                   static_cast<int>(generation->tokens.size()));
     TokenList visible = generation->tokens;
     if (generation->ended) visible.pop_back();  // the end token is not part of the answer
     run->answers.push_back(evaluate_answer(items[i], model.detokenize(visible)));
     continuations->push_back(generation->tokens);
     after_item();
   }
-  if (succeeded > 0) {
-    speed.ttft_ms_mean = ttft_sum_ms / succeeded;
-    speed.e2e_ms_mean = e2e_sum_ms / succeeded;
-  }
-  speed.decode_tokens_per_s = decode_ms > 0 ? decode_tokens / (decode_ms / 1000.0) : 0;
+  sequential.write_to(&speed);
   speed.error_rate = speed.requests > 0 ? static_cast<double>(speed.errors) / speed.requests : 0;
   speed.concurrency = concurrency;
   // The shortest prompt keeps N streams within the context.

@@ -13,6 +13,11 @@ std::vector<double> batch_token_buckets() {
   return {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192};
 }
 
+// Why requests wait in the queue: the label values of the waiting and blocked-step metrics.
+constexpr AdmissionBlock kWaitReasons[] = {
+    AdmissionBlock::no_free_sequence, AdmissionBlock::kv_cache_full,
+    AdmissionBlock::long_prefill_turn, AdmissionBlock::step_budget};
+
 void append_header(std::string& out, const char* name, const char* type, const char* help) {
   out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
 }
@@ -42,9 +47,9 @@ ServingMetrics::ServingMetrics()
       step_commit_(Histogram::step_phase_seconds_buckets()) {
   // Every reason's series exists from the first scrape, at 0: rate() needs a sample before the
   // first increase, or the first requests of a reason never show in a dashboard.
-  for (const FinishReason reason : {FinishReason::stop, FinishReason::length,
-                                    FinishReason::cancelled, FinishReason::error,
-                                    FinishReason::deadline}) {
+  for (const FinishReason reason :
+       {FinishReason::stop, FinishReason::length, FinishReason::cancelled, FinishReason::error,
+        FinishReason::deadline}) {
     finished_by_reason_[finish_reason_name(reason)] = 0;
   }
 }
@@ -88,10 +93,7 @@ void ServingMetrics::observe_prefix_lookup(int query_tokens, int hit_tokens,
 }
 
 void ServingMetrics::count_admission_block(AdmissionBlock why) {
-  const auto index = static_cast<size_t>(why);
-  if (why != AdmissionBlock::none && index < std::size(admission_blocks_)) {
-    ++admission_blocks_[index];
-  }
+  if (why != AdmissionBlock::none) ++admission_blocks_[static_cast<size_t>(why)];
 }
 
 void ServingMetrics::count_rejection(const std::string& reason) {
@@ -115,9 +117,7 @@ std::string ServingMetrics::render_prometheus(const SchedulerStats& stats) const
                 "Waiting requests by why they are not running: preempted, or the reason the "
                 "last admission pass stopped (docs/metrics.md).");
   const int queued = stats.waiting - stats.preempted;
-  for (const AdmissionBlock block :
-       {AdmissionBlock::no_free_sequence, AdmissionBlock::kv_cache_full,
-        AdmissionBlock::long_prefill_turn, AdmissionBlock::step_budget}) {
+  for (const AdmissionBlock block : kWaitReasons) {
     out += fmt::format("brisk_requests_waiting_by_reason{{reason=\"{}\"}} {}\n",
                        admission_block_name(block), stats.admission_blocked == block ? queued : 0);
   }
@@ -125,9 +125,7 @@ std::string ServingMetrics::render_prometheus(const SchedulerStats& stats) const
       fmt::format("brisk_requests_waiting_by_reason{{reason=\"preempted\"}} {}\n", stats.preempted);
   append_header(out, "brisk_admission_blocked_steps_total", "counter",
                 "Engine steps whose admission pass left requests waiting, by why.");
-  for (const AdmissionBlock block :
-       {AdmissionBlock::no_free_sequence, AdmissionBlock::kv_cache_full,
-        AdmissionBlock::long_prefill_turn, AdmissionBlock::step_budget}) {
+  for (const AdmissionBlock block : kWaitReasons) {
     out += fmt::format("brisk_admission_blocked_steps_total{{reason=\"{}\"}} {}\n",
                        admission_block_name(block),
                        admission_blocks_[static_cast<size_t>(block)].load());

@@ -82,7 +82,9 @@ class ServingMetrics {
   std::atomic<uint64_t> prompt_tokens_{0};
   std::atomic<uint64_t> generation_tokens_{0};
   std::atomic<uint64_t> preemptions_{0};
-  std::atomic<uint64_t> admission_blocks_[5] = {};  // by AdmissionBlock
+  // Indexed by AdmissionBlock (none stays 0).
+  std::atomic<uint64_t> admission_blocks_[static_cast<size_t>(AdmissionBlock::step_budget) + 1] =
+      {};
   std::atomic<uint64_t> prefix_queries_{0};
   std::atomic<uint64_t> prefix_query_tokens_{0};
   std::atomic<uint64_t> prefix_hits_{0};
