@@ -17,6 +17,7 @@ void StepCosts::learn_step(int decode_tokens, int prefill_tokens, double step_ms
   constexpr double kWeight = 0.2;
   if (prefill_tokens == 0) {
     decode_step_ms_ = blend(decode_step_ms_, step_ms, kWeight);
+    ++decode_steps_measured_;
   } else if (prefill_tokens >= kMinChunkTokens) {
     // A few prompt tokens say more about the step's fixed cost than about a token's.
     const double decode_part = decode_tokens > 0 ? decode_step_ms_ : 0;

@@ -23,15 +23,20 @@ class StepCosts {
   int prefill_budget(int decode_tokens) const;
 
   double decode_step_ms() const { return decode_step_ms_; }
+  // Enough decode steps measured that the first ones (a new server's first steps fault in its
+  // buffers and run several times slower) weigh little in the average.
+  bool decode_cost_settled() const { return decode_steps_measured_ >= kSettledDecodeSteps; }
   double prefill_ms_per_token() const { return prefill_ms_per_token_; }
   double mean_hold_ms() const { return mean_hold_ms_; }
 
   static constexpr int kMinChunkTokens = 16;
+  static constexpr int kSettledDecodeSteps = 16;
 
  private:
   const double target_step_ms_;
   const int max_batched_tokens_;
-  double decode_step_ms_ = 0;        // a step of decodes alone
+  double decode_step_ms_ = 0;  // a step of decodes alone
+  int decode_steps_measured_ = 0;
   double prefill_ms_per_token_ = 0;  // one prompt token, beyond the decodes of its step
   double mean_hold_ms_ = 0;
 };

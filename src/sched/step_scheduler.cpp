@@ -213,7 +213,7 @@ int StepScheduler::build_batch(bool admit) {
     prompt_backlog += queued_prompt_tokens_;
   }
   const int token_budget = options_.max_batched_tokens - decode_tokens;
-  int budget = decode_tokens > 0 && (long_prefill_running || prompt_backlog <= token_budget)
+  int budget = long_prefill_running || prompt_backlog <= token_budget
                    ? costs_.prefill_budget(decode_tokens)
                    : token_budget;
   const int step_budget = budget;
@@ -630,9 +630,10 @@ void StepScheduler::publish_load() {
 
 // Milliseconds until a running request that named its max_tokens would have them all, at the
 // measured step costs (ignoring a stop or end of generation, which only come sooner); -1 when
-// it named none or the costs are not known yet.
+// it named none or the decode cost has not settled (a first slow step, priced into hundreds
+// of tokens, refused requests that would have waited seconds).
 double StepScheduler::expected_ms_to_finish(const Sequence& sequence) const {
-  if (!sequence.request_ref().max_tokens_named || costs_.decode_step_ms() <= 0) return -1;
+  if (!sequence.request_ref().max_tokens_named || !costs_.decode_cost_settled()) return -1;
   const int tokens_left =
       std::max(0, sequence.request_ref().max_tokens - sequence.completion_tokens_);
   return sequence.prompt_remaining() * std::max(0.0, costs_.prefill_ms_per_token()) +

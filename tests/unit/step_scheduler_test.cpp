@@ -369,5 +369,48 @@ TEST(StepScheduler, BeforeAnythingFinishedTheWaitForASequenceComesFromMaxTokens)
   }
 }
 
+// A new server's first decode step can be several times slower than the next ones (buffers
+// faulted in). Priced into a running request's remaining max_tokens, that one sample refused
+// requests that would have waited a second (CI: test_prometheus's queued requests behind a
+// 600-token stream); the cold-start estimate waits until the decode cost has settled.
+TEST(StepScheduler, OneSlowFirstStepRefusesNobody) {
+  FakeModelRunner runner(100000);
+  runner.step_delay = std::chrono::milliseconds(3);
+  runner.before_decode = [](int n) {
+    if (n == 2) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  };
+  SchedulerOptions opts = options(1, 64);
+  opts.max_queue_delay_ms = 5000;  // the stream below holds its sequence ~1 s
+  ServingMetrics metrics;
+  StepScheduler scheduler(runner, opts, metrics);
+  std::atomic<int> tokens{0};
+  auto busy = std::make_shared<Request>();
+  busy->prompt_tokens.assign(8, 3);
+  busy->max_tokens = 300;
+  busy->max_tokens_named = true;
+  busy->sampling = greedy();
+  busy->ignore_eos = true;
+  busy->arrival = Clock::now();
+  busy->on_update = [&](GenerationUpdate&& update) { tokens = update.completion_tokens; };
+  scheduler.start();
+  ASSERT_EQ(scheduler.submit(busy), SubmitStatus::accepted);
+  while (tokens < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 0; i < 2; ++i) {
+    auto newcomer = std::make_shared<Request>();
+    newcomer->prompt_tokens.assign(8, 4);
+    newcomer->max_tokens = 4;
+    newcomer->max_tokens_named = true;
+    newcomer->sampling = greedy();
+    newcomer->arrival = Clock::now();
+    newcomer->on_update = [](GenerationUpdate&&) {};
+    double wait_ms = 0;
+    EXPECT_EQ(scheduler.submit(newcomer, &wait_ms), SubmitStatus::accepted)
+        << "newcomer " << i << " refused on an estimated " << wait_ms << " ms";
+  }
+  busy->cancelled = true;
+  scheduler.wake();
+  scheduler.shutdown(std::chrono::seconds(10));
+}
+
 }  // namespace
 }  // namespace brisk
