@@ -10,8 +10,10 @@ p50, as (predicted - measured) / measured. The modes:
            at once (every connection opened before the clock).
   closed   `plan --concurrency C`: C users, each sending its next request when the last one ends;
            the first wave (a burst, not the steady state the model describes) is left out.
-  poisson  `plan --rate R`: Poisson arrivals at R = each --poisson-loads fraction of the
-           replica's predicted max rate; latency counts from each request's scheduled time.
+  poisson  `plan --rate R --seed S --num-requests N`: Poisson arrivals at R = each
+           --poisson-loads fraction of the replica's predicted max rate; the plan simulates the
+           very arrivals bench sends (its seed and count), and a long run's prediction is
+           reported beside it; latency counts from each request's scheduled time.
 
 --calibrate-each runs `brisk plan calibrate` with each case's model alone (its own synthetic
 steps, not the validation requests) before predicting it. Stdlib only; prints a markdown table;
@@ -90,7 +92,10 @@ def predict(brisk: Path, model: str, device: str, load: dict, isl: int, osl: int
 def load_flags(load: dict) -> list[str]:
     """The `brisk plan` flags of a load point."""
     if load["mode"] == "poisson":
-        return ["--rate", f"{load['rate']:.6g}"]
+        flags = ["--rate", f"{load['rate']:.6g}"]
+        if "seed" in load:  # the very arrivals the bench run sends
+            flags += ["--seed", str(load["seed"]), "--num-requests", str(load["requests"])]
+        return flags
     flags = ["--concurrency", str(load["users"])]
     return flags + ["--burst"] if load["mode"] == "burst" else flags
 
@@ -201,11 +206,23 @@ def load_points(args, predict_at) -> list[dict]:
             points += [{"mode": mode, "users": int(c)} for c in args.concurrency.split(",")]
         elif mode == "poisson":
             max_rate = predict_at({"mode": "poisson", "rate": 1.0})["max_rate_per_replica"]
-            points += [{"mode": "poisson", "rate": float(f) * max_rate, "load": float(f)}
+            points += [{"mode": "poisson", "rate": float(f) * max_rate, "load": float(f),
+                        "seed": args.seed, "requests": args.poisson_requests}
                        for f in args.poisson_loads.split(",")]
         else:
             raise SystemExit(f"unknown mode {mode!r}: burst, closed or poisson")
     return points
+
+
+def add_long_run(row: dict, brisk: Path, device: str, plan_args: list[str],
+                 home: Path | None) -> None:
+    """A Poisson point's prediction for a long run at its rate (1,500 arrivals), beside the one
+    for the arrivals measured: how far one run's arrivals sit from the average."""
+    if row["load"]["mode"] != "poisson":
+        return
+    load = {key: value for key, value in row["load"].items() if key not in ("seed", "requests")}
+    row["predicted_long_run"] = predict(brisk, row["model"], device, load, row["isl"],
+                                        row["osl"], plan_args, home)
 
 
 def point_tag(load: dict) -> str:
@@ -221,6 +238,13 @@ def with_errors(row: dict) -> dict:
             p, m = row["predicted"][metric]["mean"], row["measured"][metric]["mean"]
             row[f"{metric}_mean_error"] = (p - m) / m
     return row
+
+
+def long_run(row: dict) -> str:
+    if "predicted_long_run" not in row:
+        return ""
+    p = row["predicted_long_run"]
+    return f"{p['ttft_ms']['p50']:.0f} / {p['tpot_ms']['p50']:.1f} ms"
 
 
 def describe(load: dict) -> str:
@@ -282,8 +306,13 @@ def main() -> int:
             if run_dirs:  # the statistics again from the requests, with today's definitions
                 row["measured"] = {**row["measured"],
                                    **measured_statistics(row["load"], run_dirs)}
+            if row["load"]["mode"] == "poisson" and "seed" not in row["load"]:
+                # Written before plan took a seed: one bench run of --seed's arrivals.
+                row["load"] = {**row["load"], "seed": args.seed,
+                               "requests": row["measured"]["ttft_ms"]["samples"]}
             row["predicted"] = predict(brisk, row["model"], args.device, row["load"], row["isl"],
                                        row["osl"], plan_args, home)
+            add_long_run(row, brisk, args.device, plan_args, home)
             rows.append(with_errors(row))
     for case in [] if args.repredict else args.case:
         model, isl, osl = case.rsplit(":", 2)
@@ -307,23 +336,25 @@ def main() -> int:
                               args.seed)
             measured = measure(brisk, model, load, isl, osl, runs, args.serve_args.split(),
                                Path(args.work) / f"{stem}-{tag}")
-            row = with_errors({"model": model, "isl": isl, "osl": osl, "load": load,
-                               "calibration_home": str(home) if home else None,
-                               "predicted": predicted, "measured": measured})
+            row = {"model": model, "isl": isl, "osl": osl, "load": load,
+                   "calibration_home": str(home) if home else None,
+                   "predicted": predicted, "measured": measured}
+            add_long_run(row, brisk, args.device, plan_args, home)
+            row = with_errors(row)
             log(f"  measured TTFT p50 {measured['ttft_ms']['p50']:.0f} ms, TPOT p50 "
                 f"{measured['tpot_ms']['p50']:.1f} ms over {measured['ttft_ms']['samples']} "
                 f"requests")
             rows.append(row)
     print("| model | ISL/OSL | load | TTFT p50 predicted | measured | error | TPOT p50 predicted "
-          "| measured | error | TPOT mean: error |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| measured | error | TPOT mean: error | long run: TTFT / TPOT p50 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         mean_error = (f"{r['tpot_ms_mean_error']:+.0%}" if "tpot_ms_mean_error" in r else "n/a")
         print(f"| {Path(r['model']).name} | {r['isl']}/{r['osl']} | {describe(r['load'])} | "
               f"{r['predicted']['ttft_ms']['p50']:.0f} ms | {r['measured']['ttft_ms']['p50']:.0f} ms"
               f" | {r['ttft_ms_error']:+.0%} | {r['predicted']['tpot_ms']['p50']:.1f} ms | "
               f"{r['measured']['tpot_ms']['p50']:.1f} ms | {r['tpot_ms_error']:+.0%} | "
-              f"{mean_error} |")
+              f"{mean_error} | {long_run(r)} |")
     for model in dict.fromkeys(r["model"] for r in rows):
         origin = next(r for r in rows if r["model"] == model)["predicted"]["efficiency"]
         print(f"\nefficiencies for {model}: {origin}")

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
@@ -24,6 +25,8 @@ struct PlanFlags {
   int concurrency = 0;
   double rate = 0;
   bool burst = false;
+  std::optional<uint64_t> seed;
+  int num_requests = 0;
   std::string slo;
   std::string workload_file;
   bool input_given = false;
@@ -35,6 +38,9 @@ struct PlanFlags {
   std::string kv_precision = "f16";
   double headroom = 0.2;
   int step_token_budget = 512;
+  double target_itl_ms = 150;
+  int long_prefill_tokens = 256;
+  int max_long_prefills = 1;
   std::string catalog;
   bool json = false;
   std::string emit;  // "k8s" or "haproxy": deployment files instead of the table
@@ -129,8 +135,18 @@ int run_plan(PlanFlags flags) {
     return fail("give either --concurrency or --rate, not both");
   }
   if (flags.burst && flags.rate > 0) return fail("--burst goes with --concurrency, not --rate");
-  request.workload = {flags.input_tokens, flags.output_tokens, flags.concurrency, flags.rate,
-                      flags.burst};
+  request.workload.input_tokens = flags.input_tokens;
+  request.workload.output_tokens = flags.output_tokens;
+  request.workload.concurrency = flags.concurrency;
+  request.workload.rate_per_s = flags.rate;
+  request.workload.burst = flags.burst;
+  if (flags.seed || flags.num_requests > 0) {
+    if (flags.rate <= 0 || !flags.seed || flags.num_requests <= 0) {
+      return fail("--seed and --num-requests go together, with --rate: they name one brisk "
+                  "bench run's arrivals");
+    }
+    request.workload.arrival_sample = plan::ArrivalSample{*flags.seed, flags.num_requests};
+  }
   if (!flags.slo.empty()) {
     auto limits = parse_slo_limits(flags.slo, error);
     if (!limits) return fail("--slo: " + error);
@@ -140,6 +156,9 @@ int run_plan(PlanFlags flags) {
   request.max_devices = flags.max_devices;
   request.headroom = flags.headroom;
   request.step_token_budget = flags.step_token_budget;
+  request.target_step_ms = flags.target_itl_ms;
+  request.long_prefill_tokens = flags.long_prefill_tokens;
+  request.max_long_prefills = flags.max_long_prefills;
   if (!flags.uncalibrated) request.calibrated = plan::load_calibrations(plan::calibration_file());
 
   const auto plan = plan::make_plan(request, *catalog, &error);
@@ -250,6 +269,12 @@ CommandRunner register_plan_command(CLI::App& app) {
   CLI::Option* rate =
       app.add_option("--rate", flags->rate, "Open loop: Poisson arrivals, requests per second")
           ->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", flags->seed,
+                 "With --rate and --num-requests: predict the arrivals `brisk bench --rate R "
+                 "--arrival poisson --seed S --num-requests N` sends, instead of a long Poisson "
+                 "run (exact for one replica)");
+  app.add_option("--num-requests", flags->num_requests, "With --seed: that run's requests")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--burst", flags->burst,
                "The --concurrency requests arrive at once and none follows (a benchmark's first "
                "wave; rate=inf with that many prompts)");
@@ -269,6 +294,16 @@ CommandRunner register_plan_command(CLI::App& app) {
   app.add_option("--step-tokens", flags->step_token_budget,
                  "Tokens one engine step carries: the chunked-prefill size (brisk serve "
                  "--max-batched-tokens)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--target-itl-ms", flags->target_itl_ms,
+                 "brisk serve --target-itl-ms: while requests decode, prompt chunks are cut so a "
+                 "step stays under it (0: off)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--long-prefill-tokens", flags->long_prefill_tokens,
+                 "brisk serve --long-prefill-tokens: prompts longer than this are long (0: none)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-long-prefills", flags->max_long_prefills,
+                 "brisk serve --max-long-prefills: long prompts prefilled at once")
       ->check(CLI::PositiveNumber);
   app.add_option("--catalog", flags->catalog, "An edited copy of data/hardware.toml");
   CLI::Option* json = app.add_flag("--json", flags->json, "Print the plan as JSON");

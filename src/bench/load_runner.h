@@ -10,10 +10,11 @@
 #include "bench/request_record.h"
 #include "bench/target_endpoint.h"
 #include "bench/workload.h"
+#include "common/arrival_schedule.h"
 
 namespace brisk::bench {
 
-enum class ArrivalProcess { constant, poisson, gamma };
+using brisk::ArrivalProcess;
 
 // How load is offered at one point of a sweep.
 // Closed loop (rate == 0): `concurrency` virtual users, each sending its next request as soon as
@@ -27,6 +28,7 @@ struct LoadPoint {
   double burstiness = 1.0;  // gamma shape: < 1 burstier than Poisson, 1 = Poisson
 
   bool open_loop() const { return rate > 0; }
+  ArrivalPattern arrival_pattern() const { return {arrival, rate, burstiness}; }
 };
 
 struct RunOptions {
@@ -56,7 +58,7 @@ struct RunResult {
 };
 
 // Offsets in seconds from the start of the measured phase at which each of `count` requests is
-// due. Gaps have mean 1/rate: constant, exponential (Poisson) or gamma(shape = burstiness).
+// due (common/arrival_schedule.h: the schedule brisk plan predicts for the same seed).
 std::vector<double> arrival_offsets_s(const LoadPoint& load, int count, uint64_t seed);
 // The same schedule, every arrival before `duration_s` (a finite rate only).
 std::vector<double> arrival_offsets_within_s(const LoadPoint& load, double duration_s,

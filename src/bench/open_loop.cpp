@@ -109,54 +109,13 @@ net::awaitable<void> dispatch(ConnectionPool& pool, const std::vector<Completion
 
 }  // namespace
 
-namespace {
-
-// Calls `emit(offset_s)` for successive arrivals until it returns false.
-template <class Emit>
-void generate_arrivals(const LoadPoint& load, uint64_t seed, Emit emit) {
-  std::mt19937_64 random(seed);
-  const double mean_gap_s = 1.0 / load.rate;
-  std::exponential_distribution<double> exponential(load.rate);
-  std::gamma_distribution<double> gamma(load.burstiness, mean_gap_s / load.burstiness);
-  double t = 0;
-  while (emit(t)) {
-    switch (load.arrival) {
-      case ArrivalProcess::constant:
-        t += mean_gap_s;
-        break;
-      case ArrivalProcess::poisson:
-        t += exponential(random);
-        break;
-      case ArrivalProcess::gamma:
-        t += gamma(random);
-        break;
-    }
-  }
-}
-
-}  // namespace
-
 std::vector<double> arrival_offsets_s(const LoadPoint& load, int count, uint64_t seed) {
-  std::vector<double> offsets;
-  if (std::isinf(load.rate)) return std::vector<double>(std::max(0, count), 0.0);
-  generate_arrivals(load, seed, [&](double t) {
-    if (static_cast<int>(offsets.size()) >= count) return false;
-    offsets.push_back(t);
-    return true;
-  });
-  return offsets;
+  return brisk::arrival_offsets_s(load.arrival_pattern(), count, seed);
 }
 
 std::vector<double> arrival_offsets_within_s(const LoadPoint& load, double duration_s,
                                              uint64_t seed) {
-  std::vector<double> offsets;
-  if (std::isinf(load.rate)) return offsets;
-  generate_arrivals(load, seed, [&](double t) {
-    if (t >= duration_s) return false;
-    offsets.push_back(t);
-    return true;
-  });
-  return offsets;
+  return brisk::arrival_offsets_within_s(load.arrival_pattern(), duration_s, seed);
 }
 
 RunResult run_open_loop(const TargetEndpoint& target, const Workload& workload,

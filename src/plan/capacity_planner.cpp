@@ -27,6 +27,9 @@ Deployment deployment_for(const PlanRequest& request, const DeviceSpec& device, 
                                                                  : Efficiency::defaults_for(device);
   deployment.kv_bytes_per_element = request.kv_bytes_per_element;
   deployment.step_token_budget = request.step_token_budget;
+  deployment.target_step_ms = request.target_step_ms;
+  deployment.long_prefill_tokens = request.long_prefill_tokens;
+  deployment.max_long_prefills = request.max_long_prefills;
   return deployment;
 }
 
@@ -134,7 +137,7 @@ Candidate size_device(const PlanRequest& request, const DeviceSpec& device) {
       if (candidate.replicas > 0) {
         candidate.at_target =
             predict_open_loop(candidate.deployment, workload.input_tokens, workload.output_tokens,
-                              workload.rate_per_s / candidate.replicas);
+                              workload.rate_per_s / candidate.replicas, workload.arrival_sample);
         resident_sequences = candidate.at_target.in_flight_p99;
       }
     } else {

@@ -131,6 +131,25 @@ int Deployment::prefill_chunks(int prompt_tokens, double decode_batch) const {
   return static_cast<int>(std::ceil(prompt_tokens / room));
 }
 
+double Deployment::timed_prefill_tokens(double decode_batch, double decode_context,
+                                        double prompt_context, double room) const {
+  if (target_step_ms <= 0 || decode_batch <= 0 || room <= kMinTimedChunkTokens) return room;
+  const auto fits = [&](double tokens) {
+    return step(decode_batch, decode_context, tokens, prompt_context).total_ms <= target_step_ms;
+  };
+  // brisk serve learns what a prompt token adds to a step and converges on the largest chunk
+  // that keeps it under the target; a step's time grows with its chunk, so bisect for that.
+  double good = kMinTimedChunkTokens;
+  double bad = std::floor(room) + 1;
+  if (fits(bad - 1)) return room;
+  if (!fits(good)) return good;
+  while (bad - good > 1) {
+    const double middle = std::floor((good + bad) / 2);
+    (fits(middle) ? good : bad) = middle;
+  }
+  return good;
+}
+
 double Deployment::prefill_extra_ms(int prompt_tokens, double decode_batch,
                                     double decode_context) const {
   const double decode_only_ms = step(decode_batch, decode_context).total_ms;

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "common/arrival_schedule.h"
 #include "common/percentile.h"
 
 namespace brisk::plan {
@@ -85,7 +86,8 @@ struct SimulatedRequest {
 
 // brisk serve's scheduler, step by step, each step costed by Deployment::step: a step decodes one
 // token for every request that has its first token and still generates, then fills the rest of
-// its token budget with prompt chunks, first come first served (a prompt may span steps); the
+// its token budget with prompt chunks, first come first served (a prompt may span steps), cut
+// to the step target while requests decode (Deployment::timed_prefill_tokens); the
 // step that finishes a prompt samples its first token. A request that arrives while a step runs
 // waits for the next one. With fixed lengths every request finishes output_tokens - 1 steps
 // after its first token, so the decoding requests finish in the order they started, and a step
@@ -130,7 +132,17 @@ class EngineSimulation {
       std::vector<PromptChunk> prompts;
       std::vector<size_t> prefilled;
       double room = std::max(1.0, deployment_.step_token_budget - decoding);
-      while (room > 0 && !waiting_.empty()) {
+      // brisk serve's step target: long prompts are always cut to it (and one at a time, by
+      // default), short ones unless more wait than one step carries (a burst keeps the budget).
+      const bool long_prompts = deployment_.is_long_prompt(input_tokens_);
+      const double backlog = static_cast<double>(waiting_.size()) * input_tokens_ - head_done_;
+      if (!waiting_.empty() && (long_prompts || backlog <= room)) {
+        room = deployment_.timed_prefill_tokens(decoding, decode_context, head_done_, room);
+      }
+      const size_t max_prompts =
+          long_prompts ? static_cast<size_t>(std::max(1, deployment_.max_long_prefills))
+                       : waiting_.size();
+      while (room > 0 && !waiting_.empty() && prompts.size() < max_prompts) {
         const double take = std::min<double>(room, input_tokens_ - head_done_);
         prompts.push_back({take, static_cast<double>(head_done_)});
         room -= take;
@@ -244,23 +256,32 @@ LoadPrediction predict_burst(const Deployment& deployment, int input_tokens, int
 }
 
 LoadPrediction predict_open_loop(const Deployment& deployment, int input_tokens, int output_tokens,
-                                 double rate_per_s) {
+                                 double rate_per_s, const std::optional<ArrivalSample>& sample) {
   if (open_loop_saturates(deployment, input_tokens, output_tokens, rate_per_s)) {
     LoadPrediction saturated;
     saturated.saturated = true;
     return saturated;
   }
-  // Seeded Poisson arrivals (a portable generator and transform, so every machine predicts the
-  // same), the first tenth left out as the run's warm-up.
-  constexpr int kRequests = 1500;
-  constexpr int kWarmup = kRequests / 10;
-  std::mt19937_64 random(1);
   EngineSimulation simulation(deployment, input_tokens, output_tokens);
-  double arrival_ms = 0;
-  for (int index = 0; index < kRequests; ++index) {
-    const double uniform = static_cast<double>(random() >> 11) * 0x1.0p-53;
-    arrival_ms += -std::log1p(-uniform) / rate_per_s * 1000;
-    simulation.arrive(arrival_ms, index, /*measured=*/index >= kWarmup);
+  if (sample) {
+    // What one bench run sends: its own schedule, its own seed, every request measured.
+    const ArrivalPattern pattern{ArrivalProcess::poisson, rate_per_s, 1.0};
+    int index = 0;
+    for (const double offset_s : arrival_offsets_s(pattern, sample->requests, sample->seed)) {
+      simulation.arrive(offset_s * 1000, index++, /*measured=*/true);
+    }
+  } else {
+    // Seeded Poisson arrivals (a portable generator and transform, so every machine predicts
+    // the same), the first tenth left out as the run's warm-up.
+    constexpr int kRequests = 1500;
+    constexpr int kWarmup = kRequests / 10;
+    std::mt19937_64 random(1);
+    double arrival_ms = 0;
+    for (int index = 0; index < kRequests; ++index) {
+      const double uniform = static_cast<double>(random() >> 11) * 0x1.0p-53;
+      arrival_ms += -std::log1p(-uniform) / rate_per_s * 1000;
+      simulation.arrive(arrival_ms, index, /*measured=*/index >= kWarmup);
+    }
   }
   simulation.run([](const SimulatedRequest&) {});
   LoadPrediction prediction = summarize(simulation, output_tokens);

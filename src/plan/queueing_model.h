@@ -1,5 +1,8 @@
 #pragma once
 
+#include <cstdint>
+#include <optional>
+
 #include "plan/performance_model.h"
 
 namespace brisk::plan {
@@ -7,6 +10,13 @@ namespace brisk::plan {
 // The traffic to plan for: prompts and completions of fixed mean length, offered either as a
 // number of users each sending its next request when the last one finishes (closed loop), or as
 // Poisson arrivals at a rate (open loop).
+// The arrivals of one `brisk bench --rate R --arrival poisson --seed S --num-requests N` run
+// (common/arrival_schedule.h), every one of them measured.
+struct ArrivalSample {
+  uint64_t seed = 1;
+  int requests = 0;
+};
+
 struct Workload {
   int input_tokens = 512;
   int output_tokens = 256;
@@ -15,6 +25,8 @@ struct Workload {
   // All `concurrency` requests arrive at once and none follows: a benchmark's first wave, or
   // `--request-rate inf` with that many prompts.
   bool burst = false;
+  // Open loop: predict the very arrivals of one brisk bench run instead of a long Poisson run.
+  std::optional<ArrivalSample> arrival_sample;
 };
 
 struct Percentiles {
@@ -51,12 +63,14 @@ LoadPrediction predict_closed_loop(const Deployment& deployment, int input_token
 // All `requests` arrive at once.
 LoadPrediction predict_burst(const Deployment& deployment, int input_tokens, int output_tokens,
                              int requests);
-// Poisson arrivals at `rate_per_s` (1,500 seeded arrivals, the first tenth left out). Whether the
+// Poisson arrivals at `rate_per_s` (1,500 seeded arrivals, the first tenth left out; or, given
+// `sample`, exactly the arrivals brisk bench sends with that seed). Whether the
 // replica keeps up at all is decided in closed form: prompts take a share rho = rate x
 // prefill_extra of engine time, decode steps stretch to step / (1 - rho), and by Little's law the
 // decode batch grows without bound past the replica's capacity (`saturated`).
 LoadPrediction predict_open_loop(const Deployment& deployment, int input_tokens, int output_tokens,
-                                 double rate_per_s);
+                                 double rate_per_s,
+                                 const std::optional<ArrivalSample>& sample = std::nullopt);
 
 // Quantile of a Poisson distribution with mean `mean` (smallest k with CDF >= q). A double: the
 // planner's search passes means far beyond an int (8e9 chunks for gemma3-270m at a saturating

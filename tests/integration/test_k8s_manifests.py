@@ -414,7 +414,8 @@ EMIT_CASES = {
                             "h100-sxm", "--concurrency", "64", "--slo",
                             "ttft_p95=2000ms,tpot_p95=60ms", "--max-devices", "16"),
     "8b-poisson": ("--model", "llama-3.1-8b", "--devices", "l4,a100-80gb", "--rate", "4",
-                   "--step-tokens", "1024", "--slo", "ttft_p95=1000ms,tpot_p95=50ms"),
+                   "--step-tokens", "1024", "--target-itl-ms", "80", "--slo",
+                   "ttft_p95=1000ms,tpot_p95=50ms"),
     "270m-cpu": ("--model", "gemma3-270m", "--devices", "cpu-2vcpu", "--isl", "128", "--osl",
                  "64", "--concurrency", "2", "--slo", "tpot_p95=200ms"),
 }
@@ -454,6 +455,9 @@ def test_plan_emit_k8s_is_valid_and_deploys_what_was_planned(case):
                                                              + workload["output_tokens"])
     step_tokens = flag_value(list(plan_args), "--step-tokens") or "512"
     assert flag_value(args, "--max-batched-tokens") == step_tokens
+    # The step target the prediction simulated (brisk serve's default unless the plan set one).
+    target = flag_value(list(plan_args), "--target-itl-ms") or "150"
+    assert float(flag_value(args, "--target-itl-ms")) == float(target)
     assert flag_value(args, "--served-model-name") == planned["model"]["id"]
 
 

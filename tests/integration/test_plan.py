@@ -78,6 +78,9 @@ def test_bad_input_gets_a_clear_message():
         (["--model", "llama-3.1-8b", "--slo", "itl_p99=5ms"], "predicts ttft and tpot"),
         (["--model", "llama-3.1-8b", "--slo", "e2e_p99=5s"], "use e2e_mean"),
         (["--model", "llama-3.1-8b", "--rate", "2", "--concurrency", "4"], "not both"),
+        (["--model", "llama-3.1-8b", "--rate", "2", "--seed", "1"], "go together"),
+        (["--model", "llama-3.1-8b", "--concurrency", "2", "--seed", "1", "--num-requests",
+          "9"], "go together"),
         ([], "--model is required"),
     ]
     for args, message in cases:

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "common/arrival_schedule.h"
 #include "plan/calibration.h"
 #include "plan/capacity_planner.h"
 #include "plan/queueing_model.h"
@@ -306,4 +307,106 @@ TEST_F(PlanPrediction, AnE2eLimitIsAMeanOrRefused) {
 }
 
 }  // namespace
+
+// brisk serve's --target-itl-ms on this 2-vCPU class of machine: a Llama-3.2-1B-shaped model,
+// where one prompt token costs milliseconds and a 256-token prompt beside decodes would stall
+// them for about a second.
+class StepTarget : public PlanPrediction {
+ protected:
+  Deployment cpu() const {
+    Deployment deployment;
+    deployment.device = catalog_.find("cpu-2vcpu");
+    std::string error;
+    for (ModelProfile& model : model_presets(&error)) {
+      if (model.id == "llama-3.2-1b") deployment.model = model;
+    }
+    deployment.precision = *parse_precision("q4_k_m");
+    deployment.efficiency = Efficiency::defaults_for(*deployment.device);
+    return deployment;
+  }
+};
+
+TEST_F(StepTarget, APromptChunkBesideDecodesKeepsTheStepUnderTheTarget) {
+  Deployment deployment = cpu();
+  ASSERT_EQ(deployment.model.id, "llama-3.2-1b");
+  const double decode_ms = deployment.step(2, 300).total_ms;
+  ASSERT_LT(decode_ms, deployment.target_step_ms);
+  ASSERT_GT(deployment.step(2, 300, 510, 0).total_ms, 2 * deployment.target_step_ms);
+  const double chunk = deployment.timed_prefill_tokens(2, 300, 0, 510);
+  EXPECT_GE(chunk, kMinTimedChunkTokens);
+  EXPECT_LT(chunk, 510);
+  // The largest chunk within the target.
+  EXPECT_LE(deployment.step(2, 300, chunk, 0).total_ms, deployment.target_step_ms);
+  EXPECT_GT(deployment.step(2, 300, chunk + 1, 0).total_ms, deployment.target_step_ms);
+  // Nothing decoding (no stream to protect), or the target off: the whole room.
+  EXPECT_EQ(deployment.timed_prefill_tokens(0, 0, 0, 510), 510);
+  deployment.target_step_ms = 0;
+  EXPECT_EQ(deployment.timed_prefill_tokens(2, 300, 0, 510), 510);
+  // Decodes alone over the target: the floor keeps the prompt moving.
+  deployment.target_step_ms = decode_ms / 2;
+  EXPECT_EQ(deployment.timed_prefill_tokens(2, 300, 0, 510), kMinTimedChunkTokens);
+}
+
+TEST_F(StepTarget, TheSimulationCutsPromptsBesideDecodesButNotABurstBiggerThanAStep) {
+  // Two requests a microsecond apart: the first's prompt has a step alone; the second's is then
+  // prefilled beside the first's decodes in chunks cut to the target (33 tokens here), over
+  // several steps instead of one ~1.1 s step: its first token comes later, and the first
+  // request's tokens on average sooner. Without the target both predictions are the same.
+  Deployment on = cpu();
+  Deployment off = cpu();
+  off.target_step_ms = 0;
+  const LoadPrediction cut = predict_burst(on, 256, 32, 2);
+  const LoadPrediction whole = predict_burst(off, 256, 32, 2);
+  EXPECT_GT(cut.ttft_ms.p99, whole.ttft_ms.p99 + 20);
+  EXPECT_LT(cut.tpot_ms.mean, whole.tpot_ms.mean - 3);
+  // Three prompts: after the first, 512 prompt tokens wait for a step of 511, more than one step
+  // carries, so brisk serve keeps the whole budget (a burst spread over small steps lost
+  // throughput) and the prediction is the same with or without the target.
+  const LoadPrediction burst_on = predict_burst(on, 256, 32, 3);
+  const LoadPrediction burst_off = predict_burst(off, 256, 32, 3);
+  EXPECT_NEAR(burst_on.ttft_ms.p50, burst_off.ttft_ms.p50, 1e-6);
+}
+
+TEST_F(PlanPrediction, LongPromptsArePrefilledOneAtATime) {
+  // brisk serve's --max-long-prefills 1: after the first (alone, it arrived first), the other
+  // two 1,000-token prompts are prefilled one after another, not side by side in one
+  // 4,096-token step: the second's first token comes a step sooner, the third's no later.
+  Deployment deployment = on(*catalog_.find("h100-sxm"));
+  deployment.step_token_budget = 4096;
+  deployment.target_step_ms = 0;
+  const LoadPrediction one_at_a_time = predict_burst(deployment, 1000, 16, 3);
+  deployment.long_prefill_tokens = 0;  // no long prompts: first come, first served
+  const LoadPrediction side_by_side = predict_burst(deployment, 1000, 16, 3);
+  EXPECT_LT(one_at_a_time.ttft_ms.p50, side_by_side.ttft_ms.p50 * 0.8);
+  EXPECT_NEAR(one_at_a_time.ttft_ms.p99, side_by_side.ttft_ms.p99,
+              0.02 * side_by_side.ttft_ms.p99);
+}
+
+TEST_F(PlanPrediction, AnArrivalSampleIsTheBenchRunsOwnArrivals) {
+  // --seed S --num-requests N: the arrivals `brisk bench --rate R --arrival poisson --seed S`
+  // sends (common/arrival_schedule), all measured; one request is one prompt alone.
+  const Deployment deployment = on(*catalog_.find("h100-sxm"));
+  const LoadPrediction one = predict_open_loop(deployment, 512, 64, 1.0, ArrivalSample{7, 1});
+  EXPECT_NEAR(one.ttft_ms.p50, deployment.prefill_ms(512), 1e-6);
+  // Two requests: the second arrives at bench's second offset for seed 7. Far apart at 0.01/s,
+  // so both start alone and predict the same.
+  const std::vector<double> offsets =
+      arrival_offsets_s({ArrivalProcess::poisson, 0.01, 1.0}, 2, 7);
+  ASSERT_GT(offsets[1], 1.0);  // seconds: far beyond one request's time
+  const LoadPrediction two = predict_open_loop(deployment, 512, 64, 0.01, ArrivalSample{7, 2});
+  EXPECT_NEAR(two.ttft_ms.p99, deployment.prefill_ms(512), 1e-6);
+  EXPECT_NEAR(two.e2e_ms, one.e2e_ms, 1e-6);
+  // A different seed that puts the two arrivals within one request's time makes the second
+  // wait: the sample is used, not the long run.
+  uint64_t close_seed = 0;
+  for (uint64_t seed = 1; seed < 1000 && close_seed == 0; ++seed) {
+    const auto gaps = arrival_offsets_s({ArrivalProcess::poisson, 50.0, 1.0}, 2, seed);
+    if (gaps[1] < 0.2 * deployment.prefill_ms(512) / 1000) close_seed = seed;
+  }
+  ASSERT_NE(close_seed, 0u);
+  const LoadPrediction close =
+      predict_open_loop(deployment, 512, 64, 50.0, ArrivalSample{close_seed, 2});
+  EXPECT_GT(close.ttft_ms.p99, deployment.prefill_ms(512) * 1.2);
+}
+
 }  // namespace brisk::plan
