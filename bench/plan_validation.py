@@ -34,6 +34,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -214,6 +215,18 @@ def load_points(args, predict_at) -> list[dict]:
     return points
 
 
+def scaled_calibration(home: Path, factor: float) -> Path:
+    """A copy of `home`'s calibration.json, in a temporary directory, whose decode steps all take
+    `factor` times longer (each device's decode_batch_scale multiplied by it)."""
+    data = json.loads((home / "calibration.json").read_text())
+    for device in data["devices"].values():
+        scales = device.get("decode_batch_scale") or [{"batch": 1.0, "scale": 1.0}]
+        device["decode_batch_scale"] = [{**s, "scale": s["scale"] * factor} for s in scales]
+    scaled = Path(tempfile.mkdtemp(prefix=f"{home.name}-decode-x{factor:g}-"))
+    (scaled / "calibration.json").write_text(json.dumps(data, indent=1))
+    return scaled
+
+
 def add_long_run(row: dict, brisk: Path, device: str, plan_args: list[str],
                  home: Path | None) -> None:
     """A Poisson point's prediction for a long run at its rate (1,500 arrivals), beside the one
@@ -281,6 +294,9 @@ def main() -> int:
     parser.add_argument("--repredict", metavar="JSON",
                         help="measure nothing: predict again, with this build and the stored "
                              "calibrations, the points of an earlier --out file")
+    parser.add_argument("--decode-scale", type=float, default=1.0,
+                        help="with --repredict: predict with every calibrated decode step this "
+                             "many times slower (how sensitive a point is to step-cost error)")
     parser.add_argument("--out")
     args = parser.parse_args()
     if not args.case and not args.repredict:
@@ -290,7 +306,7 @@ def main() -> int:
     plan_args = args.plan_args.split()
     if args.memory_gb:
         plan_args += ["--catalog", str(catalog_with_memory(REPO_ROOT, args.device, args.memory_gb,
-                                                           Path(args.work)))]
+                                                           Path(tempfile.mkdtemp())))]
     rows = []
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     if args.repredict:
@@ -301,6 +317,8 @@ def main() -> int:
             if home is None and args.calibrate_each:  # files written before the field existed
                 home = str(Path(args.work) / f"home-{Path(row['model']).stem}")
             home = Path(home) if home else None
+            if home and args.decode_scale != 1:
+                home = scaled_calibration(home, args.decode_scale)
             run_dirs = sorted((Path(args.work) / f"{Path(row['model']).stem}-{point_tag(row['load'])}")
                               .glob("run*"))
             if run_dirs:  # the statistics again from the requests, with today's definitions
