@@ -153,12 +153,16 @@ def measured_statistics(load: dict, run_dirs: list[Path]) -> dict:
     """TTFT and TPOT over the measured requests of `run_dirs` (each a brisk bench --out): every
     request, but a closed loop's first `users` and last `users` by send time."""
     ttft_ms, tpot_ms = [], []
+    failed = 0
     for run_dir in run_dirs:
         with open(run_dir / "requests.csv") as rows:
             requests = sorted(csv.DictReader(rows), key=lambda row: float(row["sent_ms"]))
         if load["mode"] == "closed":
             requests = requests[load["users"]:-load["users"]]
+        failed += sum(1 for row in requests if not row["first_token_ms"])
         for row in requests:
+            if not row["first_token_ms"]:  # refused or failed: no latency to count
+                continue
             first, end = float(row["first_token_ms"]), float(row["end_ms"])
             ttft_ms.append(first - float(row["scheduled_ms"]))
             tokens = int(row["completion_tokens"])
@@ -169,7 +173,7 @@ def measured_statistics(load: dict, run_dirs: list[Path]) -> dict:
         return {"mean": sum(values) / len(values), "p50": percentile(values, 50),
                 "p95": percentile(values, 95), "samples": len(values)}
 
-    return {"ttft_ms": summary(ttft_ms), "tpot_ms": summary(tpot_ms)}
+    return {"ttft_ms": summary(ttft_ms), "tpot_ms": summary(tpot_ms), "failed": failed}
 
 
 def server_steps(port: int) -> dict:
@@ -361,7 +365,7 @@ def main() -> int:
             row = with_errors(row)
             log(f"  measured TTFT p50 {measured['ttft_ms']['p50']:.0f} ms, TPOT p50 "
                 f"{measured['tpot_ms']['p50']:.1f} ms over {measured['ttft_ms']['samples']} "
-                f"requests")
+                f"requests ({measured['failed']} refused or failed)")
             rows.append(row)
     print("| model | ISL/OSL | load | TTFT p50 predicted | measured | error | TPOT p50 predicted "
           "| measured | error | TPOT mean: error | long run: TTFT / TPOT p50 |")
