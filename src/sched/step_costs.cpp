@@ -16,14 +16,41 @@ double blend(double average, double sample, double weight) {
 void StepCosts::learn_step(int decode_tokens, int prefill_tokens, double step_ms) {
   constexpr double kWeight = 0.2;
   if (prefill_tokens == 0) {
-    decode_step_ms_ = blend(decode_step_ms_, step_ms, kWeight);
+    if (decode_tokens <= 0) return;
+    double& average = decode_ms_by_batch_[decode_tokens];
+    average = blend(average, step_ms, kWeight);
+    last_decode_batch_ = decode_tokens;
     ++decode_steps_measured_;
   } else if (prefill_tokens >= kMinChunkTokens) {
-    // A few prompt tokens say more about the step's fixed cost than about a token's.
-    const double decode_part = decode_tokens > 0 ? decode_step_ms_ : 0;
+    // A few prompt tokens say more about the step's fixed cost than about a token's. The
+    // decodes' part is their own batch's: priced at another batch's (the last one measured,
+    // while prompts kept every step busy), it was charged to the prompt tokens.
+    const double decode_part = decode_tokens > 0 ? decode_step_ms(decode_tokens) : 0;
     prefill_ms_per_token_ = blend(prefill_ms_per_token_,
                                   std::max(0.0, step_ms - decode_part) / prefill_tokens, kWeight);
   }
+}
+
+double StepCosts::decode_step_ms(int batch) const {
+  if (decode_ms_by_batch_.empty() || batch <= 0) return 0;
+  const auto above = decode_ms_by_batch_.lower_bound(batch);
+  if (above != decode_ms_by_batch_.end() && above->first == batch) return above->second;
+  const auto slope = [](auto low, auto high) {
+    return std::max(0.0, (high->second - low->second) / (high->first - low->first));
+  };
+  if (above == decode_ms_by_batch_.begin()) {  // below every batch measured
+    const auto next = std::next(above);
+    // Never below its share of the smallest batch's step.
+    const double share = above->second * batch / above->first;
+    if (next == decode_ms_by_batch_.end()) return share;
+    return std::max(share, above->second - slope(above, next) * (above->first - batch));
+  }
+  const auto below = std::prev(above);
+  if (above == decode_ms_by_batch_.end()) {  // beyond every batch measured
+    if (below == decode_ms_by_batch_.begin()) return below->second;
+    return below->second + slope(std::prev(below), below) * (batch - below->first);
+  }
+  return below->second + slope(below, above) * (batch - below->first);
 }
 
 void StepCosts::learn_hold(double held_ms) {
@@ -36,7 +63,7 @@ int StepCosts::prefill_budget(int decode_tokens) const {
   if (target_step_ms_ <= 0 || decode_tokens == 0 || prefill_ms_per_token_ <= 0) {
     return token_budget;
   }
-  const double spare_ms = target_step_ms_ - decode_step_ms_;
+  const double spare_ms = target_step_ms_ - decode_step_ms(decode_tokens);
   const int timed_budget = static_cast<int>(spare_ms / prefill_ms_per_token_);
   return std::min(token_budget, std::max(kMinChunkTokens, timed_budget));
 }

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <map>
 #include <vector>
 
 namespace brisk {
@@ -22,7 +23,11 @@ class StepCosts {
   // to protect); never under a floor that keeps prompts moving when decodes alone use it up.
   int prefill_budget(int decode_tokens) const;
 
-  double decode_step_ms() const { return decode_step_ms_; }
+  // A step of decodes alone at the batch measured last (the running set's), and at `batch`:
+  // each batch size has its own average (a 2-vCPU step took 20 ms at 1 sequence and 83 at 8),
+  // interpolated between the sizes measured and extended along the slope of the last two.
+  double decode_step_ms() const { return decode_step_ms(last_decode_batch_); }
+  double decode_step_ms(int batch) const;
   // Enough decode steps measured that the first ones (a new server's first steps fault in its
   // buffers and run several times slower) weigh little in the average.
   bool decode_cost_settled() const { return decode_steps_measured_ >= kSettledDecodeSteps; }
@@ -35,7 +40,8 @@ class StepCosts {
  private:
   const double target_step_ms_;
   const int max_batched_tokens_;
-  double decode_step_ms_ = 0;  // a step of decodes alone
+  std::map<int, double> decode_ms_by_batch_;  // steps of decodes alone, by batch
+  int last_decode_batch_ = 0;
   int decode_steps_measured_ = 0;
   double prefill_ms_per_token_ = 0;  // one prompt token, beyond the decodes of its step
   double mean_hold_ms_ = 0;

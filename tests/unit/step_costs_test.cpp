@@ -44,6 +44,25 @@ TEST(StepCosts, AFloorKeepsPromptsMovingWhenDecodesFillTheTarget) {
   EXPECT_EQ(costs.prefill_budget(4), StepCosts::kMinChunkTokens);
 }
 
+TEST(StepCosts, EachBatchSizeHasItsOwnDecodeCost) {
+  StepCosts costs(150, 512);
+  for (int i = 0; i < 20; ++i) costs.learn_step(8, 0, 80);
+  for (int i = 0; i < 20; ++i) costs.learn_step(2, 0, 30);
+  EXPECT_DOUBLE_EQ(costs.decode_step_ms(8), 80);
+  EXPECT_DOUBLE_EQ(costs.decode_step_ms(2), 30);
+  EXPECT_DOUBLE_EQ(costs.decode_step_ms(), 30) << "the batch measured last";
+  EXPECT_DOUBLE_EQ(costs.decode_step_ms(5), 55) << "between two sizes: on the line";
+  EXPECT_NEAR(costs.decode_step_ms(14), 130, 1e-9) << "beyond: along the last slope";
+  EXPECT_NEAR(costs.decode_step_ms(1), 30 - 50.0 / 6, 1e-9) << "below: the same slope";
+  // A prompt chunk beside 8 decodes costs what it adds to *their* step: 140 ms - 80 = 3 ms a
+  // token. Priced at the last decode-only step (batch 2, 30 ms) it was 5.5 ms, and the chunk
+  // for --target-itl-ms 150 came out at (150 - 30) / 5.5 = 21 tokens instead of 23.
+  costs.learn_step(8, 20, 140);
+  EXPECT_NEAR(costs.prefill_ms_per_token(), 3, 1e-9);
+  EXPECT_EQ(costs.prefill_budget(8), 23);
+  EXPECT_EQ(costs.prefill_budget(2), 40) << "(150 - 30) / 3";
+}
+
 TEST(StepCosts, HoldTimesAreAMovingAverage) {
   StepCosts costs(150, 512);
   costs.learn_hold(1000);
