@@ -36,12 +36,13 @@ struct WaitingView {
   uint64_t id = 0;
   int priority = 0;
   int prompt_tokens = 0;
-  double waited_ms = 0;
+  TimePoint arrival;
   double deadline_ms = 0;
+  double waited_ms = 0;  // at the moment of the snapshot
 };
 
 // What GET /debug/scheduler shows: the queue, the running set and the KV map, published by the
-// engine thread after every step (the queue is read at the moment of the call).
+// engine thread after every step (requests submitted since are added at the moment of the call).
 struct SchedulerSnapshot {
   std::string policy;
   int max_seqs = 0;

@@ -7,10 +7,12 @@
 
 namespace brisk {
 
-StepScheduler::StepScheduler(ModelRunner& engine, SchedulerOptions options, ServingMetrics& metrics)
+StepScheduler::StepScheduler(ModelRunner& engine, SchedulerOptions options, ServingMetrics& metrics,
+                             ReportSink report)
     : engine_(engine),
       options_(options),
       metrics_(metrics),
+      report_(std::move(report)),
       kv_capacity_tokens_(engine.context_size()),
       kv_watermark_tokens_(std::max(1, engine.context_size() / 100)),
       kv_shared_(engine.sequence_context_size() == engine.context_size()),
@@ -19,121 +21,21 @@ StepScheduler::StepScheduler(ModelRunner& engine, SchedulerOptions options, Serv
       sampling_pool_(options.sampling_threads),
       costs_(options.max_step_ms, options.max_batched_tokens) {}
 
-StepScheduler::~StepScheduler() { shutdown(std::chrono::milliseconds(0)); }
-
-void StepScheduler::start() {
-  engine_thread_ = std::thread([this] { run_loop(); });
+void StepScheduler::enqueue(std::shared_ptr<Request> request) {
+  queued_prompt_tokens_ += static_cast<int>(request->prompt_tokens.size());
+  waiting_.push_back(std::move(request));
 }
 
-SubmitStatus StepScheduler::submit(std::shared_ptr<Request> request, double* estimated_wait_ms) {
-  const int prompt_tokens = static_cast<int>(request->prompt_tokens.size());
-  {
-    std::lock_guard lock(mutex_);
-    if (!accepting_) return SubmitStatus::shutting_down;
-    if (static_cast<int>(waiting_.size()) >= options_.max_queued_requests) {
-      return SubmitStatus::queue_full;
-    }
-    if (options_.max_queued_tokens > 0 && !waiting_.empty() &&
-        queued_prompt_tokens_ + prompt_tokens > options_.max_queued_tokens) {
-      return SubmitStatus::queued_tokens_full;
-    }
-    const double wait_ms =
-        estimate_queue_delay_ms(load_, queued_prompt_tokens_, static_cast<int>(waiting_.size()),
-                                options_.max_batched_tokens);
-    if (estimated_wait_ms) *estimated_wait_ms = wait_ms;
-    if (options_.max_queue_delay_ms > 0 && wait_ms > options_.max_queue_delay_ms) {
-      return SubmitStatus::queue_delay;
-    }
-    queued_prompt_tokens_ += prompt_tokens;
-    waiting_.push_back(std::move(request));
-  }
-  work_available_.notify_one();
-  return SubmitStatus::accepted;
-}
-
-void StepScheduler::wake() {
-  {
-    std::lock_guard lock(mutex_);
-    wake_pending_ = true;
-  }
-  work_available_.notify_one();
-}
-
-// The engine thread decides when the drain is over (it alone knows whether a request is between
-// the queue and the running set), so nothing admitted before `accepting_` fell is lost.
-void StepScheduler::shutdown(std::chrono::milliseconds drain_timeout) {
-  {
-    std::lock_guard lock(mutex_);
-    accepting_ = false;
-    if (!draining_ || Clock::now() + drain_timeout < drain_deadline_) {
-      drain_deadline_ = Clock::now() + drain_timeout;
-    }
-    draining_ = true;
-  }
-  work_available_.notify_one();
-  if (engine_thread_.joinable()) engine_thread_.join();
-}
-
-SchedulerStats StepScheduler::stats() const {
-  SchedulerStats stats;
-  {
-    std::lock_guard lock(mutex_);  // with admit_waiting's: a request is waiting or running
-    stats.running = running_count_.load();
-    stats.waiting = static_cast<int>(waiting_.size()) + preempted_count_.load();
-    stats.preempted = preempted_count_.load();
-    stats.max_waiting = options_.max_queued_requests;
-    stats.admission_blocked = published_.admission_blocked;
-    stats.kv_committed_cells = published_.kv.committed_cells;
-  }
-  stats.prefix_cache_cells = prefix_cache_cells_.load();
-  stats.kv_capacity_cells = kv_capacity_tokens_;
-  stats.kv_running_cells = kv_tokens_in_use_.load();
-  stats.prefix_cache_sequences = prefix_cache_sequences_.load();
-  stats.kv_cache_usage_ratio =
-      kv_capacity_tokens_ > 0 ? static_cast<double>(kv_tokens_in_use_.load()) / kv_capacity_tokens_
-                              : 0.0;
-  return stats;
-}
-
-void StepScheduler::run_loop() {
-  while (wait_for_work()) {
-    try {
-      step();
-    } catch (const std::exception& e) {
-      fail_running(e.what());
-    }
-  }
-  // The drain is over: cancel everything still here.
+void StepScheduler::cancel_all() {
   for (auto& sequence : running_) sequence->finish(FinishReason::cancelled, metrics_);
   release_finished();
   for (auto& sequence : preempted_) sequence->finish(FinishReason::cancelled, metrics_);
   preempted_.clear();
-  preempted_count_ = 0;
   std::deque<std::shared_ptr<Request>> abandoned;
-  {
-    std::lock_guard lock(mutex_);
-    abandoned.swap(waiting_);
-    queued_prompt_tokens_ = 0;
-  }
+  abandoned.swap(waiting_);
+  queued_prompt_tokens_ = 0;
   for (auto& request : abandoned) finish_unscheduled(*request, FinishReason::cancelled);
-}
-
-// Blocks while there is nothing to do; false once the scheduler should stop: draining, and
-// either out of work or past the drain's deadline.
-bool StepScheduler::wait_for_work() {
-  std::unique_lock lock(mutex_);
-  for (;;) {
-    const bool idle = running_.empty() && preempted_.empty() && waiting_.empty();
-    if (draining_ && (idle || Clock::now() >= drain_deadline_)) return false;
-    if (!idle || wake_pending_) break;
-    if (draining_) {
-      work_available_.wait_until(lock, drain_deadline_);
-    } else {
-      work_available_.wait(lock);
-    }
-  }
-  wake_pending_ = false;
-  return true;
+  report();
 }
 
 void StepScheduler::step() {
@@ -208,10 +110,7 @@ int StepScheduler::build_batch(bool admit) {
     long_prefill_running = long_prefill_running || is_long_prefill(*sequence);
     prompt_backlog += sequence->prompt_remaining();
   }
-  {
-    std::lock_guard lock(mutex_);
-    prompt_backlog += queued_prompt_tokens_;
-  }
+  prompt_backlog += queued_prompt_tokens_;
   const int token_budget = options_.max_batched_tokens - decode_tokens;
   int budget = long_prefill_running || prompt_backlog <= token_budget
                    ? costs_.prefill_budget(decode_tokens)
@@ -225,13 +124,13 @@ int StepScheduler::build_batch(bool admit) {
     add_prefill(*sequence, budget, kv_free);
   }
   if (admit) {
+    const size_t running_before = running_.size();
     admit_waiting(budget, kv_free);
-    bool left_waiting = !preempted_.empty();
-    {
-      std::lock_guard lock(mutex_);
-      left_waiting = left_waiting || !waiting_.empty();
+    if (!preempted_.empty() || !waiting_.empty()) {
+      metrics_.count_admission_block(admission_blocked_);
     }
-    if (left_waiting) metrics_.count_admission_block(admission_blocked_);
+    // Until the step's end reports the whole picture, a newcomer's estimate sees these.
+    if (running_.size() != running_before) report();
   }
   const int short_tokens = step_budget - budget;
   // A step that carries short prompts carries no long chunk, so their first tokens cost their
@@ -311,11 +210,6 @@ void StepScheduler::preempt(size_t index) {
     return other->admission_order() > victim->admission_order();
   });
   preempted_.insert(at, std::move(victim));
-  {
-    std::lock_guard lock(mutex_);
-    running_count_ = static_cast<int>(running_.size());
-    preempted_count_ = static_cast<int>(preempted_.size());
-  }
 }
 
 // Ends what nobody waits for any more: requests whose client went away, and requests whose
@@ -336,18 +230,14 @@ void StepScheduler::reap_cancelled() {
   release_finished();
   for (auto& sequence : preempted_) end_if_abandoned(*sequence);
   std::erase_if(preempted_, [](const auto& sequence) { return sequence->finished(); });
-  preempted_count_ = static_cast<int>(preempted_.size());
   std::vector<std::shared_ptr<Request>> ended;
-  {
-    std::lock_guard lock(mutex_);
-    for (auto it = waiting_.begin(); it != waiting_.end();) {
-      if ((*it)->cancelled.load() || expired(**it)) {
-        queued_prompt_tokens_ -= static_cast<int>((*it)->prompt_tokens.size());
-        ended.push_back(std::move(*it));
-        it = waiting_.erase(it);
-      } else {
-        ++it;
-      }
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if ((*it)->cancelled.load() || expired(**it)) {
+      queued_prompt_tokens_ -= static_cast<int>((*it)->prompt_tokens.size());
+      ended.push_back(std::move(*it));
+      it = waiting_.erase(it);
+    } else {
+      ++it;
     }
   }
   for (auto& request : ended) {
@@ -390,7 +280,6 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
     std::shared_ptr<Request> request;
     PrefixLookup hit;
     {
-      std::lock_guard lock(mutex_);
       const bool short_only = long_prefills >= options_.max_long_prefills;
       const int index = policy_.pick(
           waiting_, [&](const Request& r) { return !short_only || !is_long(r); }, is_long, now,
@@ -414,10 +303,6 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
         waiting_.erase(next);
         if (is_long(*request)) ++long_prefills;
         queued_prompt_tokens_ -= static_cast<int>(request->prompt_tokens.size());
-        // Counted as running before it leaves the queue's count: stats() reads both under
-        // this lock, so /metrics never sees the request nowhere (during a long first step it
-        // did).
-        ++running_count_;
       }
     }
     if (request) {
@@ -455,16 +340,9 @@ bool StepScheduler::preempt_for_priority(TimePoint now) {
   if (policy_.policy() != SchedulingPolicy::priority || running_.empty()) return false;
   const size_t victim = preemption_victim();
   const Request& running = running_[victim]->request();
-  bool outranked = false;
-  {
-    std::lock_guard lock(mutex_);
-    for (const auto& waiting : waiting_) {
-      if (policy_.effective_priority(*waiting, now) < policy_.effective_priority(running, now)) {
-        outranked = true;
-        break;
-      }
-    }
-  }
+  const bool outranked = std::any_of(waiting_.begin(), waiting_.end(), [&](const auto& waiting) {
+    return policy_.effective_priority(*waiting, now) < policy_.effective_priority(running, now);
+  });
   if (!outranked) return false;
   preempt(victim);
   return true;
@@ -500,14 +378,6 @@ void StepScheduler::start_sequence(std::unique_ptr<Sequence> sequence, const Pre
   });
   running_.insert(at, std::move(sequence));
   kv_free = kv_free_cells();
-  {
-    std::lock_guard lock(mutex_);
-    running_count_ = static_cast<int>(running_.size());
-    preempted_count_ = static_cast<int>(preempted_.size());
-    // Until the step's end publishes the whole picture, a newcomer's estimate sees this one.
-    load_.free_slots = options_.max_seqs - static_cast<int>(running_.size());
-    load_.backlog_tokens += started.prompt_remaining();
-  }
   // A long prompt waits for the pass after admission, so short ones admitted later in this
   // step still get their share of the budget.
   if (kv_free > 0 && !is_long_prefill(started)) add_prefill(started, budget, kv_free);
@@ -559,7 +429,6 @@ void StepScheduler::commit_samples() {
   }
 }
 
-// A step that throws (out of memory, a bug) ends the requests it was running, never the server.
 void StepScheduler::fail_running(const std::string& what) {
   spdlog::error("engine step failed: {}; ending the {} running requests", what, running_.size());
   const std::string error = "the server failed while generating this response; it has been logged";
@@ -587,17 +456,27 @@ void StepScheduler::release_finished() {
     costs_.learn_hold(ms_between(sequence->scheduled_at_, Clock::now()));
   }
   std::erase_if(running_, [](const auto& sequence) { return sequence->finished(); });
-  const int cached_cells = kv_.cached_cells();
-  kv_tokens_in_use_ = kv_.used_cells() - cached_cells;
-  prefix_cache_cells_ = cached_cells;
-  prefix_cache_sequences_ = kv_.cached_sequences();
-  running_count_ = static_cast<int>(running_.size());  // last: who sees it sees the rest
-  publish_load();
+  report();
+}
+
+void StepScheduler::report() {
+  if (!report_) return;
+  SchedulerReport out;
+  out.running = static_cast<int>(running_.size());
+  out.preempted = static_cast<int>(preempted_.size());
+  out.waiting = static_cast<int>(waiting_.size());
+  out.waiting_prompt_tokens = queued_prompt_tokens_;
+  out.prefix_cache_cells = kv_.cached_cells();
+  out.kv_running_cells = kv_.used_cells() - out.prefix_cache_cells;
+  out.prefix_cache_sequences = kv_.cached_sequences();
+  out.load = estimate_load();
+  out.snapshot = describe();
+  report_(std::move(out));
 }
 
 // For submit()'s estimate: the learned costs, the prompt work the started requests still need,
 // and when each running request should give its sequence back.
-void StepScheduler::publish_load() {
+LoadEstimate StepScheduler::estimate_load() const {
   LoadEstimate load;
   load.decode_step_ms = costs_.decode_step_ms();
   load.prefill_ms_per_token = costs_.prefill_ms_per_token();
@@ -622,10 +501,7 @@ void StepScheduler::publish_load() {
   }
   std::sort(load.slot_release_ms.begin(), load.slot_release_ms.end());
   for (const auto& sequence : preempted_) load.backlog_tokens += sequence->prompt_remaining();
-  SchedulerSnapshot published = describe();
-  std::lock_guard lock(mutex_);
-  load_ = std::move(load);
-  published_ = std::move(published);
+  return load;
 }
 
 // Milliseconds until a running request that named its max_tokens would have them all, at the
@@ -666,6 +542,13 @@ SchedulerSnapshot StepScheduler::describe() const {
   };
   for (const auto& sequence : running_) out.running.push_back(view(*sequence));
   for (const auto& sequence : preempted_) out.preempted.push_back(view(*sequence));
+  out.waiting_total = static_cast<int>(waiting_.size());
+  for (const auto& request : waiting_) {
+    if (static_cast<int>(out.waiting.size()) >= SchedulerSnapshot::kMaxWaitingShown) break;
+    out.waiting.push_back({request->id, request->priority,
+                           static_cast<int>(request->prompt_tokens.size()), request->arrival,
+                           request->deadline_ms});
+  }
   out.kv.prefix_cache = kv_.cache_enabled();
   out.kv.capacity_cells = kv_capacity_tokens_;
   out.kv.used_cells = kv_.used_cells();
@@ -676,20 +559,6 @@ SchedulerSnapshot StepScheduler::describe() const {
   out.kv.watermark_cells = kv_watermark_tokens_;
   out.kv.sequence_ids = engine_.sequence_ids();
   out.kv.cached_sequences = kv_.cached_sequences();
-  return out;
-}
-
-SchedulerSnapshot StepScheduler::snapshot() const {
-  std::lock_guard lock(mutex_);
-  SchedulerSnapshot out = published_;
-  const TimePoint now = Clock::now();
-  out.waiting_total = static_cast<int>(waiting_.size());
-  for (const auto& request : waiting_) {
-    if (static_cast<int>(out.waiting.size()) >= SchedulerSnapshot::kMaxWaitingShown) break;
-    out.waiting.push_back({request->id, request->priority,
-                           static_cast<int>(request->prompt_tokens.size()),
-                           ms_between(request->arrival, now), request->deadline_ms});
-  }
   return out;
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 
-// A harness for the scheduler's tests: jobs submitted to a StepScheduler on a FakeModelRunner,
+// A harness for the scheduler's tests: jobs submitted to an EngineLoop on a FakeModelRunner,
 // and what each stream received.
 
 #include <gtest/gtest.h>
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "fake_model_runner.h"
-#include "sched/step_scheduler.h"
+#include "sched/engine_loop.h"
 
 namespace brisk::testing {
 
@@ -38,7 +38,7 @@ struct Job {
   int submit_before_decode = 0;  // all(): submitted on the engine thread before decode n (0: at once)
 };
 
-// A StepScheduler on a fake runner, and what each request's stream received.
+// An EngineLoop (and its StepScheduler) on a fake runner, and what each request's stream received.
 class SchedulerRun {
  public:
   SchedulerRun(FakeModelRunner& runner, SchedulerOptions options)
@@ -140,7 +140,7 @@ class SchedulerRun {
 
   FakeModelRunner& runner_;
   ServingMetrics metrics_;
-  StepScheduler scheduler_;
+  EngineLoop scheduler_;
   std::mutex mutex_;
   std::condition_variable done_;
   std::vector<Outcome> outcomes_;

@@ -1,7 +1,7 @@
 // The scheduler on a fake model (fake_model_runner.h): KV accounted as used, preemption and
 // recompute, retries when the runner finds no KV room, and the drain.
 
-#include "sched/step_scheduler.h"
+#include "sched/engine_loop.h"
 
 #include <gtest/gtest.h>
 
@@ -95,7 +95,7 @@ int short_first_token_step(int long_prefill_tokens, int* long_first_token_step) 
   SchedulerOptions opts = options(4, 256);
   opts.long_prefill_tokens = long_prefill_tokens;
   ServingMetrics metrics;
-  StepScheduler scheduler(runner, opts, metrics);
+  EngineLoop scheduler(runner, opts, metrics);
   std::mutex mutex;
   std::condition_variable cv;
   std::vector<int> first_token_step(2, -1);
@@ -169,7 +169,7 @@ TEST(StepScheduler, StepTargetHoldsExceptForABurstOfShortPrompts) {
     opts.max_step_ms = 5;  // beside one decode, room for about 15 prompt tokens
     opts.long_prefill_tokens = 256;
     ServingMetrics metrics;
-    StepScheduler scheduler(runner, opts, metrics);
+    EngineLoop scheduler(runner, opts, metrics);
     std::mutex mutex;
     std::condition_variable cv;
     int finished = 0;
@@ -226,7 +226,7 @@ LongAmongShorts prefill_long_among_shorts(int long_tokens, int first_short_step,
   opts.max_step_ms = 5;
   opts.long_prefill_tokens = 256;
   ServingMetrics metrics;
-  StepScheduler scheduler(runner, opts, metrics);
+  EngineLoop scheduler(runner, opts, metrics);
   std::mutex mutex;
   std::condition_variable cv;
   const int total = 2 + last_short_step - first_short_step + 1;
@@ -288,7 +288,7 @@ TEST(StepScheduler, RefusesWhatWouldWaitTooLong) {
   SchedulerOptions opts = options(1, 64);
   opts.max_queue_delay_ms = 50;
   ServingMetrics metrics;
-  StepScheduler scheduler(runner, opts, metrics);
+  EngineLoop scheduler(runner, opts, metrics);
   std::mutex mutex;
   std::condition_variable cv;
   int finished = 0;
@@ -336,7 +336,7 @@ TEST(StepScheduler, BeforeAnythingFinishedTheWaitForASequenceComesFromMaxTokens)
     SchedulerOptions opts = options(1, 64);
     opts.max_queue_delay_ms = 100;
     ServingMetrics metrics;
-    StepScheduler scheduler(runner, opts, metrics);
+    EngineLoop scheduler(runner, opts, metrics);
     std::atomic<int> tokens{0};
     auto busy = std::make_shared<Request>();
     busy->prompt_tokens.assign(8, 3);
@@ -382,7 +382,7 @@ TEST(StepScheduler, OneSlowFirstStepRefusesNobody) {
   SchedulerOptions opts = options(1, 64);
   opts.max_queue_delay_ms = 5000;  // the stream below holds its sequence ~1 s
   ServingMetrics metrics;
-  StepScheduler scheduler(runner, opts, metrics);
+  EngineLoop scheduler(runner, opts, metrics);
   std::atomic<int> tokens{0};
   auto busy = std::make_shared<Request>();
   busy->prompt_tokens.assign(8, 3);
