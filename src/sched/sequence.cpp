@@ -57,20 +57,23 @@ void Sequence::reuse_cached_prefix(int tokens) {
   kv_tokens_ = tokens;
 }
 
-int Sequence::add_prefill_chunk(ModelRunner& engine, int budget) {
-  const int chunk = std::max(0, std::min(budget, prompt_remaining()));
-  logits_index_ = -1;
+int Sequence::put_prefill_chunk(ModelRunner& engine, int tokens) const {
   // A replay ends on a token whose successor was sampled before the preemption: no logits.
   const bool sample_at_end = completion_tokens_ == 0;
-  for (int i = 0; i < chunk; ++i) {
-    const bool last = prompt_cursor_ + 1 == prefill_target_;
+  int logits_index = -1;
+  for (int i = 0; i < tokens; ++i) {
+    const size_t cursor = prompt_cursor_ + static_cast<size_t>(i);
+    const bool last = cursor + 1 == prefill_target_;
     const int index =
-        engine.add_to_batch(token_at(prompt_cursor_), kv_tokens_, slot_, last && sample_at_end);
-    if (last && sample_at_end) logits_index_ = index;
-    ++prompt_cursor_;
-    ++kv_tokens_;
+        engine.add_to_batch(token_at(cursor), kv_tokens_ + i, slot_, last && sample_at_end);
+    if (last && sample_at_end) logits_index = index;
   }
-  return chunk;
+  return logits_index;
+}
+
+void Sequence::commit_prefill_chunk(int tokens) {
+  prompt_cursor_ += static_cast<size_t>(tokens);
+  kv_tokens_ += tokens;
 }
 
 void Sequence::preempt() {
@@ -85,19 +88,11 @@ void Sequence::preempt() {
   prompt_cursor_ = 0;
   prefill_start_ = 0;
   kv_tokens_ = 0;
-  logits_index_ = -1;
   slot_ = -1;
 }
 
-void Sequence::restore(Progress progress) {
-  prompt_cursor_ = progress.prompt_cursor;
-  kv_tokens_ = progress.kv_tokens;
-  logits_index_ = -1;
-}
-
-void Sequence::add_decode_token(ModelRunner& engine) {
-  logits_index_ = engine.add_to_batch(last_token_, kv_tokens_, slot_, true);
-  ++kv_tokens_;
+int Sequence::put_decode_token(ModelRunner& engine) const {
+  return engine.add_to_batch(last_token_, kv_tokens_, slot_, true);
 }
 
 void Sequence::accept_token(SampledToken sampled, const ModelRunner& engine,

@@ -43,15 +43,16 @@ void StepScheduler::step() {
   reap_cancelled();
   bool admit = true;
   for (;;) {
-    const int decode_tokens = build_batch(admit);
-    if (engine_.batch_size() == 0) break;
+    plan_step(admit);
+    if (plan_.empty()) break;
+    plan_.fill_batch(engine_);
     const TimePoint started = Clock::now();
     const DecodeStatus status = engine_.decode();
     if (status == DecodeStatus::no_kv_space &&
         (kv_.cached_sequences() > 0 || running_.size() > 1)) {
-      // llama.cpp applied nothing of the batch: take it back, make room (cached prefixes
-      // first), build it again without admitting anyone (that would refill the room just made).
-      for (size_t i = 0; i < in_batch_.size(); ++i) in_batch_[i]->restore(batch_progress_[i]);
+      // llama.cpp applied nothing of the batch and the plan moved no sequence: make room
+      // (cached prefixes first) and plan again without admitting anyone (that would refill the
+      // room just made).
       if (!kv_.evict_oldest()) preempt_one();
       admit = false;
       continue;
@@ -63,18 +64,19 @@ void StepScheduler::step() {
       break;
     }
     record_computed_cells();
-    sample_and_commit(decode_tokens, step_started, started);
+    plan_.commit();
+    sample_and_commit(plan_.decode_tokens(), step_started, started);
     break;
   }
+  plan_.clear();  // its sequences may be released below
   release_finished();
 }
 
 // Decodes first: every running stream gets its next token in this step; then prompt chunks,
-// oldest first, up to the step's token budget and the free KV cells; then newcomers.
-int StepScheduler::build_batch(bool admit) {
-  engine_.clear_batch();
-  in_batch_.clear();
-  batch_progress_.clear();
+// oldest first, up to the step's token budget and the free KV cells; then newcomers. Moves no
+// sequence forward (admission only gives newcomers a sequence id).
+void StepScheduler::plan_step(bool admit) {
+  plan_.clear();
   // Before anything is in the batch: a sequence in it must not be preempted.
   if (admit && !has_running_room()) preempt_for_priority(Clock::now());
   int kv_free = kv_free_cells();
@@ -94,12 +96,10 @@ int StepScheduler::build_batch(bool admit) {
   }
   for (auto& sequence : running_) {
     if (!sequence->prefill_done()) continue;
-    batch_progress_.push_back(sequence->progress());
-    sequence->add_decode_token(engine_);
-    in_batch_.push_back(sequence.get());
+    plan_.add_decode(*sequence);
     --kv_free;
   }
-  const int decode_tokens = engine_.batch_size();
+  const int decode_tokens = plan_.decode_tokens();
   // --target-itl-ms holds while a long prompt is being prefilled (what stalls streams for
   // seconds) or while the prompts waiting fit in one step. When more short prompts wait than a
   // step can carry (a burst), they keep the whole token budget: spread over many small steps
@@ -154,7 +154,6 @@ int StepScheduler::build_batch(bool admit) {
     add_prefill(*sequence, long_budget, kv_free);
     ++long_prefills;
   }
-  return decode_tokens;
 }
 
 bool StepScheduler::is_long_prompt(int tokens_to_prefill) const {
@@ -169,18 +168,16 @@ void StepScheduler::add_prefill(Sequence& sequence, int& budget, int& kv_free) {
   // Cached prefixes give way to a running prompt.
   const int wanted = std::min(budget, sequence.prompt_remaining());
   while (kv_shared_ && kv_free < wanted && kv_.evict_oldest()) kv_free = kv_free_cells();
-  const Sequence::Progress before = sequence.progress();
-  const int added = sequence.add_prefill_chunk(engine_, std::min(budget, kv_free));
-  if (added == 0) return;
-  batch_progress_.push_back(before);
-  in_batch_.push_back(&sequence);
-  budget -= added;
-  kv_free -= added;
+  const int chunk = std::min(wanted, kv_free);
+  if (chunk <= 0) return;
+  plan_.add_prefill(sequence, chunk);
+  budget -= chunk;
+  kv_free -= chunk;
 }
 
 int StepScheduler::kv_free_cells() const {
   if (!kv_shared_) return kv_capacity_tokens_;  // each sequence has its own share
-  return kv_capacity_tokens_ - kv_.used_cells() - engine_.batch_size();
+  return kv_capacity_tokens_ - kv_.used_cells() - plan_.tokens();
 }
 
 // The running sequence to preempt when room runs out: the latest-arrived, or under --policy
@@ -408,10 +405,10 @@ void StepScheduler::sample_and_commit(int decode_tokens, TimePoint step_started,
 void StepScheduler::sample_batch() {
   to_sample_.clear();
   sample_logits_.clear();
-  for (Sequence* sequence : in_batch_) {
-    if (sequence->logits_index() < 0 || sequence->finished()) continue;
-    to_sample_.push_back(sequence);
-    sample_logits_.push_back(engine_.logits(sequence->logits_index()));
+  for (const StepPlan::Entry& entry : plan_.entries()) {
+    if (entry.logits_index < 0 || entry.sequence->finished()) continue;
+    to_sample_.push_back(entry.sequence);
+    sample_logits_.push_back(engine_.logits(entry.logits_index));
   }
   samples_.assign(to_sample_.size(), SampledToken{});
   const int vocabulary = engine_.vocabulary_size();
@@ -440,7 +437,9 @@ void StepScheduler::fail_running(const std::string& what) {
 
 void StepScheduler::fail_batch(const std::string& error) {
   spdlog::error("step of {} tokens failed: {}", engine_.batch_size(), error);
-  for (Sequence* sequence : in_batch_) sequence->finish(FinishReason::error, metrics_, error);
+  for (const StepPlan::Entry& entry : plan_.entries()) {
+    entry.sequence->finish(FinishReason::error, metrics_, error);
+  }
 }
 
 // Frees the KV cells and slot of every finished sequence, so the next step can reuse them.
@@ -575,21 +574,22 @@ void StepScheduler::finish_unscheduled(Request& request, FinishReason reason, st
   request.on_update(std::move(update));
 }
 
-// Cells held (cached prefixes included) or taken by this step's batch, and the prompt tokens
-// the running sequences still have to put in.
+// Cells held (cached prefixes included) or taken by this step's decodes, and the prompt tokens
+// the running sequences still have to put in (a planned chunk among them).
 int StepScheduler::committed_kv_tokens() const {
-  int committed = kv_.used_cells() + engine_.batch_size();
+  int committed = kv_.used_cells() + plan_.decode_tokens();
   for (const auto& sequence : running_) committed += sequence->prompt_remaining();
   return committed;
 }
 
-// The tokens this step's decode put in each sequence's cells, for the prefix tree.
+// The tokens this step's decode put in each sequence's cells, for the prefix tree; before the
+// plan is committed, so they start at each sequence's kv_tokens().
 void StepScheduler::record_computed_cells() {
-  for (size_t i = 0; i < in_batch_.size(); ++i) {
-    Sequence& sequence = *in_batch_[i];
+  for (const StepPlan::Entry& entry : plan_.entries()) {
+    const Sequence& sequence = *entry.sequence;
     computed_.clear();
-    for (int p = batch_progress_[i].kv_tokens; p < sequence.kv_tokens(); ++p) {
-      computed_.push_back(sequence.token_at(static_cast<size_t>(p)));
+    for (int i = 0; i < entry.tokens; ++i) {
+      computed_.push_back(sequence.token_at(static_cast<size_t>(sequence.kv_tokens() + i)));
     }
     kv_.record(sequence.slot(), computed_);
   }

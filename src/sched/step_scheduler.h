@@ -15,6 +15,7 @@
 #include "sched/sequence.h"
 #include "sched/serving_metrics.h"
 #include "sched/step_costs.h"
+#include "sched/step_plan.h"
 
 namespace brisk {
 
@@ -60,10 +61,10 @@ struct SchedulerReport {
 };
 
 // The per-step policy, on the engine thread only (the engine loop, sched/engine_loop.h, owns
-// the thread and the queue that feeds it). Each step puts the next token of every running
-// sequence into one batch, fills the rest of the token budget with prompt chunks (chunked
-// prefill), decodes, samples and reports. Requests join and leave between steps (continuous
-// batching).
+// the thread and the queue that feeds it). Each step plans the next token of every running
+// sequence and, with the rest of the token budget, prompt chunks (chunked prefill); the plan
+// fills one batch, is committed to the sequences once the decode succeeded, and their next
+// tokens are sampled. Requests join and leave between steps (continuous batching).
 //
 // KV is counted as it is used, not reserved for max_tokens: a request starts when its prompt
 // fits beside the cells the running ones hold (or will hold once their prompts are in), so a
@@ -94,7 +95,7 @@ class StepScheduler {
 
  private:
   void reap_cancelled();
-  int build_batch(bool admit);
+  void plan_step(bool admit);
   void add_prefill(Sequence& sequence, int& budget, int& kv_free);
   bool is_long_prompt(int tokens_to_prefill) const;
   bool is_long_prefill(const Sequence& sequence) const;
@@ -139,12 +140,11 @@ class StepScheduler {
   int queued_prompt_tokens_ = 0;                     // prompt tokens in waiting_
   std::vector<std::unique_ptr<Sequence>> running_;   // in arrival order
   std::deque<std::unique_ptr<Sequence>> preempted_;  // in arrival order; run before waiting_
-  std::vector<Sequence::Progress> batch_progress_;   // in_batch_'s, before this step
   uint64_t next_admission_order_ = 0;
   KvManager kv_;
   QueuePolicy policy_;
   TokenList computed_;  // scratch for record_computed_cells
-  std::vector<Sequence*> in_batch_;
+  StepPlan plan_;       // this step's
   WorkerPool sampling_pool_;
   std::vector<Sequence*> to_sample_;  // this step's sequences with logits, and their results
   std::vector<const float*> sample_logits_;
