@@ -84,7 +84,8 @@ SchedulerStats EngineLoop::stats() const {
 SchedulerSnapshot EngineLoop::snapshot() const {
   std::lock_guard lock(mutex_);
   SchedulerSnapshot out = report_.snapshot;
-  const TimePoint now = Clock::now();
+  const TimePoint now = options_.clock();
+  out.taken_at = now;
   // Requests handed over since the report are in its count, not yet in its list.
   out.waiting_total = report_.waiting + static_cast<int>(submitted_.size());
   for (const auto& request : submitted_) {

@@ -44,6 +44,7 @@ struct WaitingView {
 // What GET /debug/scheduler shows: the queue, the running set and the KV map, published by the
 // engine thread after every step (requests submitted since are added at the moment of the call).
 struct SchedulerSnapshot {
+  TimePoint taken_at;  // the waits and running times are as of this moment
   std::string policy;
   int max_seqs = 0;
   int max_batched_tokens = 0;
@@ -58,10 +59,10 @@ struct SchedulerSnapshot {
   struct Kv {
     bool prefix_cache = false;
     int capacity_cells = 0;
-    int used_cells = 0;      // held by anyone
-    int running_cells = 0;   // held by running requests
-    int cached_cells = 0;    // held only by cached prefixes (evictable)
-    int committed_cells = 0; // running cells + the prompt tokens running requests still need
+    int used_cells = 0;       // held by anyone
+    int running_cells = 0;    // held by running requests
+    int cached_cells = 0;     // held only by cached prefixes (evictable)
+    int committed_cells = 0;  // running cells + the prompt tokens running requests still need
     int watermark_cells = 0;
     int sequence_ids = 0;
     int cached_sequences = 0;

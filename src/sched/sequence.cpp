@@ -95,10 +95,9 @@ int Sequence::put_decode_token(ModelRunner& engine) const {
   return engine.add_to_batch(last_token_, kv_tokens_, slot_, true);
 }
 
-void Sequence::accept_token(SampledToken sampled, const ModelRunner& engine,
+void Sequence::accept_token(SampledToken sampled, TimePoint now, const ModelRunner& engine,
                             ServingMetrics& metrics) {
   const Token token = sampled.token;
-  const TimePoint now = Clock::now();
   if (completion_tokens_ == 0) {
     first_token_at_ = now;
     metrics.observe_first_token(seconds_between(request_->arrival, now));
@@ -112,19 +111,19 @@ void Sequence::accept_token(SampledToken sampled, const ModelRunner& engine,
 
   if (!request_->ignore_eos && engine.is_end_of_generation(token)) {
     emit(stop_matcher_.flush());
-    finish(FinishReason::stop, metrics);
+    finish(FinishReason::stop, now, metrics);
     return;
   }
   record_logprobs(sampled);
   StopMatcher::Result matched = stop_matcher_.push(engine.token_piece(token));
   if (matched.stopped) {
     emit(std::move(matched.releasable));
-    finish(FinishReason::stop, metrics);
+    finish(FinishReason::stop, now, metrics);
     return;
   }
   if (completion_tokens_ >= request_->max_tokens) {
     emit(matched.releasable + stop_matcher_.flush());
-    finish(FinishReason::length, metrics);
+    finish(FinishReason::length, now, metrics);
     return;
   }
   emit(std::move(matched.releasable));
@@ -145,10 +144,10 @@ void Sequence::emit(std::string text) {
   request_->on_update(std::move(update));
 }
 
-void Sequence::finish(FinishReason reason, ServingMetrics& metrics, std::string error) {
+void Sequence::finish(FinishReason reason, TimePoint now, ServingMetrics& metrics,
+                      std::string error) {
   if (finished()) return;
   finish_reason_ = reason;
-  const TimePoint now = Clock::now();
   RequestTimings timings;
   timings.queue_ms = ms_between(request_->arrival, scheduled_at_);
   timings.e2e_ms = ms_between(request_->arrival, now);

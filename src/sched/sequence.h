@@ -62,9 +62,11 @@ class Sequence {
   void commit_decode_token() { ++kv_tokens_; }
 
   Sampler& sampler() { return sampler_; }
-  // Feeds a sampled token through EOS, stop strings and max_tokens, and reports new text.
-  void accept_token(SampledToken sampled, const ModelRunner& engine, ServingMetrics& metrics);
-  void finish(FinishReason reason, ServingMetrics& metrics, std::string error = {});
+  // Feeds a sampled token (drawn at `now`) through EOS, stop strings and max_tokens, and
+  // reports new text.
+  void accept_token(SampledToken sampled, TimePoint now, const ModelRunner& engine,
+                    ServingMetrics& metrics);
+  void finish(FinishReason reason, TimePoint now, ServingMetrics& metrics, std::string error = {});
 
  private:
   void emit(std::string text);

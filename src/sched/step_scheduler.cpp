@@ -27,9 +27,9 @@ void StepScheduler::enqueue(std::shared_ptr<Request> request) {
 }
 
 void StepScheduler::cancel_all() {
-  for (auto& sequence : running_) sequence->finish(FinishReason::cancelled, metrics_);
+  for (auto& sequence : running_) sequence->finish(FinishReason::cancelled, now(), metrics_);
   release_finished();
-  for (auto& sequence : preempted_) sequence->finish(FinishReason::cancelled, metrics_);
+  for (auto& sequence : preempted_) sequence->finish(FinishReason::cancelled, now(), metrics_);
   preempted_.clear();
   std::deque<std::shared_ptr<Request>> abandoned;
   abandoned.swap(waiting_);
@@ -39,14 +39,14 @@ void StepScheduler::cancel_all() {
 }
 
 void StepScheduler::step() {
-  const TimePoint step_started = Clock::now();
+  const TimePoint step_started = now();
   reap_cancelled();
   bool admit = true;
   for (;;) {
     plan_step(admit);
     if (plan_.empty()) break;
     plan_.fill_batch(engine_);
-    const TimePoint started = Clock::now();
+    const TimePoint started = now();
     const DecodeStatus status = engine_.decode();
     if (status == DecodeStatus::no_kv_space &&
         (kv_.cached_sequences() > 0 || running_.size() > 1)) {
@@ -78,7 +78,7 @@ void StepScheduler::step() {
 void StepScheduler::plan_step(bool admit) {
   plan_.clear();
   // Before anything is in the batch: a sequence in it must not be preempted.
-  if (admit && !has_running_room()) preempt_for_priority(Clock::now());
+  if (admit && !has_running_room()) preempt_for_priority(now());
   int kv_free = kv_free_cells();
   if (kv_shared_) {
     // Each decode takes a cell: cached prefixes go first, then the latest-arrived make room
@@ -212,15 +212,15 @@ void StepScheduler::preempt(size_t index) {
 // Ends what nobody waits for any more: requests whose client went away, and requests whose
 // first token is past its deadline (never computed further).
 void StepScheduler::reap_cancelled() {
-  const TimePoint now = Clock::now();
+  const TimePoint now = this->now();
   const auto expired = [&](const Request& request) {
     return request.deadline_ms > 0 && ms_between(request.arrival, now) > request.deadline_ms;
   };
   const auto end_if_abandoned = [&](Sequence& sequence) {
     if (sequence.request().cancelled.load()) {
-      sequence.finish(FinishReason::cancelled, metrics_);
+      sequence.finish(FinishReason::cancelled, now, metrics_);
     } else if (sequence.completion_tokens_ == 0 && expired(sequence.request())) {
-      sequence.finish(FinishReason::deadline, metrics_, deadline_message(sequence.request()));
+      sequence.finish(FinishReason::deadline, now, metrics_, deadline_message(sequence.request()));
     }
   };
   for (auto& sequence : running_) end_if_abandoned(*sequence);
@@ -269,7 +269,7 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
   };
   int long_prefills = static_cast<int>(std::count_if(
       running_.begin(), running_.end(), [&](const auto& s) { return is_long_prefill(*s); }));
-  const TimePoint now = Clock::now();
+  const TimePoint now = this->now();
   admission_blocked_ = AdmissionBlock::none;
   const auto blocked = [&](AdmissionBlock why) { admission_blocked_ = why; };
   while (budget > 0 && has_running_room()) {
@@ -304,7 +304,7 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
     }
     if (request) {
       auto sequence =
-          std::make_unique<Sequence>(std::move(request), -1, Clock::now(), next_admission_order_++);
+          std::make_unique<Sequence>(std::move(request), -1, this->now(), next_admission_order_++);
       start_sequence(std::move(sequence), hit, budget, kv_free);
     } else {
       if (resumed == preempted_.end()) return;
@@ -384,11 +384,11 @@ void StepScheduler::sample_and_commit(int decode_tokens, TimePoint step_started,
                                       TimePoint started) {
   const int batch_tokens = engine_.batch_size();
   engine_.synchronize();  // a GPU backend may still be computing; count that as decode time
-  const TimePoint decoded = Clock::now();
+  const TimePoint decoded = now();
   sample_batch();
-  const TimePoint sampled = Clock::now();
+  const TimePoint sampled = now();
   commit_samples();
-  const TimePoint committed = Clock::now();
+  const TimePoint committed = now();
 
   StepPhases phases;
   phases.schedule_seconds = seconds_between(step_started, started);
@@ -422,7 +422,7 @@ void StepScheduler::sample_batch() {
 // Stop matching, detokenizing and posting updates stay on the engine thread, in batch order.
 void StepScheduler::commit_samples() {
   for (size_t i = 0; i < to_sample_.size(); ++i) {
-    to_sample_[i]->accept_token(std::move(samples_[i]), engine_, metrics_);
+    to_sample_[i]->accept_token(std::move(samples_[i]), now(), engine_, metrics_);
   }
 }
 
@@ -430,7 +430,7 @@ void StepScheduler::fail_running(const std::string& what) {
   spdlog::error("engine step failed: {}; ending the {} running requests", what, running_.size());
   const std::string error = "the server failed while generating this response; it has been logged";
   for (auto& sequence : running_) {
-    if (!sequence->finished()) sequence->finish(FinishReason::error, metrics_, error);
+    if (!sequence->finished()) sequence->finish(FinishReason::error, now(), metrics_, error);
   }
   release_finished();
 }
@@ -438,7 +438,7 @@ void StepScheduler::fail_running(const std::string& what) {
 void StepScheduler::fail_batch(const std::string& error) {
   spdlog::error("step of {} tokens failed: {}", engine_.batch_size(), error);
   for (const StepPlan::Entry& entry : plan_.entries()) {
-    entry.sequence->finish(FinishReason::error, metrics_, error);
+    entry.sequence->finish(FinishReason::error, now(), metrics_, error);
   }
 }
 
@@ -452,7 +452,7 @@ void StepScheduler::release_finished() {
       continue;
     }
     kv_.retire(sequence->slot());
-    costs_.learn_hold(ms_between(sequence->scheduled_at_, Clock::now()));
+    costs_.learn_hold(ms_between(sequence->scheduled_at_, now()));
   }
   std::erase_if(running_, [](const auto& sequence) { return sequence->finished(); });
   report();
@@ -481,7 +481,7 @@ LoadEstimate StepScheduler::estimate_load() const {
   load.prefill_ms_per_token = costs_.prefill_ms_per_token();
   load.free_slots = options_.max_seqs - static_cast<int>(running_.size());
   load.hold_ms = costs_.mean_hold_ms();
-  const TimePoint now = Clock::now();
+  const TimePoint now = this->now();
   for (const auto& sequence : running_) {
     load.backlog_tokens += sequence->prompt_remaining();
     if (sequence->prefill_done()) ++load.decoders;
@@ -563,7 +563,7 @@ SchedulerSnapshot StepScheduler::describe() const {
 
 void StepScheduler::finish_unscheduled(Request& request, FinishReason reason, std::string error) {
   RequestTimings timings;
-  timings.e2e_ms = ms_between(request.arrival, Clock::now());
+  timings.e2e_ms = ms_between(request.arrival, now());
   timings.queue_ms = timings.e2e_ms;
   timings.prompt_tokens = static_cast<int>(request.prompt_tokens.size());
   metrics_.observe_finished(timings, reason);

@@ -44,6 +44,9 @@ struct SchedulerOptions {
   PrefixCacheOptions prefix_cache;
   // Which waiting request starts next (--policy).
   QueuePolicyOptions queue_policy;
+  // The time of every deadline, wait, hold and step cost the scheduler measures; tests drive a
+  // fake one (the drain's timeout stays on the steady clock).
+  std::function<TimePoint()> clock = Clock::now;
 };
 
 // What the engine thread tells the other threads after a step (and after admitting requests):
@@ -94,6 +97,7 @@ class StepScheduler {
   int kv_capacity_cells() const { return kv_capacity_tokens_; }
 
  private:
+  TimePoint now() const { return options_.clock(); }
   void reap_cancelled();
   void plan_step(bool admit);
   void add_prefill(Sequence& sequence, int& budget, int& kv_free);

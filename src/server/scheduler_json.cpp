@@ -23,7 +23,7 @@ nlohmann::json sequence_json(const SequenceView& sequence, TimePoint now) {
 }  // namespace
 
 nlohmann::json scheduler_json(const SchedulerSnapshot& snapshot) {
-  const TimePoint now = Clock::now();
+  const TimePoint now = snapshot.taken_at;
   nlohmann::json running = nlohmann::json::array();
   for (const auto& sequence : snapshot.running) running.push_back(sequence_json(sequence, now));
   nlohmann::json preempted = nlohmann::json::array();
