@@ -92,7 +92,7 @@ SchedulerSnapshot EngineLoop::snapshot() const {
     if (static_cast<int>(out.waiting.size()) >= SchedulerSnapshot::kMaxWaitingShown) break;
     out.waiting.push_back({request->id, request->priority,
                            static_cast<int>(request->prompt_tokens.size()), request->arrival,
-                           request->deadline_ms});
+                           request->deadline_ms, WaitReason::not_yet_considered});
   }
   for (WaitingView& waiting : out.waiting) waiting.waited_ms = ms_between(waiting.arrival, now);
   return out;

@@ -19,6 +19,20 @@ enum class AdmissionBlock {
 };
 const char* admission_block_name(AdmissionBlock block);
 
+// Why one waiting or preempted request is not running (GET /debug/scheduler): the last admission
+// pass's block where it holds this request back, with the block's name.
+enum class WaitReason {
+  no_free_sequence,    // --max-seqs requests are running
+  kv_cache_full,       // it is next, and does not fit beside the running requests' cells (or it
+                       // was preempted for room after the pass)
+  long_prefill_turn,   // a long prompt: --max-long-prefills long prompts are being prefilled
+  step_budget,         // the step's token budget was spent
+  behind_others,       // the request before it in the policy's order waits for room, and is not
+                       // overtaken
+  not_yet_considered,  // submitted after the last step's admission pass
+};
+const char* wait_reason_name(WaitReason reason);
+
 // One running or preempted request as the engine thread last saw it.
 struct SequenceView {
   uint64_t id = 0;
@@ -30,6 +44,7 @@ struct SequenceView {
   int generated_tokens = 0;
   int max_tokens = 0;
   TimePoint scheduled_at;
+  WaitReason waiting_reason = WaitReason::not_yet_considered;  // preempted ones only
 };
 
 struct WaitingView {
@@ -38,6 +53,7 @@ struct WaitingView {
   int prompt_tokens = 0;
   TimePoint arrival;
   double deadline_ms = 0;
+  WaitReason reason = WaitReason::not_yet_considered;
   double waited_ms = 0;  // at the moment of the snapshot
 };
 

@@ -127,7 +127,7 @@ void StepScheduler::plan_step(bool admit) {
     const size_t running_before = running_.size();
     admit_waiting(budget, kv_free);
     if (!preempted_.empty() || !waiting_.empty()) {
-      metrics_.count_admission_block(admission_blocked_);
+      metrics_.count_admission_block(last_pass_.blocked);
     }
     // Until the step's end reports the whole picture, a newcomer's estimate sees these.
     if (running_.size() != running_before) report();
@@ -202,6 +202,7 @@ void StepScheduler::preempt(size_t index) {
   spdlog::debug("preempting request {} ({} KV cells, {} tokens generated)", victim->request().id,
                 victim->kv_tokens(), victim->completion_tokens_);
   victim->preempt();
+  last_pass_.preempted_after.push_back(&victim->request_ref());
   metrics_.count_preemption();
   const auto at = std::find_if(preempted_.begin(), preempted_.end(), [&](const auto& other) {
     return other->admission_order() > victim->admission_order();
@@ -270,8 +271,12 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
   int long_prefills = static_cast<int>(std::count_if(
       running_.begin(), running_.end(), [&](const auto& s) { return is_long_prefill(*s); }));
   const TimePoint now = this->now();
-  admission_blocked_ = AdmissionBlock::none;
-  const auto blocked = [&](AdmissionBlock why) { admission_blocked_ = why; };
+  last_pass_ = AdmissionPass{};
+  const auto blocked = [&](AdmissionBlock why, const Request* stopped_at = nullptr) {
+    last_pass_.blocked = why;
+    last_pass_.stopped_at = stopped_at;
+    last_pass_.long_prompts_wait = long_prefills >= options_.max_long_prefills;
+  };
   while (budget > 0 && has_running_room()) {
     const auto resumed = next_preempted(now);
     std::shared_ptr<Request> request;
@@ -294,7 +299,7 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
         const TokenList& prompt = (*next)->prompt_tokens;
         hit = kv_.lookup(prompt);
         if (!make_room(static_cast<int>(prompt.size()) - hit.tokens, hit.source, committed)) {
-          return blocked(AdmissionBlock::kv_cache_full);
+          return blocked(AdmissionBlock::kv_cache_full, next->get());
         }
         request = std::move(*next);
         waiting_.erase(next);
@@ -311,7 +316,7 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
       Sequence& next = **resumed;
       hit = kv_.lookup(next.prefill_tokens());
       if (!make_room(next.prompt_remaining() - hit.tokens, hit.source, committed)) {
-        return blocked(AdmissionBlock::kv_cache_full);
+        return blocked(AdmissionBlock::kv_cache_full, &next.request_ref());
       }
       std::unique_ptr<Sequence> sequence = std::move(*resumed);
       preempted_.erase(resumed);
@@ -524,7 +529,7 @@ SchedulerSnapshot StepScheduler::describe() const {
   out.target_itl_ms = options_.max_step_ms;
   out.decode_step_ms = costs_.decode_step_ms();
   out.prefill_ms_per_token = costs_.prefill_ms_per_token();
-  out.admission_blocked = admission_blocked_;
+  out.admission_blocked = last_pass_.blocked;
   const auto view = [](const Sequence& sequence) {
     SequenceView v;
     const Request& request = sequence.request_ref();
@@ -540,13 +545,16 @@ SchedulerSnapshot StepScheduler::describe() const {
     return v;
   };
   for (const auto& sequence : running_) out.running.push_back(view(*sequence));
-  for (const auto& sequence : preempted_) out.preempted.push_back(view(*sequence));
+  for (const auto& sequence : preempted_) {
+    out.preempted.push_back(view(*sequence));
+    out.preempted.back().waiting_reason = wait_reason(sequence->request_ref(), true);
+  }
   out.waiting_total = static_cast<int>(waiting_.size());
   for (const auto& request : waiting_) {
     if (static_cast<int>(out.waiting.size()) >= SchedulerSnapshot::kMaxWaitingShown) break;
     out.waiting.push_back({request->id, request->priority,
                            static_cast<int>(request->prompt_tokens.size()), request->arrival,
-                           request->deadline_ms});
+                           request->deadline_ms, wait_reason(*request, false)});
   }
   out.kv.prefix_cache = kv_.cache_enabled();
   out.kv.capacity_cells = kv_capacity_tokens_;
@@ -559,6 +567,30 @@ SchedulerSnapshot StepScheduler::describe() const {
   out.kv.sequence_ids = engine_.sequence_ids();
   out.kv.cached_sequences = kv_.cached_sequences();
   return out;
+}
+
+// What holds this waiting (or preempted) request back, from the last admission pass.
+WaitReason StepScheduler::wait_reason(const Request& request, bool preempted) const {
+  const auto& after = last_pass_.preempted_after;
+  if (std::find(after.begin(), after.end(), &request) != after.end()) {
+    return WaitReason::kv_cache_full;  // preempted for room after the pass
+  }
+  const bool long_turn = !preempted && last_pass_.long_prompts_wait &&
+                         is_long_prompt(static_cast<int>(request.prompt_tokens.size()));
+  switch (last_pass_.blocked) {
+    case AdmissionBlock::no_free_sequence:
+      return WaitReason::no_free_sequence;
+    case AdmissionBlock::step_budget:
+      return WaitReason::step_budget;
+    case AdmissionBlock::long_prefill_turn:
+      return WaitReason::long_prefill_turn;
+    case AdmissionBlock::kv_cache_full:
+      if (&request == last_pass_.stopped_at) return WaitReason::kv_cache_full;
+      return long_turn ? WaitReason::long_prefill_turn : WaitReason::behind_others;
+    case AdmissionBlock::none:
+      break;
+  }
+  return WaitReason::not_yet_considered;  // the pass admitted all it saw
 }
 
 void StepScheduler::finish_unscheduled(Request& request, FinishReason reason, std::string error) {

@@ -127,6 +127,7 @@ class StepScheduler {
   LoadEstimate estimate_load() const;
   double expected_ms_to_finish(const Sequence& sequence) const;
   SchedulerSnapshot describe() const;
+  WaitReason wait_reason(const Request& request, bool preempted) const;
 
   ModelRunner& engine_;
   const SchedulerOptions options_;
@@ -154,8 +155,14 @@ class StepScheduler {
   std::vector<const float*> sample_logits_;
   std::vector<SampledToken> samples_;
   StepCosts costs_;
-  bool long_prefill_stepped_aside_ = false;                  // the last step's long chunk gave way
-  AdmissionBlock admission_blocked_ = AdmissionBlock::none;  // the last admission pass's
+  bool long_prefill_stepped_aside_ = false;  // the last step's long chunk gave way
+  // The last admission pass: why it stopped, for each waiting request's reason.
+  struct AdmissionPass {
+    AdmissionBlock blocked = AdmissionBlock::none;
+    const Request* stopped_at = nullptr;  // kv_cache_full: the request that did not fit
+    bool long_prompts_wait = false;       // --max-long-prefills long prompts were prefilling
+    std::vector<const Request*> preempted_after;  // preempted for room since the pass
+  } last_pass_;
 };
 
 }  // namespace brisk

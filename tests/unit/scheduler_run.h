@@ -157,7 +157,9 @@ class SchedulerRun {
 class SteppedScheduler {
  public:
   explicit SteppedScheduler(SchedulerOptions options, int context = 4096)
-      : runner_(context), scheduler_(runner_, with_clock(std::move(options)), metrics_) {}
+      : runner_(context),
+        scheduler_(runner_, with_clock(std::move(options)), metrics_,
+                   [this](SchedulerReport&& report) { report_ = std::move(report); }) {}
 
   // Request `id` arrives now with a prompt of `prompt_tokens` distinct tokens.
   void submit(uint64_t id, int prompt_tokens, int max_tokens, int priority = 0,
@@ -190,6 +192,8 @@ class SteppedScheduler {
     return it == updates_.end() ? GenerationUpdate{} : it->second;
   }
   const FakeModelRunner& runner() const { return runner_; }
+  // What the scheduler last reported for GET /debug/scheduler.
+  const SchedulerSnapshot& snapshot() const { return report_.snapshot; }
 
  private:
   SchedulerOptions with_clock(SchedulerOptions options) {
@@ -202,6 +206,7 @@ class SteppedScheduler {
   ServingMetrics metrics_;
   StepScheduler scheduler_;
   std::map<uint64_t, GenerationUpdate> updates_;
+  SchedulerReport report_;
 };
 
 inline std::vector<Job> jobs(int count, int prompt_tokens, int max_tokens, SamplingParams sampling) {

@@ -448,5 +448,85 @@ TEST(StepScheduler, ADeadlinePassedInTheQueueDropsTheRequestUncomputed) {
   EXPECT_FALSE(run.outcome(0).finished());
 }
 
+// GET /debug/scheduler says why each waiting request is not running.
+std::map<uint64_t, std::string> waiting_reasons(const SchedulerSnapshot& snapshot) {
+  std::map<uint64_t, std::string> out;
+  for (const WaitingView& waiting : snapshot.waiting) {
+    out[waiting.id] = wait_reason_name(waiting.reason);
+  }
+  for (const SequenceView& preempted : snapshot.preempted) {
+    out[preempted.id] = wait_reason_name(preempted.waiting_reason);
+  }
+  return out;
+}
+
+TEST(StepSchedulerWaitingReasons, EveryRequestWaitsForAFreeSequence) {
+  SteppedScheduler run(options(1));
+  for (uint64_t id = 0; id < 3; ++id) run.submit(id, 20, 10);
+  run.step();
+  EXPECT_EQ(run.snapshot().admission_blocked, AdmissionBlock::no_free_sequence);
+  const std::map<uint64_t, std::string> want = {{1, "no_free_sequence"}, {2, "no_free_sequence"}};
+  EXPECT_EQ(waiting_reasons(run.snapshot()), want);
+}
+
+// The request that does not fit waits for room; the small one behind it does not overtake it.
+TEST(StepSchedulerWaitingReasons, TheNextWaitsForRoomAndTheRestBehindIt) {
+  SteppedScheduler run(options(4, 512), /*context=*/200);
+  run.submit(0, 150, 40);
+  run.submit(1, 100, 4);
+  run.submit(2, 10, 4);
+  run.step();
+  EXPECT_EQ(run.snapshot().admission_blocked, AdmissionBlock::kv_cache_full);
+  const std::map<uint64_t, std::string> want = {{1, "kv_cache_full"}, {2, "behind_others"}};
+  EXPECT_EQ(waiting_reasons(run.snapshot()), want);
+}
+
+TEST(StepSchedulerWaitingReasons, ALongPromptWaitsForItsTurnAndOthersForTheBudget) {
+  SchedulerOptions opts = options(4, 64);
+  opts.long_prefill_tokens = 16;
+  SteppedScheduler run(opts);
+  run.submit(0, 100, 4);  // long: prefilled first
+  run.submit(1, 100, 4);  // long: waits for the first
+  run.step();
+  EXPECT_EQ(waiting_reasons(run.snapshot()),
+            (std::map<uint64_t, std::string>{{1, "long_prefill_turn"}}));
+
+  SteppedScheduler busy(options(4, 64));  // no long prompts: the first takes the whole budget
+  busy.submit(0, 100, 4);
+  busy.submit(1, 10, 4);
+  busy.step();
+  EXPECT_EQ(waiting_reasons(busy.snapshot()),
+            (std::map<uint64_t, std::string>{{1, "step_budget"}}));
+}
+
+// A request the engine thread has not seen yet (submitted during a step) says so.
+TEST(StepSchedulerWaitingReasons, ARequestSubmittedSinceTheLastStepIsNotYetConsidered) {
+  FakeModelRunner runner(4096);
+  ServingMetrics metrics;
+  EngineLoop loop(runner, options(1), metrics);  // not started: nothing is handed over
+  auto request = std::make_shared<Request>();
+  request->id = 7;
+  request->prompt_tokens.assign(8, 3);
+  request->max_tokens = 1;
+  request->arrival = Clock::now();
+  request->on_update = [](GenerationUpdate&&) {};
+  ASSERT_EQ(loop.submit(request), SubmitStatus::accepted);
+  const SchedulerSnapshot snapshot = loop.snapshot();
+  EXPECT_EQ(snapshot.waiting_total, 1);
+  EXPECT_EQ(waiting_reasons(snapshot),
+            (std::map<uint64_t, std::string>{{7, "not_yet_considered"}}));
+}
+
+// Preempted for room: the preempted request waits for room, ahead of the queue.
+TEST(StepSchedulerWaitingReasons, APreemptedRequestWaitsForRoom) {
+  SteppedScheduler run(options(2), /*context=*/100);
+  run.submit(0, 20, 60);
+  run.submit(1, 20, 60);
+  for (int i = 0; i < 80 && run.snapshot().preempted.empty(); ++i) run.step();
+  ASSERT_EQ(run.snapshot().preempted.size(), 1u) << "the cache never ran out";
+  EXPECT_EQ(waiting_reasons(run.snapshot()),
+            (std::map<uint64_t, std::string>{{1, "kv_cache_full"}}));
+}
+
 }  // namespace
 }  // namespace brisk
