@@ -432,6 +432,7 @@ void StepScheduler::commit_samples() {
 }
 
 void StepScheduler::fail_running(const std::string& what) {
+  plan_.clear();  // the step that threw may have left one
   spdlog::error("engine step failed: {}; ending the {} running requests", what, running_.size());
   const std::string error = "the server failed while generating this response; it has been logged";
   for (auto& sequence : running_) {
