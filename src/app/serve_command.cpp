@@ -12,7 +12,7 @@
 #include "common/model_store.h"
 #include "engine/engine.h"
 #include "sched/serving_metrics.h"
-#include "sched/step_scheduler.h"
+#include "sched/engine_loop.h"
 #include "server/generation_config.h"
 #include "server/openai_server.h"
 
@@ -127,7 +127,7 @@ int run_serve(ServeFlags& flags) {
     flags.scheduler.sampling_threads = flags.engine.gpu_layers > 0 ? threads : 1;
   }
   ServingMetrics metrics;
-  StepScheduler scheduler(*engine, flags.scheduler, metrics);
+  EngineLoop engine_loop(*engine, flags.scheduler, metrics);
 
   flags.server.model_name =
       flags.served_model_name.empty() ? model.served_name : flags.served_model_name;
@@ -136,7 +136,7 @@ int run_serve(ServeFlags& flags) {
   flags.server.limits.keep_alive_timeout = std::chrono::seconds(flags.keep_alive_timeout_s);
   flags.server.limits.write_timeout = std::chrono::seconds(flags.write_timeout_s);
   flags.server.drain_timeout = std::chrono::seconds(flags.drain_timeout_s);
-  OpenAiServer server(*engine, scheduler, metrics, flags.server);
+  OpenAiServer server(*engine, engine_loop, metrics, flags.server);
   if (!server.listen(&error)) {
     std::cerr << "error: " << error << "\n";
     return 1;
@@ -145,12 +145,12 @@ int run_serve(ServeFlags& flags) {
   spdlog::info("requests that name no sampling parameter get: {}",
                describe_generation_defaults(flags.server.generation));
   spdlog::info("sampling threads: {}", flags.scheduler.sampling_threads);
-  scheduler.start();
+  engine_loop.start();
   spdlog::info("serving {} ({}) on http://{}:{} — ctx {} tokens, max {} per request, {} seqs",
                flags.server.model_name, engine->description(), flags.server.host, server.port(),
                engine->context_size(), engine->max_request_tokens(), flags.scheduler.max_seqs);
   server.run_until_signal();
-  scheduler.shutdown(std::chrono::milliseconds(0));
+  engine_loop.shutdown(std::chrono::milliseconds(0));
   return 0;
 }
 

@@ -19,6 +19,20 @@ enum class AdmissionBlock {
 };
 const char* admission_block_name(AdmissionBlock block);
 
+// Why one waiting or preempted request is not running (GET /debug/scheduler): the last admission
+// pass's block where it holds this request back, with the block's name.
+enum class WaitReason {
+  no_free_sequence,    // --max-seqs requests are running
+  kv_cache_full,       // it is next, and does not fit beside the running requests' cells (or it
+                       // was preempted for room after the pass)
+  long_prefill_turn,   // a long prompt: --max-long-prefills long prompts are being prefilled
+  step_budget,         // the step's token budget was spent
+  behind_others,       // the request before it in the policy's order waits for room, and is not
+                       // overtaken
+  not_yet_considered,  // submitted after the last step's admission pass
+};
+const char* wait_reason_name(WaitReason reason);
+
 // One running or preempted request as the engine thread last saw it.
 struct SequenceView {
   uint64_t id = 0;
@@ -30,19 +44,23 @@ struct SequenceView {
   int generated_tokens = 0;
   int max_tokens = 0;
   TimePoint scheduled_at;
+  WaitReason waiting_reason = WaitReason::not_yet_considered;  // preempted ones only
 };
 
 struct WaitingView {
   uint64_t id = 0;
   int priority = 0;
   int prompt_tokens = 0;
-  double waited_ms = 0;
+  TimePoint arrival;
   double deadline_ms = 0;
+  WaitReason reason = WaitReason::not_yet_considered;
+  double waited_ms = 0;  // at the moment of the snapshot
 };
 
 // What GET /debug/scheduler shows: the queue, the running set and the KV map, published by the
-// engine thread after every step (the queue is read at the moment of the call).
+// engine thread after every step (requests submitted since are added at the moment of the call).
 struct SchedulerSnapshot {
+  TimePoint taken_at;  // the waits and running times are as of this moment
   std::string policy;
   int max_seqs = 0;
   int max_batched_tokens = 0;
@@ -57,10 +75,10 @@ struct SchedulerSnapshot {
   struct Kv {
     bool prefix_cache = false;
     int capacity_cells = 0;
-    int used_cells = 0;      // held by anyone
-    int running_cells = 0;   // held by running requests
-    int cached_cells = 0;    // held only by cached prefixes (evictable)
-    int committed_cells = 0; // running cells + the prompt tokens running requests still need
+    int used_cells = 0;       // held by anyone
+    int running_cells = 0;    // held by running requests
+    int cached_cells = 0;     // held only by cached prefixes (evictable)
+    int committed_cells = 0;  // running cells + the prompt tokens running requests still need
     int watermark_cells = 0;
     int sequence_ids = 0;
     int cached_sequences = 0;

@@ -57,20 +57,23 @@ void Sequence::reuse_cached_prefix(int tokens) {
   kv_tokens_ = tokens;
 }
 
-int Sequence::add_prefill_chunk(ModelRunner& engine, int budget) {
-  const int chunk = std::max(0, std::min(budget, prompt_remaining()));
-  logits_index_ = -1;
+int Sequence::put_prefill_chunk(ModelRunner& engine, int tokens) const {
   // A replay ends on a token whose successor was sampled before the preemption: no logits.
   const bool sample_at_end = completion_tokens_ == 0;
-  for (int i = 0; i < chunk; ++i) {
-    const bool last = prompt_cursor_ + 1 == prefill_target_;
+  int logits_index = -1;
+  for (int i = 0; i < tokens; ++i) {
+    const size_t cursor = prompt_cursor_ + static_cast<size_t>(i);
+    const bool last = cursor + 1 == prefill_target_;
     const int index =
-        engine.add_to_batch(token_at(prompt_cursor_), kv_tokens_, slot_, last && sample_at_end);
-    if (last && sample_at_end) logits_index_ = index;
-    ++prompt_cursor_;
-    ++kv_tokens_;
+        engine.add_to_batch(token_at(cursor), kv_tokens_ + i, slot_, last && sample_at_end);
+    if (last && sample_at_end) logits_index = index;
   }
-  return chunk;
+  return logits_index;
+}
+
+void Sequence::commit_prefill_chunk(int tokens) {
+  prompt_cursor_ += static_cast<size_t>(tokens);
+  kv_tokens_ += tokens;
 }
 
 void Sequence::preempt() {
@@ -85,25 +88,16 @@ void Sequence::preempt() {
   prompt_cursor_ = 0;
   prefill_start_ = 0;
   kv_tokens_ = 0;
-  logits_index_ = -1;
   slot_ = -1;
 }
 
-void Sequence::restore(Progress progress) {
-  prompt_cursor_ = progress.prompt_cursor;
-  kv_tokens_ = progress.kv_tokens;
-  logits_index_ = -1;
+int Sequence::put_decode_token(ModelRunner& engine) const {
+  return engine.add_to_batch(last_token_, kv_tokens_, slot_, true);
 }
 
-void Sequence::add_decode_token(ModelRunner& engine) {
-  logits_index_ = engine.add_to_batch(last_token_, kv_tokens_, slot_, true);
-  ++kv_tokens_;
-}
-
-void Sequence::accept_token(SampledToken sampled, const ModelRunner& engine,
+void Sequence::accept_token(SampledToken sampled, TimePoint now, const ModelRunner& engine,
                             ServingMetrics& metrics) {
   const Token token = sampled.token;
-  const TimePoint now = Clock::now();
   if (completion_tokens_ == 0) {
     first_token_at_ = now;
     metrics.observe_first_token(seconds_between(request_->arrival, now));
@@ -117,19 +111,19 @@ void Sequence::accept_token(SampledToken sampled, const ModelRunner& engine,
 
   if (!request_->ignore_eos && engine.is_end_of_generation(token)) {
     emit(stop_matcher_.flush());
-    finish(FinishReason::stop, metrics);
+    finish(FinishReason::stop, now, metrics);
     return;
   }
   record_logprobs(sampled);
   StopMatcher::Result matched = stop_matcher_.push(engine.token_piece(token));
   if (matched.stopped) {
     emit(std::move(matched.releasable));
-    finish(FinishReason::stop, metrics);
+    finish(FinishReason::stop, now, metrics);
     return;
   }
   if (completion_tokens_ >= request_->max_tokens) {
     emit(matched.releasable + stop_matcher_.flush());
-    finish(FinishReason::length, metrics);
+    finish(FinishReason::length, now, metrics);
     return;
   }
   emit(std::move(matched.releasable));
@@ -150,10 +144,10 @@ void Sequence::emit(std::string text) {
   request_->on_update(std::move(update));
 }
 
-void Sequence::finish(FinishReason reason, ServingMetrics& metrics, std::string error) {
+void Sequence::finish(FinishReason reason, TimePoint now, ServingMetrics& metrics,
+                      std::string error) {
   if (finished()) return;
   finish_reason_ = reason;
-  const TimePoint now = Clock::now();
   RequestTimings timings;
   timings.queue_ms = ms_between(request_->arrival, scheduled_at_);
   timings.e2e_ms = ms_between(request_->arrival, now);

@@ -49,26 +49,24 @@ class Sequence {
   // The token at KV position `position` (prompt, then generated).
   Token token_at(size_t position) const;
 
-  // A step's batch is built before llama_decode; when the decode finds no KV room the step is
-  // rebuilt, so the prompt progress it added is taken back.
-  struct Progress {
-    size_t prompt_cursor;
-    int kv_tokens;
-  };
-  Progress progress() const { return {prompt_cursor_, kv_tokens_}; }
-  void restore(Progress progress);
   bool finished() const { return finish_reason_ != FinishReason::none; }
 
-  // Adds up to `budget` prompt tokens to the engine's batch; returns how many were added.
-  int add_prefill_chunk(ModelRunner& engine, int budget);
-  // Adds the last sampled token to the batch.
-  void add_decode_token(ModelRunner& engine);
-  int logits_index() const { return logits_index_; }
+  // A step's batch is filled from its plan (sched/step_plan.h) without moving the sequence
+  // forward; the commit_ calls do that once the decode succeeded.
+  // Puts the next `tokens` prompt (or replay) tokens in the batch; returns the batch index of
+  // the last one's logits, or -1 when it needs none (not the prompt's end, or a replay).
+  int put_prefill_chunk(ModelRunner& engine, int tokens) const;
+  // Puts the last sampled token in the batch; returns the batch index of its logits.
+  int put_decode_token(ModelRunner& engine) const;
+  void commit_prefill_chunk(int tokens);
+  void commit_decode_token() { ++kv_tokens_; }
 
   Sampler& sampler() { return sampler_; }
-  // Feeds a sampled token through EOS, stop strings and max_tokens, and reports new text.
-  void accept_token(SampledToken sampled, const ModelRunner& engine, ServingMetrics& metrics);
-  void finish(FinishReason reason, ServingMetrics& metrics, std::string error = {});
+  // Feeds a sampled token (drawn at `now`) through EOS, stop strings and max_tokens, and
+  // reports new text.
+  void accept_token(SampledToken sampled, TimePoint now, const ModelRunner& engine,
+                    ServingMetrics& metrics);
+  void finish(FinishReason reason, TimePoint now, ServingMetrics& metrics, std::string error = {});
 
  private:
   void emit(std::string text);
@@ -87,7 +85,6 @@ class Sequence {
   size_t prefill_target_;     // tokens the prefill puts in the cache: the prompt, or the replay
   TokenList generated_;       // every token accepted so far
   int kv_tokens_ = 0;         // tokens of this sequence in the KV cache
-  int logits_index_ = -1;     // where this sequence's logits sit in the current batch
   Token last_token_ = 0;
   int completion_tokens_ = 0;
   int cached_prompt_tokens_ = -1;  // tokens reused on first admission (-1: not admitted yet)

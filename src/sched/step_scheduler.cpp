@@ -7,10 +7,12 @@
 
 namespace brisk {
 
-StepScheduler::StepScheduler(ModelRunner& engine, SchedulerOptions options, ServingMetrics& metrics)
+StepScheduler::StepScheduler(ModelRunner& engine, SchedulerOptions options, ServingMetrics& metrics,
+                             ReportSink report)
     : engine_(engine),
       options_(options),
       metrics_(metrics),
+      report_(std::move(report)),
       kv_capacity_tokens_(engine.context_size()),
       kv_watermark_tokens_(std::max(1, engine.context_size() / 100)),
       kv_shared_(engine.sequence_context_size() == engine.context_size()),
@@ -19,137 +21,38 @@ StepScheduler::StepScheduler(ModelRunner& engine, SchedulerOptions options, Serv
       sampling_pool_(options.sampling_threads),
       costs_(options.max_step_ms, options.max_batched_tokens) {}
 
-StepScheduler::~StepScheduler() { shutdown(std::chrono::milliseconds(0)); }
-
-void StepScheduler::start() {
-  engine_thread_ = std::thread([this] { run_loop(); });
+void StepScheduler::enqueue(std::shared_ptr<Request> request) {
+  queued_prompt_tokens_ += static_cast<int>(request->prompt_tokens.size());
+  waiting_.push_back(std::move(request));
 }
 
-SubmitStatus StepScheduler::submit(std::shared_ptr<Request> request, double* estimated_wait_ms) {
-  const int prompt_tokens = static_cast<int>(request->prompt_tokens.size());
-  {
-    std::lock_guard lock(mutex_);
-    if (!accepting_) return SubmitStatus::shutting_down;
-    if (static_cast<int>(waiting_.size()) >= options_.max_queued_requests) {
-      return SubmitStatus::queue_full;
-    }
-    if (options_.max_queued_tokens > 0 && !waiting_.empty() &&
-        queued_prompt_tokens_ + prompt_tokens > options_.max_queued_tokens) {
-      return SubmitStatus::queued_tokens_full;
-    }
-    const double wait_ms =
-        estimate_queue_delay_ms(load_, queued_prompt_tokens_, static_cast<int>(waiting_.size()),
-                                options_.max_batched_tokens);
-    if (estimated_wait_ms) *estimated_wait_ms = wait_ms;
-    if (options_.max_queue_delay_ms > 0 && wait_ms > options_.max_queue_delay_ms) {
-      return SubmitStatus::queue_delay;
-    }
-    queued_prompt_tokens_ += prompt_tokens;
-    waiting_.push_back(std::move(request));
-  }
-  work_available_.notify_one();
-  return SubmitStatus::accepted;
-}
-
-void StepScheduler::wake() {
-  {
-    std::lock_guard lock(mutex_);
-    wake_pending_ = true;
-  }
-  work_available_.notify_one();
-}
-
-// The engine thread decides when the drain is over (it alone knows whether a request is between
-// the queue and the running set), so nothing admitted before `accepting_` fell is lost.
-void StepScheduler::shutdown(std::chrono::milliseconds drain_timeout) {
-  {
-    std::lock_guard lock(mutex_);
-    accepting_ = false;
-    if (!draining_ || Clock::now() + drain_timeout < drain_deadline_) {
-      drain_deadline_ = Clock::now() + drain_timeout;
-    }
-    draining_ = true;
-  }
-  work_available_.notify_one();
-  if (engine_thread_.joinable()) engine_thread_.join();
-}
-
-SchedulerStats StepScheduler::stats() const {
-  SchedulerStats stats;
-  {
-    std::lock_guard lock(mutex_);  // with admit_waiting's: a request is waiting or running
-    stats.running = running_count_.load();
-    stats.waiting = static_cast<int>(waiting_.size()) + preempted_count_.load();
-    stats.preempted = preempted_count_.load();
-    stats.max_waiting = options_.max_queued_requests;
-    stats.admission_blocked = published_.admission_blocked;
-    stats.kv_committed_cells = published_.kv.committed_cells;
-  }
-  stats.prefix_cache_cells = prefix_cache_cells_.load();
-  stats.kv_capacity_cells = kv_capacity_tokens_;
-  stats.kv_running_cells = kv_tokens_in_use_.load();
-  stats.prefix_cache_sequences = prefix_cache_sequences_.load();
-  stats.kv_cache_usage_ratio =
-      kv_capacity_tokens_ > 0 ? static_cast<double>(kv_tokens_in_use_.load()) / kv_capacity_tokens_
-                              : 0.0;
-  return stats;
-}
-
-void StepScheduler::run_loop() {
-  while (wait_for_work()) {
-    try {
-      step();
-    } catch (const std::exception& e) {
-      fail_running(e.what());
-    }
-  }
-  // The drain is over: cancel everything still here.
-  for (auto& sequence : running_) sequence->finish(FinishReason::cancelled, metrics_);
+void StepScheduler::cancel_all() {
+  for (auto& sequence : running_) sequence->finish(FinishReason::cancelled, now(), metrics_);
   release_finished();
-  for (auto& sequence : preempted_) sequence->finish(FinishReason::cancelled, metrics_);
+  for (auto& sequence : preempted_) sequence->finish(FinishReason::cancelled, now(), metrics_);
   preempted_.clear();
-  preempted_count_ = 0;
   std::deque<std::shared_ptr<Request>> abandoned;
-  {
-    std::lock_guard lock(mutex_);
-    abandoned.swap(waiting_);
-    queued_prompt_tokens_ = 0;
-  }
+  abandoned.swap(waiting_);
+  queued_prompt_tokens_ = 0;
   for (auto& request : abandoned) finish_unscheduled(*request, FinishReason::cancelled);
-}
-
-// Blocks while there is nothing to do; false once the scheduler should stop: draining, and
-// either out of work or past the drain's deadline.
-bool StepScheduler::wait_for_work() {
-  std::unique_lock lock(mutex_);
-  for (;;) {
-    const bool idle = running_.empty() && preempted_.empty() && waiting_.empty();
-    if (draining_ && (idle || Clock::now() >= drain_deadline_)) return false;
-    if (!idle || wake_pending_) break;
-    if (draining_) {
-      work_available_.wait_until(lock, drain_deadline_);
-    } else {
-      work_available_.wait(lock);
-    }
-  }
-  wake_pending_ = false;
-  return true;
+  report();
 }
 
 void StepScheduler::step() {
-  const TimePoint step_started = Clock::now();
+  const TimePoint step_started = now();
   reap_cancelled();
   bool admit = true;
   for (;;) {
-    const int decode_tokens = build_batch(admit);
-    if (engine_.batch_size() == 0) break;
-    const TimePoint started = Clock::now();
+    plan_step(admit);
+    if (plan_.empty()) break;
+    plan_.fill_batch(engine_);
+    const TimePoint started = now();
     const DecodeStatus status = engine_.decode();
     if (status == DecodeStatus::no_kv_space &&
         (kv_.cached_sequences() > 0 || running_.size() > 1)) {
-      // llama.cpp applied nothing of the batch: take it back, make room (cached prefixes
-      // first), build it again without admitting anyone (that would refill the room just made).
-      for (size_t i = 0; i < in_batch_.size(); ++i) in_batch_[i]->restore(batch_progress_[i]);
+      // llama.cpp applied nothing of the batch and the plan moved no sequence: make room
+      // (cached prefixes first) and plan again without admitting anyone (that would refill the
+      // room just made).
       if (!kv_.evict_oldest()) preempt_one();
       admit = false;
       continue;
@@ -161,20 +64,21 @@ void StepScheduler::step() {
       break;
     }
     record_computed_cells();
-    sample_and_commit(decode_tokens, step_started, started);
+    plan_.commit();
+    sample_and_commit(plan_.decode_tokens(), step_started, started);
     break;
   }
+  plan_.clear();  // its sequences may be released below
   release_finished();
 }
 
 // Decodes first: every running stream gets its next token in this step; then prompt chunks,
-// oldest first, up to the step's token budget and the free KV cells; then newcomers.
-int StepScheduler::build_batch(bool admit) {
-  engine_.clear_batch();
-  in_batch_.clear();
-  batch_progress_.clear();
+// oldest first, up to the step's token budget and the free KV cells; then newcomers. Moves no
+// sequence forward (admission only gives newcomers a sequence id).
+void StepScheduler::plan_step(bool admit) {
+  plan_.clear();
   // Before anything is in the batch: a sequence in it must not be preempted.
-  if (admit && !has_running_room()) preempt_for_priority(Clock::now());
+  if (admit && !has_running_room()) preempt_for_priority(now());
   int kv_free = kv_free_cells();
   if (kv_shared_) {
     // Each decode takes a cell: cached prefixes go first, then the latest-arrived make room
@@ -192,12 +96,10 @@ int StepScheduler::build_batch(bool admit) {
   }
   for (auto& sequence : running_) {
     if (!sequence->prefill_done()) continue;
-    batch_progress_.push_back(sequence->progress());
-    sequence->add_decode_token(engine_);
-    in_batch_.push_back(sequence.get());
+    plan_.add_decode(*sequence);
     --kv_free;
   }
-  const int decode_tokens = engine_.batch_size();
+  const int decode_tokens = plan_.decode_tokens();
   // --target-itl-ms holds while a long prompt is being prefilled (what stalls streams for
   // seconds) or while the prompts waiting fit in one step. When more short prompts wait than a
   // step can carry (a burst), they keep the whole token budget: spread over many small steps
@@ -208,10 +110,7 @@ int StepScheduler::build_batch(bool admit) {
     long_prefill_running = long_prefill_running || is_long_prefill(*sequence);
     prompt_backlog += sequence->prompt_remaining();
   }
-  {
-    std::lock_guard lock(mutex_);
-    prompt_backlog += queued_prompt_tokens_;
-  }
+  prompt_backlog += queued_prompt_tokens_;
   const int token_budget = options_.max_batched_tokens - decode_tokens;
   int budget = long_prefill_running || prompt_backlog <= token_budget
                    ? costs_.prefill_budget(decode_tokens)
@@ -225,13 +124,13 @@ int StepScheduler::build_batch(bool admit) {
     add_prefill(*sequence, budget, kv_free);
   }
   if (admit) {
+    const size_t running_before = running_.size();
     admit_waiting(budget, kv_free);
-    bool left_waiting = !preempted_.empty();
-    {
-      std::lock_guard lock(mutex_);
-      left_waiting = left_waiting || !waiting_.empty();
+    if (!preempted_.empty() || !waiting_.empty()) {
+      metrics_.count_admission_block(last_pass_.blocked);
     }
-    if (left_waiting) metrics_.count_admission_block(admission_blocked_);
+    // Until the step's end reports the whole picture, a newcomer's estimate sees these.
+    if (running_.size() != running_before) report();
   }
   const int short_tokens = step_budget - budget;
   // A step that carries short prompts carries no long chunk, so their first tokens cost their
@@ -255,7 +154,6 @@ int StepScheduler::build_batch(bool admit) {
     add_prefill(*sequence, long_budget, kv_free);
     ++long_prefills;
   }
-  return decode_tokens;
 }
 
 bool StepScheduler::is_long_prompt(int tokens_to_prefill) const {
@@ -270,18 +168,16 @@ void StepScheduler::add_prefill(Sequence& sequence, int& budget, int& kv_free) {
   // Cached prefixes give way to a running prompt.
   const int wanted = std::min(budget, sequence.prompt_remaining());
   while (kv_shared_ && kv_free < wanted && kv_.evict_oldest()) kv_free = kv_free_cells();
-  const Sequence::Progress before = sequence.progress();
-  const int added = sequence.add_prefill_chunk(engine_, std::min(budget, kv_free));
-  if (added == 0) return;
-  batch_progress_.push_back(before);
-  in_batch_.push_back(&sequence);
-  budget -= added;
-  kv_free -= added;
+  const int chunk = std::min(wanted, kv_free);
+  if (chunk <= 0) return;
+  plan_.add_prefill(sequence, chunk);
+  budget -= chunk;
+  kv_free -= chunk;
 }
 
 int StepScheduler::kv_free_cells() const {
   if (!kv_shared_) return kv_capacity_tokens_;  // each sequence has its own share
-  return kv_capacity_tokens_ - kv_.used_cells() - engine_.batch_size();
+  return kv_capacity_tokens_ - kv_.used_cells() - plan_.tokens();
 }
 
 // The running sequence to preempt when room runs out: the latest-arrived, or under --policy
@@ -306,48 +202,40 @@ void StepScheduler::preempt(size_t index) {
   spdlog::debug("preempting request {} ({} KV cells, {} tokens generated)", victim->request().id,
                 victim->kv_tokens(), victim->completion_tokens_);
   victim->preempt();
+  last_pass_.preempted_after.push_back(&victim->request_ref());
   metrics_.count_preemption();
   const auto at = std::find_if(preempted_.begin(), preempted_.end(), [&](const auto& other) {
     return other->admission_order() > victim->admission_order();
   });
   preempted_.insert(at, std::move(victim));
-  {
-    std::lock_guard lock(mutex_);
-    running_count_ = static_cast<int>(running_.size());
-    preempted_count_ = static_cast<int>(preempted_.size());
-  }
 }
 
 // Ends what nobody waits for any more: requests whose client went away, and requests whose
 // first token is past its deadline (never computed further).
 void StepScheduler::reap_cancelled() {
-  const TimePoint now = Clock::now();
+  const TimePoint now = this->now();
   const auto expired = [&](const Request& request) {
     return request.deadline_ms > 0 && ms_between(request.arrival, now) > request.deadline_ms;
   };
   const auto end_if_abandoned = [&](Sequence& sequence) {
     if (sequence.request().cancelled.load()) {
-      sequence.finish(FinishReason::cancelled, metrics_);
+      sequence.finish(FinishReason::cancelled, now, metrics_);
     } else if (sequence.completion_tokens_ == 0 && expired(sequence.request())) {
-      sequence.finish(FinishReason::deadline, metrics_, deadline_message(sequence.request()));
+      sequence.finish(FinishReason::deadline, now, metrics_, deadline_message(sequence.request()));
     }
   };
   for (auto& sequence : running_) end_if_abandoned(*sequence);
   release_finished();
   for (auto& sequence : preempted_) end_if_abandoned(*sequence);
   std::erase_if(preempted_, [](const auto& sequence) { return sequence->finished(); });
-  preempted_count_ = static_cast<int>(preempted_.size());
   std::vector<std::shared_ptr<Request>> ended;
-  {
-    std::lock_guard lock(mutex_);
-    for (auto it = waiting_.begin(); it != waiting_.end();) {
-      if ((*it)->cancelled.load() || expired(**it)) {
-        queued_prompt_tokens_ -= static_cast<int>((*it)->prompt_tokens.size());
-        ended.push_back(std::move(*it));
-        it = waiting_.erase(it);
-      } else {
-        ++it;
-      }
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if ((*it)->cancelled.load() || expired(**it)) {
+      queued_prompt_tokens_ -= static_cast<int>((*it)->prompt_tokens.size());
+      ended.push_back(std::move(*it));
+      it = waiting_.erase(it);
+    } else {
+      ++it;
     }
   }
   for (auto& request : ended) {
@@ -382,15 +270,18 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
   };
   int long_prefills = static_cast<int>(std::count_if(
       running_.begin(), running_.end(), [&](const auto& s) { return is_long_prefill(*s); }));
-  const TimePoint now = Clock::now();
-  admission_blocked_ = AdmissionBlock::none;
-  const auto blocked = [&](AdmissionBlock why) { admission_blocked_ = why; };
+  const TimePoint now = this->now();
+  last_pass_ = AdmissionPass{};
+  const auto blocked = [&](AdmissionBlock why, const Request* stopped_at = nullptr) {
+    last_pass_.blocked = why;
+    last_pass_.stopped_at = stopped_at;
+    last_pass_.long_prompts_wait = long_prefills >= options_.max_long_prefills;
+  };
   while (budget > 0 && has_running_room()) {
     const auto resumed = next_preempted(now);
     std::shared_ptr<Request> request;
     PrefixLookup hit;
     {
-      std::lock_guard lock(mutex_);
       const bool short_only = long_prefills >= options_.max_long_prefills;
       const int index = policy_.pick(
           waiting_, [&](const Request& r) { return !short_only || !is_long(r); }, is_long, now,
@@ -408,28 +299,24 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
         const TokenList& prompt = (*next)->prompt_tokens;
         hit = kv_.lookup(prompt);
         if (!make_room(static_cast<int>(prompt.size()) - hit.tokens, hit.source, committed)) {
-          return blocked(AdmissionBlock::kv_cache_full);
+          return blocked(AdmissionBlock::kv_cache_full, next->get());
         }
         request = std::move(*next);
         waiting_.erase(next);
         if (is_long(*request)) ++long_prefills;
         queued_prompt_tokens_ -= static_cast<int>(request->prompt_tokens.size());
-        // Counted as running before it leaves the queue's count: stats() reads both under
-        // this lock, so /metrics never sees the request nowhere (during a long first step it
-        // did).
-        ++running_count_;
       }
     }
     if (request) {
       auto sequence =
-          std::make_unique<Sequence>(std::move(request), -1, Clock::now(), next_admission_order_++);
+          std::make_unique<Sequence>(std::move(request), -1, this->now(), next_admission_order_++);
       start_sequence(std::move(sequence), hit, budget, kv_free);
     } else {
       if (resumed == preempted_.end()) return;
       Sequence& next = **resumed;
       hit = kv_.lookup(next.prefill_tokens());
       if (!make_room(next.prompt_remaining() - hit.tokens, hit.source, committed)) {
-        return blocked(AdmissionBlock::kv_cache_full);
+        return blocked(AdmissionBlock::kv_cache_full, &next.request_ref());
       }
       std::unique_ptr<Sequence> sequence = std::move(*resumed);
       preempted_.erase(resumed);
@@ -455,16 +342,9 @@ bool StepScheduler::preempt_for_priority(TimePoint now) {
   if (policy_.policy() != SchedulingPolicy::priority || running_.empty()) return false;
   const size_t victim = preemption_victim();
   const Request& running = running_[victim]->request();
-  bool outranked = false;
-  {
-    std::lock_guard lock(mutex_);
-    for (const auto& waiting : waiting_) {
-      if (policy_.effective_priority(*waiting, now) < policy_.effective_priority(running, now)) {
-        outranked = true;
-        break;
-      }
-    }
-  }
+  const bool outranked = std::any_of(waiting_.begin(), waiting_.end(), [&](const auto& waiting) {
+    return policy_.effective_priority(*waiting, now) < policy_.effective_priority(running, now);
+  });
   if (!outranked) return false;
   preempt(victim);
   return true;
@@ -500,14 +380,6 @@ void StepScheduler::start_sequence(std::unique_ptr<Sequence> sequence, const Pre
   });
   running_.insert(at, std::move(sequence));
   kv_free = kv_free_cells();
-  {
-    std::lock_guard lock(mutex_);
-    running_count_ = static_cast<int>(running_.size());
-    preempted_count_ = static_cast<int>(preempted_.size());
-    // Until the step's end publishes the whole picture, a newcomer's estimate sees this one.
-    load_.free_slots = options_.max_seqs - static_cast<int>(running_.size());
-    load_.backlog_tokens += started.prompt_remaining();
-  }
   // A long prompt waits for the pass after admission, so short ones admitted later in this
   // step still get their share of the budget.
   if (kv_free > 0 && !is_long_prefill(started)) add_prefill(started, budget, kv_free);
@@ -517,11 +389,11 @@ void StepScheduler::sample_and_commit(int decode_tokens, TimePoint step_started,
                                       TimePoint started) {
   const int batch_tokens = engine_.batch_size();
   engine_.synchronize();  // a GPU backend may still be computing; count that as decode time
-  const TimePoint decoded = Clock::now();
+  const TimePoint decoded = now();
   sample_batch();
-  const TimePoint sampled = Clock::now();
+  const TimePoint sampled = now();
   commit_samples();
-  const TimePoint committed = Clock::now();
+  const TimePoint committed = now();
 
   StepPhases phases;
   phases.schedule_seconds = seconds_between(step_started, started);
@@ -538,10 +410,10 @@ void StepScheduler::sample_and_commit(int decode_tokens, TimePoint step_started,
 void StepScheduler::sample_batch() {
   to_sample_.clear();
   sample_logits_.clear();
-  for (Sequence* sequence : in_batch_) {
-    if (sequence->logits_index() < 0 || sequence->finished()) continue;
-    to_sample_.push_back(sequence);
-    sample_logits_.push_back(engine_.logits(sequence->logits_index()));
+  for (const StepPlan::Entry& entry : plan_.entries()) {
+    if (entry.logits_index < 0 || entry.sequence->finished()) continue;
+    to_sample_.push_back(entry.sequence);
+    sample_logits_.push_back(engine_.logits(entry.logits_index));
   }
   samples_.assign(to_sample_.size(), SampledToken{});
   const int vocabulary = engine_.vocabulary_size();
@@ -555,23 +427,25 @@ void StepScheduler::sample_batch() {
 // Stop matching, detokenizing and posting updates stay on the engine thread, in batch order.
 void StepScheduler::commit_samples() {
   for (size_t i = 0; i < to_sample_.size(); ++i) {
-    to_sample_[i]->accept_token(std::move(samples_[i]), engine_, metrics_);
+    to_sample_[i]->accept_token(std::move(samples_[i]), now(), engine_, metrics_);
   }
 }
 
-// A step that throws (out of memory, a bug) ends the requests it was running, never the server.
 void StepScheduler::fail_running(const std::string& what) {
+  plan_.clear();  // the step that threw may have left one
   spdlog::error("engine step failed: {}; ending the {} running requests", what, running_.size());
   const std::string error = "the server failed while generating this response; it has been logged";
   for (auto& sequence : running_) {
-    if (!sequence->finished()) sequence->finish(FinishReason::error, metrics_, error);
+    if (!sequence->finished()) sequence->finish(FinishReason::error, now(), metrics_, error);
   }
   release_finished();
 }
 
 void StepScheduler::fail_batch(const std::string& error) {
   spdlog::error("step of {} tokens failed: {}", engine_.batch_size(), error);
-  for (Sequence* sequence : in_batch_) sequence->finish(FinishReason::error, metrics_, error);
+  for (const StepPlan::Entry& entry : plan_.entries()) {
+    entry.sequence->finish(FinishReason::error, now(), metrics_, error);
+  }
 }
 
 // Frees the KV cells and slot of every finished sequence, so the next step can reuse them.
@@ -584,26 +458,36 @@ void StepScheduler::release_finished() {
       continue;
     }
     kv_.retire(sequence->slot());
-    costs_.learn_hold(ms_between(sequence->scheduled_at_, Clock::now()));
+    costs_.learn_hold(ms_between(sequence->scheduled_at_, now()));
   }
   std::erase_if(running_, [](const auto& sequence) { return sequence->finished(); });
-  const int cached_cells = kv_.cached_cells();
-  kv_tokens_in_use_ = kv_.used_cells() - cached_cells;
-  prefix_cache_cells_ = cached_cells;
-  prefix_cache_sequences_ = kv_.cached_sequences();
-  running_count_ = static_cast<int>(running_.size());  // last: who sees it sees the rest
-  publish_load();
+  report();
+}
+
+void StepScheduler::report() {
+  if (!report_) return;
+  SchedulerReport out;
+  out.running = static_cast<int>(running_.size());
+  out.preempted = static_cast<int>(preempted_.size());
+  out.waiting = static_cast<int>(waiting_.size());
+  out.waiting_prompt_tokens = queued_prompt_tokens_;
+  out.prefix_cache_cells = kv_.cached_cells();
+  out.kv_running_cells = kv_.used_cells() - out.prefix_cache_cells;
+  out.prefix_cache_sequences = kv_.cached_sequences();
+  out.load = estimate_load();
+  out.snapshot = describe();
+  report_(std::move(out));
 }
 
 // For submit()'s estimate: the learned costs, the prompt work the started requests still need,
 // and when each running request should give its sequence back.
-void StepScheduler::publish_load() {
+LoadEstimate StepScheduler::estimate_load() const {
   LoadEstimate load;
   load.decode_step_ms = costs_.decode_step_ms();
   load.prefill_ms_per_token = costs_.prefill_ms_per_token();
   load.free_slots = options_.max_seqs - static_cast<int>(running_.size());
   load.hold_ms = costs_.mean_hold_ms();
-  const TimePoint now = Clock::now();
+  const TimePoint now = this->now();
   for (const auto& sequence : running_) {
     load.backlog_tokens += sequence->prompt_remaining();
     if (sequence->prefill_done()) ++load.decoders;
@@ -622,10 +506,7 @@ void StepScheduler::publish_load() {
   }
   std::sort(load.slot_release_ms.begin(), load.slot_release_ms.end());
   for (const auto& sequence : preempted_) load.backlog_tokens += sequence->prompt_remaining();
-  SchedulerSnapshot published = describe();
-  std::lock_guard lock(mutex_);
-  load_ = std::move(load);
-  published_ = std::move(published);
+  return load;
 }
 
 // Milliseconds until a running request that named its max_tokens would have them all, at the
@@ -649,7 +530,7 @@ SchedulerSnapshot StepScheduler::describe() const {
   out.target_itl_ms = options_.max_step_ms;
   out.decode_step_ms = costs_.decode_step_ms();
   out.prefill_ms_per_token = costs_.prefill_ms_per_token();
-  out.admission_blocked = admission_blocked_;
+  out.admission_blocked = last_pass_.blocked;
   const auto view = [](const Sequence& sequence) {
     SequenceView v;
     const Request& request = sequence.request_ref();
@@ -665,7 +546,17 @@ SchedulerSnapshot StepScheduler::describe() const {
     return v;
   };
   for (const auto& sequence : running_) out.running.push_back(view(*sequence));
-  for (const auto& sequence : preempted_) out.preempted.push_back(view(*sequence));
+  for (const auto& sequence : preempted_) {
+    out.preempted.push_back(view(*sequence));
+    out.preempted.back().waiting_reason = wait_reason(sequence->request_ref(), true);
+  }
+  out.waiting_total = static_cast<int>(waiting_.size());
+  for (const auto& request : waiting_) {
+    if (static_cast<int>(out.waiting.size()) >= SchedulerSnapshot::kMaxWaitingShown) break;
+    out.waiting.push_back({request->id, request->priority,
+                           static_cast<int>(request->prompt_tokens.size()), request->arrival,
+                           request->deadline_ms, wait_reason(*request, false)});
+  }
   out.kv.prefix_cache = kv_.cache_enabled();
   out.kv.capacity_cells = kv_capacity_tokens_;
   out.kv.used_cells = kv_.used_cells();
@@ -679,23 +570,33 @@ SchedulerSnapshot StepScheduler::describe() const {
   return out;
 }
 
-SchedulerSnapshot StepScheduler::snapshot() const {
-  std::lock_guard lock(mutex_);
-  SchedulerSnapshot out = published_;
-  const TimePoint now = Clock::now();
-  out.waiting_total = static_cast<int>(waiting_.size());
-  for (const auto& request : waiting_) {
-    if (static_cast<int>(out.waiting.size()) >= SchedulerSnapshot::kMaxWaitingShown) break;
-    out.waiting.push_back({request->id, request->priority,
-                           static_cast<int>(request->prompt_tokens.size()),
-                           ms_between(request->arrival, now), request->deadline_ms});
+// What holds this waiting (or preempted) request back, from the last admission pass.
+WaitReason StepScheduler::wait_reason(const Request& request, bool preempted) const {
+  const auto& after = last_pass_.preempted_after;
+  if (std::find(after.begin(), after.end(), &request) != after.end()) {
+    return WaitReason::kv_cache_full;  // preempted for room after the pass
   }
-  return out;
+  const bool long_turn = !preempted && last_pass_.long_prompts_wait &&
+                         is_long_prompt(static_cast<int>(request.prompt_tokens.size()));
+  switch (last_pass_.blocked) {
+    case AdmissionBlock::no_free_sequence:
+      return WaitReason::no_free_sequence;
+    case AdmissionBlock::step_budget:
+      return WaitReason::step_budget;
+    case AdmissionBlock::long_prefill_turn:
+      return WaitReason::long_prefill_turn;
+    case AdmissionBlock::kv_cache_full:
+      if (&request == last_pass_.stopped_at) return WaitReason::kv_cache_full;
+      return long_turn ? WaitReason::long_prefill_turn : WaitReason::behind_others;
+    case AdmissionBlock::none:
+      break;
+  }
+  return WaitReason::not_yet_considered;  // the pass admitted all it saw
 }
 
 void StepScheduler::finish_unscheduled(Request& request, FinishReason reason, std::string error) {
   RequestTimings timings;
-  timings.e2e_ms = ms_between(request.arrival, Clock::now());
+  timings.e2e_ms = ms_between(request.arrival, now());
   timings.queue_ms = timings.e2e_ms;
   timings.prompt_tokens = static_cast<int>(request.prompt_tokens.size());
   metrics_.observe_finished(timings, reason);
@@ -706,21 +607,22 @@ void StepScheduler::finish_unscheduled(Request& request, FinishReason reason, st
   request.on_update(std::move(update));
 }
 
-// Cells held (cached prefixes included) or taken by this step's batch, and the prompt tokens
-// the running sequences still have to put in.
+// Cells held (cached prefixes included) or taken by this step's decodes, and the prompt tokens
+// the running sequences still have to put in (a planned chunk among them).
 int StepScheduler::committed_kv_tokens() const {
-  int committed = kv_.used_cells() + engine_.batch_size();
+  int committed = kv_.used_cells() + plan_.decode_tokens();
   for (const auto& sequence : running_) committed += sequence->prompt_remaining();
   return committed;
 }
 
-// The tokens this step's decode put in each sequence's cells, for the prefix tree.
+// The tokens this step's decode put in each sequence's cells, for the prefix tree; before the
+// plan is committed, so they start at each sequence's kv_tokens().
 void StepScheduler::record_computed_cells() {
-  for (size_t i = 0; i < in_batch_.size(); ++i) {
-    Sequence& sequence = *in_batch_[i];
+  for (const StepPlan::Entry& entry : plan_.entries()) {
+    const Sequence& sequence = *entry.sequence;
     computed_.clear();
-    for (int p = batch_progress_[i].kv_tokens; p < sequence.kv_tokens(); ++p) {
-      computed_.push_back(sequence.token_at(static_cast<size_t>(p)));
+    for (int i = 0; i < entry.tokens; ++i) {
+      computed_.push_back(sequence.token_at(static_cast<size_t>(sequence.kv_tokens() + i)));
     }
     kv_.record(sequence.slot(), computed_);
   }

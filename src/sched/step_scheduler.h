@@ -1,11 +1,9 @@
 #pragma once
 
-#include <chrono>
-#include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
-#include <mutex>
-#include <thread>
+#include <string>
 #include <vector>
 
 #include "common/worker_pool.h"
@@ -17,6 +15,7 @@
 #include "sched/sequence.h"
 #include "sched/serving_metrics.h"
 #include "sched/step_costs.h"
+#include "sched/step_plan.h"
 
 namespace brisk {
 
@@ -45,13 +44,30 @@ struct SchedulerOptions {
   PrefixCacheOptions prefix_cache;
   // Which waiting request starts next (--policy).
   QueuePolicyOptions queue_policy;
+  // The time of every deadline, wait, hold and step cost the scheduler measures; tests drive a
+  // fake one (the drain's timeout stays on the steady clock).
+  std::function<TimePoint()> clock = Clock::now;
 };
 
-enum class SubmitStatus { accepted, queue_full, queue_delay, queued_tokens_full, shutting_down };
+// What the engine thread tells the other threads after a step (and after admitting requests):
+// counts for stats(), the load for submit()'s estimate, the picture for GET /debug/scheduler.
+struct SchedulerReport {
+  int running = 0;
+  int preempted = 0;
+  int waiting = 0;  // handed to the scheduler and not admitted yet
+  int waiting_prompt_tokens = 0;
+  int kv_running_cells = 0;
+  int prefix_cache_cells = 0;
+  int prefix_cache_sequences = 0;
+  LoadEstimate load;
+  SchedulerSnapshot snapshot;
+};
 
-// Owns the engine thread. Each step puts the next token of every running sequence into one
-// batch, fills the rest of the token budget with prompt chunks (chunked prefill), decodes,
-// samples and reports. Requests join and leave between steps (continuous batching).
+// The per-step policy, on the engine thread only (the engine loop, sched/engine_loop.h, owns
+// the thread and the queue that feeds it). Each step plans the next token of every running
+// sequence and, with the rest of the token budget, prompt chunks (chunked prefill); the plan
+// fills one batch, is committed to the sequences once the decode succeeded, and their next
+// tokens are sampled. Requests join and leave between steps (continuous batching).
 //
 // KV is counted as it is used, not reserved for max_tokens: a request starts when its prompt
 // fits beside the cells the running ones hold (or will hold once their prompts are in), so a
@@ -60,31 +76,30 @@ enum class SubmitStatus { accepted, queue_full, queue_delay, queued_tokens_full,
 // later recomputes them (Sequence::preempt), ahead of every request still waiting.
 class StepScheduler {
  public:
-  StepScheduler(ModelRunner& engine, SchedulerOptions options, ServingMetrics& metrics);
-  ~StepScheduler();
+  using ReportSink = std::function<void(SchedulerReport&&)>;
 
-  void start();
-  // Any thread. Refuses at once when the queue is full, or when the request would wait longer
-  // than max_queue_delay_ms to start, instead of letting latency grow; `estimated_wait_ms`
-  // (optional) receives the estimate.
-  SubmitStatus submit(std::shared_ptr<Request> request, double* estimated_wait_ms = nullptr);
-  // Any thread: makes the engine thread look at cancelled flags now.
-  void wake();
-  // Stops admitting, lets in-flight work finish for up to `drain_timeout`, cancels the rest and
-  // joins the engine thread. A later call may only shorten the drain.
-  void shutdown(std::chrono::milliseconds drain_timeout);
+  StepScheduler(ModelRunner& engine, SchedulerOptions options, ServingMetrics& metrics,
+                ReportSink report = nullptr);
 
-  SchedulerStats stats() const;
-  // Any thread: the queue now, the running set and KV map as of the last step.
-  SchedulerSnapshot snapshot() const;
+  // A submitted request joins the waiting ones (in arrival order).
+  void enqueue(std::shared_ptr<Request> request);
+  // One engine step: reap, admit, build the batch, decode, sample, release.
+  void step();
+  // Nothing running, preempted or waiting.
+  bool idle() const { return running_.empty() && preempted_.empty() && waiting_.empty(); }
+  // The drain is over: every request still here ends as cancelled.
+  void cancel_all();
+  // A step that threw (out of memory, a bug) ends the requests it was running, never the server.
+  void fail_running(const std::string& what);
+
   const SchedulerOptions& options() const { return options_; }
+  // Any thread.
+  int kv_capacity_cells() const { return kv_capacity_tokens_; }
 
  private:
-  void run_loop();
-  bool wait_for_work();
-  void step();
+  TimePoint now() const { return options_.clock(); }
   void reap_cancelled();
-  int build_batch(bool admit);
+  void plan_step(bool admit);
   void add_prefill(Sequence& sequence, int& budget, int& kv_free);
   bool is_long_prompt(int tokens_to_prefill) const;
   bool is_long_prefill(const Sequence& sequence) const;
@@ -105,17 +120,19 @@ class StepScheduler {
   void commit_samples();
   void release_finished();
   void fail_batch(const std::string& error);
-  void fail_running(const std::string& what);
   void finish_unscheduled(Request& request, FinishReason reason, std::string error = {});
   static std::string deadline_message(const Request& request);
   int committed_kv_tokens() const;
-  void publish_load();
+  void report();
+  LoadEstimate estimate_load() const;
   double expected_ms_to_finish(const Sequence& sequence) const;
   SchedulerSnapshot describe() const;
+  WaitReason wait_reason(const Request& request, bool preempted) const;
 
   ModelRunner& engine_;
   const SchedulerOptions options_;
   ServingMetrics& metrics_;
+  const ReportSink report_;
   const int kv_capacity_tokens_;
   // Cells kept free at admission for the running requests' next tokens (vLLM's watermark), so
   // a new request does not force a preemption at once.
@@ -124,42 +141,28 @@ class StepScheduler {
   // its own share and nothing is ever preempted.
   const bool kv_shared_;
 
-  mutable std::mutex mutex_;
-  std::condition_variable work_available_;
-  std::deque<std::shared_ptr<Request>> waiting_;  // guarded by mutex_
-  bool accepting_ = true;                         // guarded by mutex_
-  bool draining_ = false;                         // guarded by mutex_
-  TimePoint drain_deadline_;                      // guarded by mutex_
-  bool wake_pending_ = false;                     // guarded by mutex_
-
-  // Engine thread only.
+  std::deque<std::shared_ptr<Request>> waiting_;     // in arrival order
+  int queued_prompt_tokens_ = 0;                     // prompt tokens in waiting_
   std::vector<std::unique_ptr<Sequence>> running_;   // in arrival order
   std::deque<std::unique_ptr<Sequence>> preempted_;  // in arrival order; run before waiting_
-  std::vector<Sequence::Progress> batch_progress_;   // in_batch_'s, before this step
   uint64_t next_admission_order_ = 0;
   KvManager kv_;
   QueuePolicy policy_;
   TokenList computed_;  // scratch for record_computed_cells
-  std::vector<Sequence*> in_batch_;
+  StepPlan plan_;       // this step's
   WorkerPool sampling_pool_;
   std::vector<Sequence*> to_sample_;  // this step's sequences with logits, and their results
   std::vector<const float*> sample_logits_;
   std::vector<SampledToken> samples_;
   StepCosts costs_;
-
-  // Published for stats() by the engine thread.
-  std::atomic<int> running_count_{0};
-  std::atomic<int> kv_tokens_in_use_{0};
-  std::atomic<int> preempted_count_{0};
-  std::atomic<int> prefix_cache_cells_{0};
-  std::atomic<int> prefix_cache_sequences_{0};
-  LoadEstimate load_;                        // guarded by mutex_; written by publish_load()
-  SchedulerSnapshot published_;              // guarded by mutex_; written by publish_load()
-  bool long_prefill_stepped_aside_ = false;  // engine thread: the last step's long chunk gave way
-  AdmissionBlock admission_blocked_ = AdmissionBlock::none;  // engine thread: the last pass's
-  int queued_prompt_tokens_ = 0;  // guarded by mutex_: prompt tokens in waiting_
-
-  std::thread engine_thread_;
+  bool long_prefill_stepped_aside_ = false;  // the last step's long chunk gave way
+  // The last admission pass: why it stopped, for each waiting request's reason.
+  struct AdmissionPass {
+    AdmissionBlock blocked = AdmissionBlock::none;
+    const Request* stopped_at = nullptr;  // kv_cache_full: the request that did not fit
+    bool long_prompts_wait = false;       // --max-long-prefills long prompts were prefilling
+    std::vector<const Request*> preempted_after;  // preempted for room since the pass
+  } last_pass_;
 };
 
 }  // namespace brisk

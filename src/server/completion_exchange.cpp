@@ -30,11 +30,11 @@ bool is_reportable(FinishReason reason) {
 
 CompletionExchange::CompletionExchange(std::shared_ptr<HttpSession> session,
                                        CompletionParams params, std::string model_name,
-                                       StepScheduler& scheduler, const Engine& engine)
+                                       EngineLoop& engine_loop, const Engine& engine)
     : session_(std::move(session)),
       params_(std::move(params)),
       model_name_(std::move(model_name)),
-      scheduler_(scheduler),
+      engine_loop_(engine_loop),
       id_(next_completion_id(params_.kind)),
       created_(std::chrono::duration_cast<std::chrono::seconds>(
                    std::chrono::system_clock::now().time_since_epoch())
@@ -52,11 +52,11 @@ void CompletionExchange::attach(const std::shared_ptr<Request>& request) {
 void CompletionExchange::begin() {
   if (params_.stream) session_->begin_event_stream(200, "text/event-stream");
   std::weak_ptr<Request> weak_request = request_;
-  StepScheduler* scheduler = &scheduler_;
-  session_->watch_for_disconnect([weak_request, scheduler] {
+  EngineLoop* engine_loop = &engine_loop_;
+  session_->watch_for_disconnect([weak_request, engine_loop] {
     if (auto request = weak_request.lock()) {
       request->cancelled = true;
-      scheduler->wake();
+      engine_loop->wake();
     }
   });
 }
@@ -69,7 +69,7 @@ void CompletionExchange::on_update(const GenerationUpdate& update) {
   } catch (const std::exception& e) {
     spdlog::error("request {}: writing its response failed: {}", id_, e.what());
     request_->cancelled = true;
-    scheduler_.wake();
+    engine_loop_.wake();
     session_->abort();
     request_.reset();
     return;

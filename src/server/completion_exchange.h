@@ -4,7 +4,7 @@
 #include <string>
 
 #include "sched/request.h"
-#include "sched/step_scheduler.h"
+#include "sched/engine_loop.h"
 #include "server/completion_params.h"
 #include "server/http_session.h"
 #include "server/logprobs_json.h"
@@ -17,7 +17,7 @@ namespace brisk {
 class CompletionExchange : public std::enable_shared_from_this<CompletionExchange> {
  public:
   CompletionExchange(std::shared_ptr<HttpSession> session, CompletionParams params,
-                     std::string model_name, StepScheduler& scheduler, const Engine& engine);
+                     std::string model_name, EngineLoop& engine_loop, const Engine& engine);
 
   // Links the request to this exchange; call before submitting it.
   void attach(const std::shared_ptr<Request>& request);
@@ -39,7 +39,7 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   std::shared_ptr<HttpSession> session_;
   CompletionParams params_;
   std::string model_name_;
-  StepScheduler& scheduler_;
+  EngineLoop& engine_loop_;
   std::shared_ptr<Request> request_;  // dropped on the final update (breaks the cycle)
   std::string id_;
   int64_t created_ = 0;

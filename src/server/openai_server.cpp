@@ -58,10 +58,10 @@ constexpr Route kRoutes[] = {
 
 }  // namespace
 
-OpenAiServer::OpenAiServer(Engine& engine, StepScheduler& scheduler, ServingMetrics& metrics,
+OpenAiServer::OpenAiServer(Engine& engine, EngineLoop& engine_loop, ServingMetrics& metrics,
                            ServerOptions options)
     : engine_(engine),
-      scheduler_(scheduler),
+      engine_loop_(engine_loop),
       metrics_(metrics),
       options_(std::move(options)),
       acceptor_(io_),
@@ -131,7 +131,7 @@ void OpenAiServer::run_io() {
 }
 
 void OpenAiServer::drain() {
-  scheduler_.shutdown(options_.drain_timeout);
+  engine_loop_.shutdown(options_.drain_timeout);
   // Every request has its final update; let the responses reach their clients.
   const TimePoint deadline = Clock::now() + std::chrono::seconds(2);
   while (connections_.busy() > 0 && Clock::now() < deadline) {
@@ -251,7 +251,7 @@ void OpenAiServer::handle(HttpRequest&& request, const std::shared_ptr<HttpSessi
           json_response(http::status::service_unavailable, {{"status", "draining"}}));
     }
     // A full queue answers 429 to every new request: a balancer should send them elsewhere.
-    if (scheduler_.stats().queue_full()) {
+    if (engine_loop_.stats().queue_full()) {
       return session->respond(
           json_response(http::status::service_unavailable, {{"status", "queue_full"}}));
     }
@@ -260,7 +260,7 @@ void OpenAiServer::handle(HttpRequest&& request, const std::shared_ptr<HttpSessi
   if (path == "/metrics") {
     HttpResponse response{http::status::ok, 11};
     response.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-    const SchedulerStats stats = scheduler_.stats();
+    const SchedulerStats stats = engine_loop_.stats();
     response.body() = metrics_.render_prometheus(stats) + connections_.render_prometheus();
     if (options_.vllm_metrics) {
       response.body() += ServingMetrics::render_vllm_compat(stats, options_.model_name);
@@ -268,7 +268,7 @@ void OpenAiServer::handle(HttpRequest&& request, const std::shared_ptr<HttpSessi
     return session->respond(std::move(response));
   }
   if (path == "/debug/scheduler") {
-    return session->respond(json_response(http::status::ok, scheduler_json(scheduler_.snapshot())));
+    return session->respond(json_response(http::status::ok, scheduler_json(engine_loop_.snapshot())));
   }
   if (path == "/v1/models") return session->respond(models_response());
   if (path == "/tokenize") return session->respond(handle_tokenize(request));
@@ -318,10 +318,10 @@ void OpenAiServer::handle_completion(const HttpRequest& http_request, Completion
   request->deadline_ms = params.deadline_ms;
   request->arrival = arrival;
   auto exchange = std::make_shared<CompletionExchange>(session, std::move(params),
-                                                       options_.model_name, scheduler_, engine_);
+                                                       options_.model_name, engine_loop_, engine_);
   exchange->attach(request);
   double estimated_wait_ms = 0;
-  const SubmitStatus status = scheduler_.submit(request, &estimated_wait_ms);
+  const SubmitStatus status = engine_loop_.submit(request, &estimated_wait_ms);
   if (status == SubmitStatus::accepted) return exchange->begin();
 
   request->on_update = nullptr;  // the exchange will never hear from this request
@@ -338,16 +338,16 @@ void OpenAiServer::handle_completion(const HttpRequest& http_request, Completion
       error.message = fmt::format(
           "the prompts waiting in the server's queue already hold more than {} tokens "
           "(--max-queued-tokens); retry after a short wait",
-          scheduler_.options().max_queued_tokens);
+          engine_loop_.options().max_queued_tokens);
     } else {
       // When enough of the work ahead should be done for a new request to start in time.
-      const double over_ms = estimated_wait_ms - scheduler_.options().max_queue_delay_ms;
+      const double over_ms = estimated_wait_ms - engine_loop_.options().max_queue_delay_ms;
       retry_after_s = std::max(1, static_cast<int>(std::ceil(over_ms / 1000.0)));
       error.code = "queue_delay";
       error.message = fmt::format(
           "this request would wait about {:.0f} ms before it starts, more than the server's "
           "limit of {:.0f} ms (--max-queue-delay-ms); retry in {} s",
-          estimated_wait_ms, scheduler_.options().max_queue_delay_ms, retry_after_s);
+          estimated_wait_ms, engine_loop_.options().max_queue_delay_ms, retry_after_s);
     }
     HttpResponse response = reject(error, error.code);
     response.set(http::field::retry_after, std::to_string(retry_after_s));

@@ -9,7 +9,7 @@
 
 #include "engine/engine.h"
 #include "sched/serving_metrics.h"
-#include "sched/step_scheduler.h"
+#include "sched/engine_loop.h"
 #include "server/api_error.h"
 #include "server/completion_params.h"
 #include "server/connection_limiter.h"
@@ -33,10 +33,10 @@ struct ServerOptions {
 };
 
 // The OpenAI-compatible HTTP front: routes, authentication, validation and admission.
-// Generation itself is the scheduler's; this class only turns HTTP into Requests and back.
+// Generation itself is the engine loop's; this class only turns HTTP into Requests and back.
 class OpenAiServer {
  public:
-  OpenAiServer(Engine& engine, StepScheduler& scheduler, ServingMetrics& metrics,
+  OpenAiServer(Engine& engine, EngineLoop& engine_loop, ServingMetrics& metrics,
                ServerOptions options);
 
   bool listen(std::string* error);
@@ -65,7 +65,7 @@ class OpenAiServer {
   HttpResponse reject(const ApiError& error, const std::string& reason);
 
   Engine& engine_;
-  StepScheduler& scheduler_;
+  EngineLoop& engine_loop_;
   ServingMetrics& metrics_;
   ServerOptions options_;
   net::io_context io_;

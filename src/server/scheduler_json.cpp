@@ -23,12 +23,14 @@ nlohmann::json sequence_json(const SequenceView& sequence, TimePoint now) {
 }  // namespace
 
 nlohmann::json scheduler_json(const SchedulerSnapshot& snapshot) {
-  const TimePoint now = Clock::now();
+  const TimePoint now = snapshot.taken_at;
   nlohmann::json running = nlohmann::json::array();
   for (const auto& sequence : snapshot.running) running.push_back(sequence_json(sequence, now));
   nlohmann::json preempted = nlohmann::json::array();
   for (const auto& sequence : snapshot.preempted) {
-    preempted.push_back(sequence_json(sequence, now));
+    nlohmann::json view = sequence_json(sequence, now);
+    view["waiting_reason"] = wait_reason_name(sequence.waiting_reason);
+    preempted.push_back(std::move(view));
   }
   nlohmann::json waiting = nlohmann::json::array();
   for (const auto& request : snapshot.waiting) {
@@ -36,7 +38,8 @@ nlohmann::json scheduler_json(const SchedulerSnapshot& snapshot) {
                        {"priority", request.priority},
                        {"prompt_tokens", request.prompt_tokens},
                        {"waited_ms", round_ms(request.waited_ms)},
-                       {"deadline_ms", request.deadline_ms}});
+                       {"deadline_ms", request.deadline_ms},
+                       {"waiting_reason", wait_reason_name(request.reason)}});
   }
   const auto& kv = snapshot.kv;
   return {

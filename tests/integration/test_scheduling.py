@@ -234,7 +234,7 @@ def test_bad_scheduling_fields_get_a_400_naming_them(brisk, body, headers, param
 
 def test_debug_scheduler_shows_the_queue_the_running_set_and_the_kv_map(brisk_priority):
     """GET /debug/scheduler (what brisk doctor reads): with the only sequence streaming, a second
-    request waits for a free sequence, and /metrics says so too."""
+    request waits for a free sequence, says so itself, and /metrics says so too."""
     server = brisk_priority
     started, running = _stream_in_background(
         server, {"prompt": "Busy:", "max_tokens": 120, "ignore_eos": True, "stream": True,
@@ -245,7 +245,9 @@ def test_debug_scheduler_shows_the_queue_the_running_set_and_the_kv_map(brisk_pr
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         snapshot = httpx.get(server.base_url + "/debug/scheduler", timeout=10).json()
-        if snapshot["waiting_total"] == 1:
+        # Submitted during a step, a request is not_yet_considered until the next one starts.
+        if (snapshot["waiting_total"] == 1
+                and snapshot["waiting"][0]["waiting_reason"] != "not_yet_considered"):
             break
         time.sleep(0.05)
     metrics = get_metrics(server)
@@ -255,6 +257,7 @@ def test_debug_scheduler_shows_the_queue_the_running_set_and_the_kv_map(brisk_pr
     assert snapshot["waiting"][0]["prompt_tokens"] > 0 and snapshot["waiting"][0]["priority"] == 2
     assert len(snapshot["running"]) == 1 and snapshot["running"][0]["phase"] == "decode", snapshot
     assert snapshot["admission_blocked"] == "no_free_sequence", snapshot
+    assert snapshot["waiting"][0]["waiting_reason"] == "no_free_sequence", snapshot
     kv = snapshot["kv"]
     assert kv["running_cells"] >= snapshot["running"][0]["kv_cells"] > 0, kv
     assert kv["capacity_cells"] == kv["used_cells"] + (kv["capacity_cells"] - kv["used_cells"])

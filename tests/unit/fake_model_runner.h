@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engine/model_runner.h"
+#include "fake_clock.h"
 
 namespace brisk::testing {
 
@@ -85,7 +86,11 @@ class FakeModelRunner final : public ModelRunner {
     max_cells_used_ = std::max(max_cells_used_, used + static_cast<int>(batch_.size()));
     max_batch_ = std::max(max_batch_, static_cast<int>(batch_.size()));
     const auto delay = step_delay + token_delay * static_cast<int>(batch_.size());
-    if (delay.count() > 0) std::this_thread::sleep_for(delay);
+    if (clock) {
+      clock->advance(delay);
+    } else if (delay.count() > 0) {
+      std::this_thread::sleep_for(delay);
+    }
     return DecodeStatus::ok;
   }
   void synchronize() override {}
@@ -143,6 +148,7 @@ class FakeModelRunner final : public ModelRunner {
   std::function<void(int n)> before_decode;
   std::chrono::microseconds step_delay{0};   // each decode takes this
   std::chrono::microseconds token_delay{0};  // and this per token of its batch
+  FakeClock* clock = nullptr;                // if set, the delays move it instead of sleeping
   int sliding_window = 0;
   bool drop_window_cells = false;
 

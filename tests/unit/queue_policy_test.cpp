@@ -132,7 +132,10 @@ TEST(StepSchedulerPolicy, AHigherPriorityPreemptsTheLowestRunningAndStreamsStayE
 TEST(StepSchedulerPolicy, ARequestPastItsDeadlineIsDroppedUncomputed) {
   FakeModelRunner runner(4096);
   runner.step_delay = std::chrono::milliseconds(5);
-  SchedulerRun run(runner, with_policy(SchedulingPolicy::fcfs, 1));
+  FakeClock clock;
+  SchedulerOptions opts = with_policy(SchedulingPolicy::fcfs, 1);
+  use_fake_clock(clock, runner, opts);
+  SchedulerRun run(runner, opts);
   std::vector<Job> work = {job(1, 20, 60), job(100, 20, 10)};
   work[1].deadline_ms = 50;  // the first holds the only sequence for 60 steps of 5 ms
   const auto outcomes = run.all(work);
@@ -142,6 +145,30 @@ TEST(StepSchedulerPolicy, ARequestPastItsDeadlineIsDroppedUncomputed) {
   EXPECT_NE(outcomes[1].error.find("deadline"), std::string::npos) << outcomes[1].error;
   EXPECT_EQ(run.metric("brisk_requests_finished_total{finished_reason=\"deadline\"}"), 1);
   EXPECT_EQ(runner.decodes(), 60) << "the first request's prefill and 59 decodes: the dropped one was never prefilled";
+}
+
+// Under a steady stream of priority-0 requests, a priority-3 one starts once it has waited
+// 3 x --priority-aging-ms (and then ties with newcomers, and arrived first); without aging it
+// would wait for the stream to end. Driven a step at a time on a fake clock.
+int steps_until_low_priority_starts(double priority_aging_ms) {
+  SchedulerOptions opts = with_policy(SchedulingPolicy::priority, 1);
+  opts.queue_policy.priority_aging_ms = priority_aging_ms;
+  SteppedScheduler run(opts);
+  run.submit(0, 8, 1, /*priority=*/3);
+  for (int step = 1; step <= 40; ++step) {
+    run.submit(static_cast<uint64_t>(step), 8, 1, /*priority=*/0);
+    run.step();
+    if (run.outcome(0).completion_tokens > 0) return step;
+    run.advance(std::chrono::milliseconds(50));
+  }
+  return -1;
+}
+
+TEST(StepSchedulerPolicy, AgingStartsALowPriorityRequestUnderAStreamOfHigherOnes) {
+  const int step = steps_until_low_priority_starts(100);
+  EXPECT_GE(step, 7) << "it overtook priority-0 requests before aging 300 ms";
+  EXPECT_LE(step, 9);
+  EXPECT_EQ(steps_until_low_priority_starts(0), -1) << "without aging it starts only at the end";
 }
 
 }  // namespace

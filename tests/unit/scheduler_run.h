@@ -1,12 +1,13 @@
 #pragma once
 
-// A harness for the scheduler's tests: jobs submitted to a StepScheduler on a FakeModelRunner,
+// A harness for the scheduler's tests: jobs submitted to an EngineLoop on a FakeModelRunner,
 // and what each stream received.
 
 #include <gtest/gtest.h>
 
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -16,6 +17,8 @@
 #include <vector>
 
 #include "fake_model_runner.h"
+#include "fake_clock.h"
+#include "sched/engine_loop.h"
 #include "sched/step_scheduler.h"
 
 namespace brisk::testing {
@@ -38,11 +41,11 @@ struct Job {
   int submit_before_decode = 0;  // all(): submitted on the engine thread before decode n (0: at once)
 };
 
-// A StepScheduler on a fake runner, and what each request's stream received.
+// An EngineLoop (and its StepScheduler) on a fake runner, and what each request's stream received.
 class SchedulerRun {
  public:
   SchedulerRun(FakeModelRunner& runner, SchedulerOptions options)
-      : runner_(runner), scheduler_(runner, options, metrics_) {}
+      : runner_(runner), clock_(options.clock), scheduler_(runner, options, metrics_) {}
 
   // Submits every job at once and waits until all have finished. `on_token(i)` runs on the
   // engine thread with each update of request i that carries tokens.
@@ -108,7 +111,7 @@ class SchedulerRun {
     request->sampling = job.sampling;
     request->priority = job.priority;
     request->deadline_ms = job.deadline_ms;
-    request->arrival = Clock::now();
+    request->arrival = clock_();
     request->on_update = [this, i, on_token](GenerationUpdate&& update) {
       if (on_token && update.completion_tokens > 0) on_token(i);
       std::lock_guard lock(mutex_);
@@ -139,13 +142,71 @@ class SchedulerRun {
   }
 
   FakeModelRunner& runner_;
+  const std::function<TimePoint()> clock_;
   ServingMetrics metrics_;
-  StepScheduler scheduler_;
+  EngineLoop scheduler_;
   std::mutex mutex_;
   std::condition_variable done_;
   std::vector<Outcome> outcomes_;
   int remaining_ = 0;
   int finished_ = 0;
+};
+
+// The scheduler alone on the test's thread, one step per call, on a fake clock that moves only
+// when the test advances it: no engine thread, no sleeping.
+class SteppedScheduler {
+ public:
+  explicit SteppedScheduler(SchedulerOptions options, int context = 4096)
+      : runner_(context),
+        scheduler_(runner_, with_clock(std::move(options)), metrics_,
+                   [this](SchedulerReport&& report) { report_ = std::move(report); }) {}
+
+  // Request `id` arrives now with a prompt of `prompt_tokens` distinct tokens.
+  void submit(uint64_t id, int prompt_tokens, int max_tokens, int priority = 0,
+              double deadline_ms = 0) {
+    auto request = std::make_shared<Request>();
+    request->id = id;
+    request->prompt_tokens.resize(static_cast<size_t>(prompt_tokens));
+    std::iota(request->prompt_tokens.begin(), request->prompt_tokens.end(),
+              static_cast<Token>(1 + 11 * id));
+    request->max_tokens = max_tokens;
+    request->sampling.temperature = 0;
+    request->ignore_eos = true;
+    request->priority = priority;
+    request->deadline_ms = deadline_ms;
+    request->arrival = clock_.now();
+    request->on_update = [this, id](GenerationUpdate&& update) {
+      GenerationUpdate& last = updates_[id];
+      const std::string text = last.text + update.text;
+      last = std::move(update);
+      last.text = text;
+    };
+    scheduler_.enqueue(std::move(request));
+  }
+  void step() { scheduler_.step(); }
+  void advance(Clock::duration by) { clock_.advance(by); }
+
+  // What request `id` has received so far (its final update once it finished).
+  GenerationUpdate outcome(uint64_t id) const {
+    auto it = updates_.find(id);
+    return it == updates_.end() ? GenerationUpdate{} : it->second;
+  }
+  const FakeModelRunner& runner() const { return runner_; }
+  // What the scheduler last reported for GET /debug/scheduler.
+  const SchedulerSnapshot& snapshot() const { return report_.snapshot; }
+
+ private:
+  SchedulerOptions with_clock(SchedulerOptions options) {
+    options.clock = clock_.function();
+    return options;
+  }
+
+  FakeClock clock_;
+  FakeModelRunner runner_;
+  ServingMetrics metrics_;
+  StepScheduler scheduler_;
+  std::map<uint64_t, GenerationUpdate> updates_;
+  SchedulerReport report_;
 };
 
 inline std::vector<Job> jobs(int count, int prompt_tokens, int max_tokens, SamplingParams sampling) {
@@ -171,6 +232,12 @@ inline SamplingParams seeded(uint32_t seed) {
   SamplingParams params;
   params.seed = seed;
   return params;
+}
+
+// Decodes advance `clock` by the runner's delays, and the scheduler reads it.
+inline void use_fake_clock(FakeClock& clock, FakeModelRunner& runner, SchedulerOptions& options) {
+  runner.clock = &clock;
+  options.clock = clock.function();
 }
 
 inline SchedulerOptions options(int max_seqs, int max_batched_tokens = 64) {

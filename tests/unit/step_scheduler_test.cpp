@@ -1,7 +1,7 @@
 // The scheduler on a fake model (fake_model_runner.h): KV accounted as used, preemption and
 // recompute, retries when the runner finds no KV room, and the drain.
 
-#include "sched/step_scheduler.h"
+#include "sched/engine_loop.h"
 
 #include <gtest/gtest.h>
 
@@ -95,7 +95,7 @@ int short_first_token_step(int long_prefill_tokens, int* long_first_token_step) 
   SchedulerOptions opts = options(4, 256);
   opts.long_prefill_tokens = long_prefill_tokens;
   ServingMetrics metrics;
-  StepScheduler scheduler(runner, opts, metrics);
+  EngineLoop scheduler(runner, opts, metrics);
   std::mutex mutex;
   std::condition_variable cv;
   std::vector<int> first_token_step(2, -1);
@@ -168,8 +168,10 @@ TEST(StepScheduler, StepTargetHoldsExceptForABurstOfShortPrompts) {
     SchedulerOptions opts = options(12, 512);
     opts.max_step_ms = 5;  // beside one decode, room for about 15 prompt tokens
     opts.long_prefill_tokens = 256;
+    FakeClock clock;
+    use_fake_clock(clock, runner, opts);
     ServingMetrics metrics;
-    StepScheduler scheduler(runner, opts, metrics);
+    EngineLoop scheduler(runner, opts, metrics);
     std::mutex mutex;
     std::condition_variable cv;
     int finished = 0;
@@ -179,7 +181,7 @@ TEST(StepScheduler, StepTargetHoldsExceptForABurstOfShortPrompts) {
       request->prompt_tokens.assign(static_cast<size_t>(prompt_tokens), 9);
       request->max_tokens = max_tokens;
       request->sampling = greedy();
-      request->arrival = Clock::now();
+      request->arrival = clock.now();
       request->on_update = [&](GenerationUpdate&& update) {
         std::lock_guard lock(mutex);
         if (update.finished() && ++finished == total) cv.notify_all();
@@ -225,8 +227,10 @@ LongAmongShorts prefill_long_among_shorts(int long_tokens, int first_short_step,
   SchedulerOptions opts = options(64, 512);
   opts.max_step_ms = 5;
   opts.long_prefill_tokens = 256;
+  FakeClock clock;
+  use_fake_clock(clock, runner, opts);
   ServingMetrics metrics;
-  StepScheduler scheduler(runner, opts, metrics);
+  EngineLoop scheduler(runner, opts, metrics);
   std::mutex mutex;
   std::condition_variable cv;
   const int total = 2 + last_short_step - first_short_step + 1;
@@ -240,7 +244,7 @@ LongAmongShorts prefill_long_among_shorts(int long_tokens, int first_short_step,
     request->prompt_tokens.assign(static_cast<size_t>(prompt_tokens), 7 + index % 50);
     request->max_tokens = 1;
     request->sampling = greedy();
-    request->arrival = Clock::now();
+    request->arrival = clock.now();
     request->on_update = [&, index](GenerationUpdate&& update) {
       std::lock_guard lock(mutex);
       auto& step = result.first_token_step[static_cast<size_t>(index)];
@@ -281,48 +285,71 @@ TEST(StepScheduler, AStreamOfShortPromptsDoesNotStarveALongOne) {
   }
 }
 
+// A request with `prompt_tokens` and `max_tokens` (named) that arrives now.
+std::shared_ptr<Request> request_at(TimePoint now, int prompt_tokens, int max_tokens,
+                                    UpdateSink on_update = [](GenerationUpdate&&) {}) {
+  auto request = std::make_shared<Request>();
+  request->prompt_tokens.assign(static_cast<size_t>(prompt_tokens), 3);
+  request->max_tokens = max_tokens;
+  request->max_tokens_named = true;
+  request->sampling = greedy();
+  request->ignore_eos = true;
+  request->arrival = now;
+  request->on_update = std::move(on_update);
+  return request;
+}
+
+// Runs `loop` until `finished` says so; `act(n)` runs on the engine thread before decode n.
+void run_until(EngineLoop& loop, FakeModelRunner& runner, std::function<void(int)> act,
+               std::function<bool()> finished) {
+  runner.before_decode = std::move(act);
+  loop.start();
+  for (int i = 0; i < 10000 && !finished(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(finished()) << "the scenario never finished";
+  loop.shutdown(std::chrono::seconds(10));
+}
+
 // A request that would wait past --max-queue-delay-ms is refused at submit, with the estimate.
 TEST(StepScheduler, RefusesWhatWouldWaitTooLong) {
   FakeModelRunner runner(100000);
   runner.step_delay = std::chrono::milliseconds(3);
+  FakeClock clock;
   SchedulerOptions opts = options(1, 64);
   opts.max_queue_delay_ms = 50;
+  use_fake_clock(clock, runner, opts);
   ServingMetrics metrics;
-  StepScheduler scheduler(runner, opts, metrics);
-  std::mutex mutex;
-  std::condition_variable cv;
-  int finished = 0;
-  auto request_of = [&](int prompt_tokens, int max_tokens) {
-    auto request = std::make_shared<Request>();
-    request->prompt_tokens.assign(static_cast<size_t>(prompt_tokens), 3);
-    request->max_tokens = max_tokens;
-    request->sampling = greedy();
-    request->arrival = Clock::now();
-    request->on_update = [&](GenerationUpdate&& update) {
-      std::lock_guard lock(mutex);
-      if (update.finished()) ++finished;
-      cv.notify_all();
-    };
-    return request;
-  };
-  scheduler.start();
-  // Learn the costs: 64-token prompt chunks at ~3 ms per step.
-  ASSERT_EQ(scheduler.submit(request_of(640, 2)), SubmitStatus::accepted);
-  {
-    std::unique_lock lock(mutex);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return finished == 1; }));
-  }
-  // One sequence, busy for ~200 steps: the next request would wait ~600 ms.
-  ASSERT_EQ(scheduler.submit(request_of(8, 200)), SubmitStatus::accepted);
+  EngineLoop loop(runner, opts, metrics);
+  std::atomic<int> busy_tokens{0};
+  auto busy = request_at(clock.now(), 8, 200,
+                         [&](GenerationUpdate&& u) { busy_tokens = u.completion_tokens; });
+  // Learn the costs first: 64-token prompt chunks at 3 ms a step; then one sequence, busy for
+  // ~200 steps: requests behind it would wait ~600 ms.
+  ASSERT_EQ(loop.submit(request_at(clock.now(), 640, 2,
+                                   [&](GenerationUpdate&& u) {
+                                     if (u.finished()) {
+                                       busy->arrival = clock.now();
+                                       EXPECT_EQ(loop.submit(busy), SubmitStatus::accepted);
+                                     }
+                                   })),
+            SubmitStatus::accepted);
+  std::atomic<bool> done{false};
   double wait_ms = 0;
   SubmitStatus status = SubmitStatus::accepted;
-  for (int i = 0; i < 200 && status == SubmitStatus::accepted; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    status = scheduler.submit(request_of(640, 1), &wait_ms);
-  }
+  run_until(
+      loop, runner,
+      [&](int) {
+        if (busy_tokens < 3 || done) return;
+        for (int i = 0; i < 50 && status == SubmitStatus::accepted; ++i) {
+          status = loop.submit(request_at(clock.now(), 640, 1), &wait_ms);
+        }
+        busy->cancelled = true;
+        done = true;
+      },
+      [&] { return done.load(); });
   EXPECT_EQ(status, SubmitStatus::queue_delay);
   EXPECT_GT(wait_ms, 50);
-  scheduler.shutdown(std::chrono::seconds(30));
 }
 
 // Under load from a cold start nothing has finished, so no hold time is measured: a request
@@ -333,39 +360,33 @@ TEST(StepScheduler, BeforeAnythingFinishedTheWaitForASequenceComesFromMaxTokens)
   for (const bool named : {true, false}) {
     FakeModelRunner runner(100000);
     runner.step_delay = std::chrono::milliseconds(3);
+    FakeClock clock;
     SchedulerOptions opts = options(1, 64);
     opts.max_queue_delay_ms = 100;
+    use_fake_clock(clock, runner, opts);
     ServingMetrics metrics;
-    StepScheduler scheduler(runner, opts, metrics);
-    std::atomic<int> tokens{0};
-    auto busy = std::make_shared<Request>();
-    busy->prompt_tokens.assign(8, 3);
-    busy->max_tokens = 300;  // ~900 ms of 3 ms steps
+    EngineLoop loop(runner, opts, metrics);
+    auto busy = request_at(clock.now(), 8, 300);  // ~900 ms of 3 ms steps
     busy->max_tokens_named = named;
-    busy->sampling = greedy();
-    busy->ignore_eos = true;
-    busy->arrival = Clock::now();
-    busy->on_update = [&](GenerationUpdate&& update) { tokens = update.completion_tokens; };
-    scheduler.start();
-    ASSERT_EQ(scheduler.submit(busy), SubmitStatus::accepted);
-    while (tokens < 20) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    auto newcomer = std::make_shared<Request>();
-    newcomer->prompt_tokens.assign(8, 4);
-    newcomer->max_tokens = 1;
-    newcomer->sampling = greedy();
-    newcomer->arrival = Clock::now();
-    newcomer->on_update = [](GenerationUpdate&&) {};
+    ASSERT_EQ(loop.submit(busy), SubmitStatus::accepted);
+    std::atomic<bool> done{false};
     double wait_ms = 0;
-    const SubmitStatus status = scheduler.submit(newcomer, &wait_ms);
+    SubmitStatus status = SubmitStatus::accepted;
+    run_until(
+        loop, runner,
+        [&](int n) {
+          if (n != 22) return;  // 20 tokens in
+          status = loop.submit(request_at(clock.now(), 8, 1), &wait_ms);
+          busy->cancelled = true;
+          done = true;
+        },
+        [&] { return done.load(); });
     if (named) {
       EXPECT_EQ(status, SubmitStatus::queue_delay) << "estimated " << wait_ms << " ms";
       EXPECT_GT(wait_ms, 400);
     } else {
       EXPECT_EQ(status, SubmitStatus::accepted) << "a request without max_tokens was guessed at";
     }
-    busy->cancelled = true;
-    scheduler.wake();
-    scheduler.shutdown(std::chrono::seconds(10));
   }
 }
 
@@ -376,40 +397,135 @@ TEST(StepScheduler, BeforeAnythingFinishedTheWaitForASequenceComesFromMaxTokens)
 TEST(StepScheduler, OneSlowFirstStepRefusesNobody) {
   FakeModelRunner runner(100000);
   runner.step_delay = std::chrono::milliseconds(3);
-  runner.before_decode = [](int n) {
-    if (n == 2) std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  };
+  FakeClock clock;
   SchedulerOptions opts = options(1, 64);
   opts.max_queue_delay_ms = 5000;  // the stream below holds its sequence ~1 s
+  use_fake_clock(clock, runner, opts);
   ServingMetrics metrics;
-  StepScheduler scheduler(runner, opts, metrics);
-  std::atomic<int> tokens{0};
-  auto busy = std::make_shared<Request>();
-  busy->prompt_tokens.assign(8, 3);
-  busy->max_tokens = 300;
-  busy->max_tokens_named = true;
-  busy->sampling = greedy();
-  busy->ignore_eos = true;
-  busy->arrival = Clock::now();
-  busy->on_update = [&](GenerationUpdate&& update) { tokens = update.completion_tokens; };
-  scheduler.start();
-  ASSERT_EQ(scheduler.submit(busy), SubmitStatus::accepted);
-  while (tokens < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  for (int i = 0; i < 2; ++i) {
-    auto newcomer = std::make_shared<Request>();
-    newcomer->prompt_tokens.assign(8, 4);
-    newcomer->max_tokens = 4;
-    newcomer->max_tokens_named = true;
-    newcomer->sampling = greedy();
-    newcomer->arrival = Clock::now();
-    newcomer->on_update = [](GenerationUpdate&&) {};
-    double wait_ms = 0;
-    EXPECT_EQ(scheduler.submit(newcomer, &wait_ms), SubmitStatus::accepted)
-        << "newcomer " << i << " refused on an estimated " << wait_ms << " ms";
+  EngineLoop loop(runner, opts, metrics);
+  auto busy = request_at(clock.now(), 8, 300);
+  ASSERT_EQ(loop.submit(busy), SubmitStatus::accepted);
+  std::atomic<bool> done{false};
+  std::vector<SubmitStatus> statuses;
+  std::vector<double> waits(2, 0);
+  run_until(
+      loop, runner,
+      [&](int n) {
+        if (n == 2) clock.advance(std::chrono::milliseconds(300));  // the slow first decode
+        if (n != 5) return;  // 3 tokens in
+        for (size_t i = 0; i < 2; ++i) {
+          statuses.push_back(loop.submit(request_at(clock.now(), 8, 4), &waits[i]));
+        }
+        busy->cancelled = true;
+        done = true;
+      },
+      [&] { return done.load(); });
+  ASSERT_EQ(statuses.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(statuses[i], SubmitStatus::accepted)
+        << "newcomer " << i << " refused on an estimated " << waits[i] << " ms";
   }
-  busy->cancelled = true;
-  scheduler.wake();
-  scheduler.shutdown(std::chrono::seconds(10));
+}
+
+// Driven a step at a time on a fake clock: a request whose deadline passes while it waits for
+// the only sequence is dropped with FinishReason::deadline, never computed, and its timings are
+// the clock's to the microsecond.
+TEST(StepScheduler, ADeadlinePassedInTheQueueDropsTheRequestUncomputed) {
+  SteppedScheduler run(options(1));
+  run.submit(0, 20, 100);  // holds the only sequence for 100 steps
+  run.submit(1, 20, 10, 0, /*deadline_ms=*/50);
+  run.step();
+  run.advance(std::chrono::milliseconds(49));
+  run.step();
+  EXPECT_FALSE(run.outcome(1).finished()) << "dropped before its deadline";
+  run.advance(std::chrono::milliseconds(2));
+  run.step();
+  const GenerationUpdate dropped = run.outcome(1);
+  EXPECT_EQ(dropped.finish_reason, FinishReason::deadline);
+  EXPECT_EQ(dropped.completion_tokens, 0);
+  EXPECT_DOUBLE_EQ(dropped.timings.queue_ms, 51.0);
+  EXPECT_EQ(run.runner().max_sequences_in_a_step(), 1) << "the dropped request was computed";
+  EXPECT_FALSE(run.outcome(0).finished());
+}
+
+// GET /debug/scheduler says why each waiting request is not running.
+std::map<uint64_t, std::string> waiting_reasons(const SchedulerSnapshot& snapshot) {
+  std::map<uint64_t, std::string> out;
+  for (const WaitingView& waiting : snapshot.waiting) {
+    out[waiting.id] = wait_reason_name(waiting.reason);
+  }
+  for (const SequenceView& preempted : snapshot.preempted) {
+    out[preempted.id] = wait_reason_name(preempted.waiting_reason);
+  }
+  return out;
+}
+
+TEST(StepSchedulerWaitingReasons, EveryRequestWaitsForAFreeSequence) {
+  SteppedScheduler run(options(1));
+  for (uint64_t id = 0; id < 3; ++id) run.submit(id, 20, 10);
+  run.step();
+  EXPECT_EQ(run.snapshot().admission_blocked, AdmissionBlock::no_free_sequence);
+  const std::map<uint64_t, std::string> want = {{1, "no_free_sequence"}, {2, "no_free_sequence"}};
+  EXPECT_EQ(waiting_reasons(run.snapshot()), want);
+}
+
+// The request that does not fit waits for room; the small one behind it does not overtake it.
+TEST(StepSchedulerWaitingReasons, TheNextWaitsForRoomAndTheRestBehindIt) {
+  SteppedScheduler run(options(4, 512), /*context=*/200);
+  run.submit(0, 150, 40);
+  run.submit(1, 100, 4);
+  run.submit(2, 10, 4);
+  run.step();
+  EXPECT_EQ(run.snapshot().admission_blocked, AdmissionBlock::kv_cache_full);
+  const std::map<uint64_t, std::string> want = {{1, "kv_cache_full"}, {2, "behind_others"}};
+  EXPECT_EQ(waiting_reasons(run.snapshot()), want);
+}
+
+TEST(StepSchedulerWaitingReasons, ALongPromptWaitsForItsTurnAndOthersForTheBudget) {
+  SchedulerOptions opts = options(4, 64);
+  opts.long_prefill_tokens = 16;
+  SteppedScheduler run(opts);
+  run.submit(0, 100, 4);  // long: prefilled first
+  run.submit(1, 100, 4);  // long: waits for the first
+  run.step();
+  EXPECT_EQ(waiting_reasons(run.snapshot()),
+            (std::map<uint64_t, std::string>{{1, "long_prefill_turn"}}));
+
+  SteppedScheduler busy(options(4, 64));  // no long prompts: the first takes the whole budget
+  busy.submit(0, 100, 4);
+  busy.submit(1, 10, 4);
+  busy.step();
+  EXPECT_EQ(waiting_reasons(busy.snapshot()),
+            (std::map<uint64_t, std::string>{{1, "step_budget"}}));
+}
+
+// A request the engine thread has not seen yet (submitted during a step) says so.
+TEST(StepSchedulerWaitingReasons, ARequestSubmittedSinceTheLastStepIsNotYetConsidered) {
+  FakeModelRunner runner(4096);
+  ServingMetrics metrics;
+  EngineLoop loop(runner, options(1), metrics);  // not started: nothing is handed over
+  auto request = std::make_shared<Request>();
+  request->id = 7;
+  request->prompt_tokens.assign(8, 3);
+  request->max_tokens = 1;
+  request->arrival = Clock::now();
+  request->on_update = [](GenerationUpdate&&) {};
+  ASSERT_EQ(loop.submit(request), SubmitStatus::accepted);
+  const SchedulerSnapshot snapshot = loop.snapshot();
+  EXPECT_EQ(snapshot.waiting_total, 1);
+  EXPECT_EQ(waiting_reasons(snapshot),
+            (std::map<uint64_t, std::string>{{7, "not_yet_considered"}}));
+}
+
+// Preempted for room: the preempted request waits for room, ahead of the queue.
+TEST(StepSchedulerWaitingReasons, APreemptedRequestWaitsForRoom) {
+  SteppedScheduler run(options(2), /*context=*/100);
+  run.submit(0, 20, 60);
+  run.submit(1, 20, 60);
+  for (int i = 0; i < 80 && run.snapshot().preempted.empty(); ++i) run.step();
+  ASSERT_EQ(run.snapshot().preempted.size(), 1u) << "the cache never ran out";
+  EXPECT_EQ(waiting_reasons(run.snapshot()),
+            (std::map<uint64_t, std::string>{{1, "kv_cache_full"}}));
 }
 
 }  // namespace

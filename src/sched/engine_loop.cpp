@@ -1,0 +1,147 @@
+#include "sched/engine_loop.h"
+
+namespace brisk {
+
+EngineLoop::EngineLoop(ModelRunner& engine, SchedulerOptions options, ServingMetrics& metrics)
+    : options_(options), scheduler_(engine, options, metrics, [this](SchedulerReport&& report) {
+        receive(std::move(report));
+      }) {}
+
+EngineLoop::~EngineLoop() { shutdown(std::chrono::milliseconds(0)); }
+
+void EngineLoop::start() {
+  engine_thread_ = std::thread([this] { run(); });
+}
+
+SubmitStatus EngineLoop::submit(std::shared_ptr<Request> request, double* estimated_wait_ms) {
+  const int prompt_tokens = static_cast<int>(request->prompt_tokens.size());
+  {
+    std::lock_guard lock(mutex_);
+    if (!accepting_) return SubmitStatus::shutting_down;
+    const int queued_requests = static_cast<int>(submitted_.size()) + report_.waiting;
+    const int queued_tokens = submitted_prompt_tokens_ + report_.waiting_prompt_tokens;
+    if (queued_requests >= options_.max_queued_requests) return SubmitStatus::queue_full;
+    if (options_.max_queued_tokens > 0 && queued_requests > 0 &&
+        queued_tokens + prompt_tokens > options_.max_queued_tokens) {
+      return SubmitStatus::queued_tokens_full;
+    }
+    const double wait_ms = estimate_queue_delay_ms(report_.load, queued_tokens, queued_requests,
+                                                   options_.max_batched_tokens);
+    if (estimated_wait_ms) *estimated_wait_ms = wait_ms;
+    if (options_.max_queue_delay_ms > 0 && wait_ms > options_.max_queue_delay_ms) {
+      return SubmitStatus::queue_delay;
+    }
+    submitted_prompt_tokens_ += prompt_tokens;
+    submitted_.push_back(std::move(request));
+  }
+  work_available_.notify_one();
+  return SubmitStatus::accepted;
+}
+
+void EngineLoop::wake() {
+  {
+    std::lock_guard lock(mutex_);
+    wake_pending_ = true;
+  }
+  work_available_.notify_one();
+}
+
+// The engine thread decides when the drain is over, so nothing admitted before `accepting_`
+// fell is lost.
+void EngineLoop::shutdown(std::chrono::milliseconds drain_timeout) {
+  {
+    std::lock_guard lock(mutex_);
+    accepting_ = false;
+    if (!draining_ || Clock::now() + drain_timeout < drain_deadline_) {
+      drain_deadline_ = Clock::now() + drain_timeout;
+    }
+    draining_ = true;
+  }
+  work_available_.notify_one();
+  if (engine_thread_.joinable()) engine_thread_.join();
+}
+
+SchedulerStats EngineLoop::stats() const {
+  SchedulerStats stats;
+  std::lock_guard lock(mutex_);
+  stats.running = report_.running;
+  stats.waiting = static_cast<int>(submitted_.size()) + report_.waiting + report_.preempted;
+  stats.preempted = report_.preempted;
+  stats.max_waiting = options_.max_queued_requests;
+  stats.admission_blocked = report_.snapshot.admission_blocked;
+  stats.kv_committed_cells = report_.snapshot.kv.committed_cells;
+  stats.prefix_cache_cells = report_.prefix_cache_cells;
+  stats.kv_capacity_cells = scheduler_.kv_capacity_cells();
+  stats.kv_running_cells = report_.kv_running_cells;
+  stats.prefix_cache_sequences = report_.prefix_cache_sequences;
+  stats.kv_cache_usage_ratio =
+      stats.kv_capacity_cells > 0
+          ? static_cast<double>(report_.kv_running_cells) / stats.kv_capacity_cells
+          : 0.0;
+  return stats;
+}
+
+SchedulerSnapshot EngineLoop::snapshot() const {
+  std::lock_guard lock(mutex_);
+  SchedulerSnapshot out = report_.snapshot;
+  const TimePoint now = options_.clock();
+  out.taken_at = now;
+  // Requests handed over since the report are in its count, not yet in its list.
+  out.waiting_total = report_.waiting + static_cast<int>(submitted_.size());
+  for (const auto& request : submitted_) {
+    if (static_cast<int>(out.waiting.size()) >= SchedulerSnapshot::kMaxWaitingShown) break;
+    out.waiting.push_back({request->id, request->priority,
+                           static_cast<int>(request->prompt_tokens.size()), request->arrival,
+                           request->deadline_ms, WaitReason::not_yet_considered});
+  }
+  for (WaitingView& waiting : out.waiting) waiting.waited_ms = ms_between(waiting.arrival, now);
+  return out;
+}
+
+void EngineLoop::receive(SchedulerReport&& report) {
+  std::lock_guard lock(mutex_);
+  report_ = std::move(report);
+}
+
+void EngineLoop::run() {
+  while (wait_for_work()) {
+    try {
+      scheduler_.step();
+    } catch (const std::exception& e) {
+      scheduler_.fail_running(e.what());
+    }
+  }
+  // The drain is over: cancel everything still here.
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& request : submitted_) scheduler_.enqueue(std::move(request));
+    submitted_.clear();
+    submitted_prompt_tokens_ = 0;
+  }
+  scheduler_.cancel_all();
+}
+
+// Blocks while there is nothing to do, then hands the submitted requests to the scheduler; false
+// once the loop should stop: draining, and either out of work or past the drain's deadline.
+bool EngineLoop::wait_for_work() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    const bool idle = scheduler_.idle() && submitted_.empty();
+    if (draining_ && (idle || Clock::now() >= drain_deadline_)) return false;
+    if (!idle || wake_pending_) break;
+    if (draining_) {
+      work_available_.wait_until(lock, drain_deadline_);
+    } else {
+      work_available_.wait(lock);
+    }
+  }
+  wake_pending_ = false;
+  report_.waiting += static_cast<int>(submitted_.size());
+  report_.waiting_prompt_tokens += submitted_prompt_tokens_;
+  for (auto& request : submitted_) scheduler_.enqueue(std::move(request));
+  submitted_.clear();
+  submitted_prompt_tokens_ = 0;
+  return true;
+}
+
+}  // namespace brisk

@@ -1,0 +1,69 @@
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "engine/model_runner.h"
+#include "sched/request.h"
+#include "sched/scheduler_snapshot.h"
+#include "sched/serving_metrics.h"
+#include "sched/step_scheduler.h"
+
+namespace brisk {
+
+enum class SubmitStatus { accepted, queue_full, queue_delay, queued_tokens_full, shutting_down };
+
+// The engine thread and what feeds it: requests submitted from any thread wait here until the
+// engine thread hands them to the StepScheduler at the start of a step; the scheduler's reports
+// are kept for stats(), snapshot() and submit()'s estimate. The drain is decided on the engine
+// thread, which alone knows whether a request is between the queue and the running set.
+class EngineLoop {
+ public:
+  EngineLoop(ModelRunner& engine, SchedulerOptions options, ServingMetrics& metrics);
+  ~EngineLoop();
+
+  void start();
+  // Any thread. Refuses at once when the queue is full, or when the request would wait longer
+  // than max_queue_delay_ms to start, instead of letting latency grow; `estimated_wait_ms`
+  // (optional) receives the estimate.
+  SubmitStatus submit(std::shared_ptr<Request> request, double* estimated_wait_ms = nullptr);
+  // Any thread: makes the engine thread look at cancelled flags now.
+  void wake();
+  // Stops admitting, lets in-flight work finish for up to `drain_timeout`, cancels the rest and
+  // joins the engine thread. A later call may only shorten the drain.
+  void shutdown(std::chrono::milliseconds drain_timeout);
+
+  SchedulerStats stats() const;
+  // Any thread: the running set and KV map as of the last step, and the queue.
+  SchedulerSnapshot snapshot() const;
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  void run();
+  bool wait_for_work();
+  void receive(SchedulerReport&& report);
+
+  const SchedulerOptions options_;
+  StepScheduler scheduler_;  // engine thread only
+
+  mutable std::mutex mutex_;
+  std::condition_variable work_available_;
+  std::deque<std::shared_ptr<Request>> submitted_;  // guarded by mutex_: not handed over yet
+  int submitted_prompt_tokens_ = 0;                 // guarded by mutex_
+  // Guarded by mutex_: the scheduler's last report. Requests handed over are counted in it in
+  // the same critical section that takes them out of submitted_, so stats() never sees a
+  // request nowhere.
+  SchedulerReport report_;
+  bool accepting_ = true;      // guarded by mutex_
+  bool draining_ = false;      // guarded by mutex_
+  TimePoint drain_deadline_;   // guarded by mutex_
+  bool wake_pending_ = false;  // guarded by mutex_
+
+  std::thread engine_thread_;
+};
+
+}  // namespace brisk

@@ -1,0 +1,40 @@
+#include "sched/step_plan.h"
+
+namespace brisk {
+
+void StepPlan::clear() {
+  entries_.clear();
+  tokens_ = 0;
+  decode_tokens_ = 0;
+}
+
+void StepPlan::add_decode(Sequence& sequence) {
+  entries_.push_back({&sequence, 1, true});
+  ++tokens_;
+  ++decode_tokens_;
+}
+
+void StepPlan::add_prefill(Sequence& sequence, int tokens) {
+  entries_.push_back({&sequence, tokens, false});
+  tokens_ += tokens;
+}
+
+void StepPlan::fill_batch(ModelRunner& engine) {
+  engine.clear_batch();
+  for (Entry& entry : entries_) {
+    entry.logits_index = entry.decode ? entry.sequence->put_decode_token(engine)
+                                      : entry.sequence->put_prefill_chunk(engine, entry.tokens);
+  }
+}
+
+void StepPlan::commit() {
+  for (const Entry& entry : entries_) {
+    if (entry.decode) {
+      entry.sequence->commit_decode_token();
+    } else {
+      entry.sequence->commit_prefill_chunk(entry.tokens);
+    }
+  }
+}
+
+}  // namespace brisk
