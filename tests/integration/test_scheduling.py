@@ -203,8 +203,10 @@ def test_a_higher_priority_request_goes_first_and_the_preempted_one_still_finish
 
 def test_a_request_past_its_deadline_is_dropped_with_408(brisk_priority):
     server = brisk_priority
+    # 60 tokens outlast the 300 ms deadline on any machine, and stay under the 30 s queue-delay
+    # limit on a slow one: behind 150 tokens at 200 ms a step, the newcomer was refused (429).
     started, running = _stream_in_background(
-        server, {"prompt": "Busy:", "max_tokens": 150, "ignore_eos": True, "stream": True})
+        server, {"prompt": "Busy:", "max_tokens": 60, "ignore_eos": True, "stream": True})
     assert started.wait(60)
     t0 = time.monotonic()
     r = httpx.post(server.base_url + "/v1/completions", timeout=60,
