@@ -91,6 +91,7 @@ class Sequence {
   std::vector<GeneratedTokenLogprobs> pending_logprobs_;  // not yet in an update
   FinishReason finish_reason_ = FinishReason::none;
   TimePoint scheduled_at_;
+  long scheduled_step_ = 0;  // the scheduler's step count when it was admitted
   TimePoint first_token_at_;
   TimePoint last_token_at_;
 

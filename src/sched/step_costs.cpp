@@ -15,6 +15,8 @@ double blend(double average, double sample, double weight) {
 
 void StepCosts::learn_step(int decode_tokens, int prefill_tokens, double step_ms) {
   constexpr double kWeight = 0.2;
+  constexpr double kRecentWeight = 0.05;
+  recent_step_ms_ = blend(recent_step_ms_, step_ms, kRecentWeight);
   if (prefill_tokens == 0) {
     if (decode_tokens <= 0) return;
     double& average = decode_ms_by_batch_[decode_tokens];
@@ -53,9 +55,9 @@ double StepCosts::decode_step_ms(int batch) const {
   return below->second + slope(below, above) * (batch - below->first);
 }
 
-void StepCosts::learn_hold(double held_ms) {
+void StepCosts::learn_hold(double held_steps) {
   constexpr double kWeight = 0.1;
-  mean_hold_ms_ = blend(mean_hold_ms_, held_ms, kWeight);
+  mean_hold_steps_ = blend(mean_hold_steps_, std::max(1.0, held_steps), kWeight);
 }
 
 int StepCosts::prefill_budget(int decode_tokens) const {

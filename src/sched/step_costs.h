@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <vector>
 
@@ -15,8 +16,8 @@ class StepCosts {
 
   // A step of `decode_tokens` decodes and `prefill_tokens` prompt tokens took `step_ms`.
   void learn_step(int decode_tokens, int prefill_tokens, double step_ms);
-  // A finished request held its sequence for `held_ms`.
-  void learn_hold(double held_ms);
+  // A finished request held its sequence for `held_steps` engine steps.
+  void learn_hold(double held_steps);
 
   // Prompt tokens that fit beside `decode_tokens` decodes in one step of the target: the whole
   // token budget while the costs are unknown, the target is off or nothing decodes (no stream
@@ -32,7 +33,16 @@ class StepCosts {
   // buffers and run several times slower) weigh little in the average.
   bool decode_cost_settled() const { return decode_steps_measured_ >= kSettledDecodeSteps; }
   double prefill_ms_per_token() const { return prefill_ms_per_token_; }
-  double mean_hold_ms() const { return mean_hold_ms_; }
+  // How long finished requests held their sequence: counted in steps, priced at the recent
+  // step time, so holds measured while the batch was small are not taken for holds at a full
+  // one (its steps are slower); 0 until a request finished.
+  double mean_hold_ms() const { return mean_hold_steps_ * recent_step_ms_; }
+  // Of a running request that has held its sequence `held_steps` steps: how long until it is
+  // expected to give it back (0 once past the average).
+  double hold_left_ms(double held_steps) const {
+    return std::max(0.0, mean_hold_steps_ - held_steps) * recent_step_ms_;
+  }
+  double recent_step_ms() const { return recent_step_ms_; }
 
   static constexpr int kMinChunkTokens = 16;
   static constexpr int kSettledDecodeSteps = 16;
@@ -44,7 +54,8 @@ class StepCosts {
   int last_decode_batch_ = 0;
   int decode_steps_measured_ = 0;
   double prefill_ms_per_token_ = 0;  // one prompt token, beyond the decodes of its step
-  double mean_hold_ms_ = 0;
+  double mean_hold_steps_ = 0;
+  double recent_step_ms_ = 0;  // every step, whatever it carried; about the last 20
 };
 
 // What the engine thread last published about its load, for estimating a newcomer's wait.

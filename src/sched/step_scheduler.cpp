@@ -310,6 +310,7 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
     if (request) {
       auto sequence =
           std::make_unique<Sequence>(std::move(request), -1, this->now(), next_admission_order_++);
+      sequence->scheduled_step_ = steps_run_;
       start_sequence(std::move(sequence), hit, budget, kv_free);
     } else {
       if (resumed == preempted_.end()) return;
@@ -403,6 +404,7 @@ void StepScheduler::sample_and_commit(int decode_tokens, TimePoint step_started,
   const double step_seconds = seconds_between(started, committed);
   metrics_.observe_step(decode_tokens, batch_tokens - decode_tokens, step_seconds, phases);
   costs_.learn_step(decode_tokens, batch_tokens - decode_tokens, step_seconds * 1000.0);
+  ++steps_run_;
 }
 
 // Draws every sequence's next token; the sequences' samplers are independent, so the draws run
@@ -458,7 +460,7 @@ void StepScheduler::release_finished() {
       continue;
     }
     kv_.retire(sequence->slot());
-    costs_.learn_hold(ms_between(sequence->scheduled_at_, now()));
+    costs_.learn_hold(static_cast<double>(steps_run_ - sequence->scheduled_step_));
   }
   std::erase_if(running_, [](const auto& sequence) { return sequence->finished(); });
   report();
@@ -487,15 +489,15 @@ LoadEstimate StepScheduler::estimate_load() const {
   load.prefill_ms_per_token = costs_.prefill_ms_per_token();
   load.free_slots = options_.max_seqs - static_cast<int>(running_.size());
   load.hold_ms = costs_.mean_hold_ms();
-  const TimePoint now = this->now();
   for (const auto& sequence : running_) {
     load.backlog_tokens += sequence->prompt_remaining();
     if (sequence->prefill_done()) ++load.decoders;
-    const double held_ms = ms_between(sequence->scheduled_at_, now);
     if (costs_.mean_hold_ms() > 0) {
-      // Expected to hold it about as long as finished requests did, not until its max_tokens
-      // (everything left of the context when a client sends none); one past that is due now.
-      load.slot_release_ms.push_back(std::max(0.0, costs_.mean_hold_ms() - held_ms));
+      // Expected to hold it about as many steps as finished requests did, not until its
+      // max_tokens (everything left of the context when a client sends none), at the recent
+      // step time; one past that is due now.
+      load.slot_release_ms.push_back(
+          costs_.hold_left_ms(static_cast<double>(steps_run_ - sequence->scheduled_step_)));
     } else if (const double left_ms = expected_ms_to_finish(*sequence); left_ms >= 0) {
       // Nothing has finished yet (a cold start under load): a request that named its
       // max_tokens runs them at the measured step costs; one that did not is not guessed at.

@@ -146,6 +146,7 @@ class StepScheduler {
   std::vector<std::unique_ptr<Sequence>> running_;   // in arrival order
   std::deque<std::unique_ptr<Sequence>> preempted_;  // in arrival order; run before waiting_
   uint64_t next_admission_order_ = 0;
+  long steps_run_ = 0;  // steps decoded so far: holds are counted in steps
   KvManager kv_;
   QueuePolicy policy_;
   TokenList computed_;  // scratch for record_computed_cells

@@ -63,12 +63,22 @@ TEST(StepCosts, EachBatchSizeHasItsOwnDecodeCost) {
   EXPECT_EQ(costs.prefill_budget(2), 40) << "(150 - 30) / 3";
 }
 
-TEST(StepCosts, HoldTimesAreAMovingAverage) {
+TEST(StepCosts, HoldsAreCountedInStepsAndPricedAtTheRecentStepTime) {
   StepCosts costs(150, 512);
-  costs.learn_hold(1000);
+  EXPECT_EQ(costs.mean_hold_ms(), 0) << "nothing finished";
+  for (int i = 0; i < 200; ++i) costs.learn_step(2, 0, 10);
+  costs.learn_hold(100);
   EXPECT_DOUBLE_EQ(costs.mean_hold_ms(), 1000);
-  costs.learn_hold(2000);
-  EXPECT_DOUBLE_EQ(costs.mean_hold_ms(), 1100);
+  costs.learn_hold(200);
+  EXPECT_DOUBLE_EQ(costs.mean_hold_ms(), 1100) << "a moving average of 100 and 200 steps";
+  EXPECT_DOUBLE_EQ(costs.hold_left_ms(60), 500);
+  EXPECT_DOUBLE_EQ(costs.hold_left_ms(500), 0) << "past the average: due now";
+  // The batch fills and steps take 30 ms: the same holds now last three times as long. Learned
+  // in milliseconds they stayed at 1.1 s, and an overloaded server admitted requests that then
+  // waited seconds past --max-queue-delay-ms for a sequence.
+  for (int i = 0; i < 200; ++i) costs.learn_step(16, 0, 30);
+  EXPECT_NEAR(costs.mean_hold_ms(), 3300, 1);
+  EXPECT_NEAR(costs.hold_left_ms(60), 1500, 1);
 }
 
 TEST(QueueDelayEstimate, IsTheWorkAheadAtTheMeasuredCosts) {
