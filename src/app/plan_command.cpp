@@ -4,8 +4,8 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "app/commands.h"
 #include "common/json_file.h"
@@ -38,9 +38,7 @@ struct PlanFlags {
   std::string kv_precision = "f16";
   double headroom = 0.2;
   int step_token_budget = 512;
-  double target_itl_ms = 150;
-  int long_prefill_tokens = 256;
-  int max_long_prefills = 1;
+  plan::ChunkPolicy chunking;
   std::string catalog;
   bool json = false;
   std::string emit;  // "k8s" or "haproxy": deployment files instead of the table
@@ -142,8 +140,9 @@ int run_plan(PlanFlags flags) {
   request.workload.burst = flags.burst;
   if (flags.seed || flags.num_requests > 0) {
     if (flags.rate <= 0 || !flags.seed || flags.num_requests <= 0) {
-      return fail("--seed and --num-requests go together, with --rate: they name one brisk "
-                  "bench run's arrivals");
+      return fail(
+          "--seed and --num-requests go together, with --rate: they name one brisk "
+          "bench run's arrivals");
     }
     request.workload.arrival_sample = plan::ArrivalSample{*flags.seed, flags.num_requests};
   }
@@ -156,9 +155,7 @@ int run_plan(PlanFlags flags) {
   request.max_devices = flags.max_devices;
   request.headroom = flags.headroom;
   request.step_token_budget = flags.step_token_budget;
-  request.target_step_ms = flags.target_itl_ms;
-  request.long_prefill_tokens = flags.long_prefill_tokens;
-  request.max_long_prefills = flags.max_long_prefills;
+  request.chunking = flags.chunking;
   if (!flags.uncalibrated) request.calibrated = plan::load_calibrations(plan::calibration_file());
 
   const auto plan = plan::make_plan(request, *catalog, &error);
@@ -295,14 +292,14 @@ CommandRunner register_plan_command(CLI::App& app) {
                  "Tokens one engine step carries: the chunked-prefill size (brisk serve "
                  "--max-batched-tokens)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--target-itl-ms", flags->target_itl_ms,
+  app.add_option("--target-itl-ms", flags->chunking.target_step_ms,
                  "brisk serve --target-itl-ms: while requests decode, prompt chunks are cut so a "
                  "step stays under it (0: off)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--long-prefill-tokens", flags->long_prefill_tokens,
+  app.add_option("--long-prefill-tokens", flags->chunking.long_prefill_tokens,
                  "brisk serve --long-prefill-tokens: prompts longer than this are long (0: none)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--max-long-prefills", flags->max_long_prefills,
+  app.add_option("--max-long-prefills", flags->chunking.max_long_prefills,
                  "brisk serve --max-long-prefills: long prompts prefilled at once")
       ->check(CLI::PositiveNumber);
   app.add_option("--catalog", flags->catalog, "An edited copy of data/hardware.toml");

@@ -27,9 +27,7 @@ Deployment deployment_for(const PlanRequest& request, const DeviceSpec& device, 
                                                                  : Efficiency::defaults_for(device);
   deployment.kv_bytes_per_element = request.kv_bytes_per_element;
   deployment.step_token_budget = request.step_token_budget;
-  deployment.target_step_ms = request.target_step_ms;
-  deployment.long_prefill_tokens = request.long_prefill_tokens;
-  deployment.max_long_prefills = request.max_long_prefills;
+  deployment.chunking = request.chunking;
   return deployment;
 }
 

@@ -22,10 +22,7 @@ struct PlanRequest {
   double headroom = 0.2;
   double kv_bytes_per_element = 2;
   int step_token_budget = 512;
-  // brisk serve's step target and long-prompt settings (Deployment's fields of the same names).
-  double target_step_ms = 150;
-  int long_prefill_tokens = 256;
-  int max_long_prefills = 1;
+  ChunkPolicy chunking;
   std::map<std::string, Efficiency> calibrated;  // by device id
 };
 

@@ -208,9 +208,7 @@ ServeSettings serve_settings_for(const PlanRequest& request, const Candidate& ca
   const long long context = static_cast<long long>(settings.max_seqs) * sequence_tokens(workload);
   settings.ctx_size_tokens = static_cast<int>(std::min<long long>(context, INT_MAX));
   settings.max_batched_tokens = request.step_token_budget;
-  settings.target_itl_ms = request.target_step_ms;
-  settings.long_prefill_tokens = request.long_prefill_tokens;
-  settings.max_long_prefills = request.max_long_prefills;
+  settings.chunking = request.chunking;
   settings.replicas = std::max(1, candidate.replicas);
   settings.max_replicas =
       std::max(settings.replicas, request.max_devices / std::max(1, deployment.devices));
@@ -246,11 +244,11 @@ std::vector<std::string> serve_arguments(const ServeSettings& settings) {
           "--max-batched-tokens",
           std::to_string(settings.max_batched_tokens),
           "--target-itl-ms",
-          fmt::format("{:g}", settings.target_itl_ms),
+          fmt::format("{:g}", settings.chunking.target_step_ms),
           "--long-prefill-tokens",
-          std::to_string(settings.long_prefill_tokens),
+          std::to_string(settings.chunking.long_prefill_tokens),
           "--max-long-prefills",
-          std::to_string(settings.max_long_prefills),
+          std::to_string(settings.chunking.max_long_prefills),
           "--drain-timeout",
           std::to_string(kDrainTimeoutS),
           "--metrics-compat",

@@ -18,9 +18,7 @@ struct ServeSettings {
   int max_seqs = 1;
   int ctx_size_tokens = 0;     // max_seqs x (isl + osl): each request reserves its whole length
   int max_batched_tokens = 0;  // --step-tokens
-  double target_itl_ms = 150;  // --target-itl-ms
-  int long_prefill_tokens = 256;
-  int max_long_prefills = 1;
+  ChunkPolicy chunking;        // --target-itl-ms, --long-prefill-tokens, --max-long-prefills
   int replicas = 1;
   int max_replicas = 1;            // --max-devices / devices per replica
   int gpus_per_replica = 0;        // 0 on a CPU device

@@ -133,9 +133,10 @@ int Deployment::prefill_chunks(int prompt_tokens, double decode_batch) const {
 
 double Deployment::timed_prefill_tokens(double decode_batch, double decode_context,
                                         double prompt_context, double room) const {
-  if (target_step_ms <= 0 || decode_batch <= 0 || room <= kMinTimedChunkTokens) return room;
+  const double target_ms = chunking.target_step_ms;
+  if (target_ms <= 0 || decode_batch <= 0 || room <= kMinTimedChunkTokens) return room;
   const auto fits = [&](double tokens) {
-    return step(decode_batch, decode_context, tokens, prompt_context).total_ms <= target_step_ms;
+    return step(decode_batch, decode_context, tokens, prompt_context).total_ms <= target_ms;
   };
   // brisk serve learns what a prompt token adds to a step and converges on the largest chunk
   // that keeps it under the target; a step's time grows with its chunk, so bisect for that.

@@ -69,6 +69,22 @@ struct PromptChunk {
 // The smallest prompt chunk brisk serve's step target leaves (StepCosts::kMinChunkTokens).
 constexpr double kMinTimedChunkTokens = 16;
 
+// How brisk serve cuts prompt chunks (its flags of the same names): the planner simulates it,
+// and `--emit` deploys what was simulated.
+struct ChunkPolicy {
+  // --target-itl-ms (0: off): while requests decode, prompt chunks are cut so a step stays under
+  // it (StepCosts::prefill_budget), unless more short prompts wait than one step carries.
+  double target_step_ms = 150;
+  // --long-prefill-tokens and --max-long-prefills: a longer prompt is long; at most that many
+  // long prompts are prefilled at once.
+  int long_prefill_tokens = 256;
+  int max_long_prefills = 1;
+
+  bool is_long_prompt(int prompt_tokens) const {
+    return long_prefill_tokens > 0 && prompt_tokens > long_prefill_tokens;
+  }
+};
+
 // One model served by `devices` identical devices with tensor parallelism.
 struct Deployment {
   const DeviceSpec* device = nullptr;
@@ -78,14 +94,7 @@ struct Deployment {
   Efficiency efficiency;
   double kv_bytes_per_element = 2;  // f16 cache
   int step_token_budget = 512;      // tokens one step carries (chunked prefill size)
-  // brisk serve's --target-itl-ms (0: off): while requests decode, prompt chunks are cut so a
-  // step stays under it (StepCosts::prefill_budget), unless more short prompts wait than one
-  // step carries.
-  double target_step_ms = 150;
-  // brisk serve's --long-prefill-tokens and --max-long-prefills: a longer prompt is long; at
-  // most that many long prompts are prefilled at once.
-  int long_prefill_tokens = 256;
-  int max_long_prefills = 1;
+  ChunkPolicy chunking;
 
   // One step decoding `decode_batch` sequences whose mean context is `decode_context`, plus
   // prompt chunks, each of its own request: a chunk's tokens attend to its own prompt only.
@@ -105,15 +114,11 @@ struct Deployment {
   // Prefill chunks a prompt takes when each step also decodes `decode_batch` sequences.
   int prefill_chunks(int prompt_tokens, double decode_batch) const;
   // Prompt tokens brisk serve puts beside `decode_batch` decodes so the step stays under
-  // target_step_ms: the largest chunk (continuing a prompt at `prompt_context`) whose step fits,
-  // at least kMinTimedChunkTokens and at most `room`; `room` itself while nothing decodes or the
-  // target is off.
+  // chunking.target_step_ms: the largest chunk (continuing a prompt at `prompt_context`) whose
+  // step fits, at least kMinTimedChunkTokens and at most `room`; `room` itself while nothing
+  // decodes or the target is off.
   double timed_prefill_tokens(double decode_batch, double decode_context, double prompt_context,
                               double room) const;
-  // Whether a prompt of `prompt_tokens` is long (--long-prefill-tokens).
-  bool is_long_prompt(int prompt_tokens) const {
-    return long_prefill_tokens > 0 && prompt_tokens > long_prefill_tokens;
-  }
 };
 
 }  // namespace brisk::plan

@@ -134,13 +134,13 @@ class EngineSimulation {
       double room = std::max(1.0, deployment_.step_token_budget - decoding);
       // brisk serve's step target: long prompts are always cut to it (and one at a time, by
       // default), short ones unless more wait than one step carries (a burst keeps the budget).
-      const bool long_prompts = deployment_.is_long_prompt(input_tokens_);
+      const bool long_prompts = deployment_.chunking.is_long_prompt(input_tokens_);
       const double backlog = static_cast<double>(waiting_.size()) * input_tokens_ - head_done_;
       if (!waiting_.empty() && (long_prompts || backlog <= room)) {
         room = deployment_.timed_prefill_tokens(decoding, decode_context, head_done_, room);
       }
       const size_t max_prompts =
-          long_prompts ? static_cast<size_t>(std::max(1, deployment_.max_long_prefills))
+          long_prompts ? static_cast<size_t>(std::max(1, deployment_.chunking.max_long_prefills))
                        : waiting_.size();
       while (room > 0 && !waiting_.empty() && prompts.size() < max_prompts) {
         const double take = std::min<double>(room, input_tokens_ - head_done_);

@@ -330,20 +330,20 @@ TEST_F(StepTarget, APromptChunkBesideDecodesKeepsTheStepUnderTheTarget) {
   Deployment deployment = cpu();
   ASSERT_EQ(deployment.model.id, "llama-3.2-1b");
   const double decode_ms = deployment.step(2, 300).total_ms;
-  ASSERT_LT(decode_ms, deployment.target_step_ms);
-  ASSERT_GT(deployment.step(2, 300, 510, 0).total_ms, 2 * deployment.target_step_ms);
+  ASSERT_LT(decode_ms, deployment.chunking.target_step_ms);
+  ASSERT_GT(deployment.step(2, 300, 510, 0).total_ms, 2 * deployment.chunking.target_step_ms);
   const double chunk = deployment.timed_prefill_tokens(2, 300, 0, 510);
   EXPECT_GE(chunk, kMinTimedChunkTokens);
   EXPECT_LT(chunk, 510);
   // The largest chunk within the target.
-  EXPECT_LE(deployment.step(2, 300, chunk, 0).total_ms, deployment.target_step_ms);
-  EXPECT_GT(deployment.step(2, 300, chunk + 1, 0).total_ms, deployment.target_step_ms);
+  EXPECT_LE(deployment.step(2, 300, chunk, 0).total_ms, deployment.chunking.target_step_ms);
+  EXPECT_GT(deployment.step(2, 300, chunk + 1, 0).total_ms, deployment.chunking.target_step_ms);
   // Nothing decoding (no stream to protect), or the target off: the whole room.
   EXPECT_EQ(deployment.timed_prefill_tokens(0, 0, 0, 510), 510);
-  deployment.target_step_ms = 0;
+  deployment.chunking.target_step_ms = 0;
   EXPECT_EQ(deployment.timed_prefill_tokens(2, 300, 0, 510), 510);
   // Decodes alone over the target: the floor keeps the prompt moving.
-  deployment.target_step_ms = decode_ms / 2;
+  deployment.chunking.target_step_ms = decode_ms / 2;
   EXPECT_EQ(deployment.timed_prefill_tokens(2, 300, 0, 510), kMinTimedChunkTokens);
 }
 
@@ -354,7 +354,7 @@ TEST_F(StepTarget, TheSimulationCutsPromptsBesideDecodesButNotABurstBiggerThanAS
   // request's tokens on average sooner. Without the target both predictions are the same.
   Deployment on = cpu();
   Deployment off = cpu();
-  off.target_step_ms = 0;
+  off.chunking.target_step_ms = 0;
   const LoadPrediction cut = predict_burst(on, 256, 32, 2);
   const LoadPrediction whole = predict_burst(off, 256, 32, 2);
   EXPECT_GT(cut.ttft_ms.p99, whole.ttft_ms.p99 + 20);
@@ -373,9 +373,9 @@ TEST_F(PlanPrediction, LongPromptsArePrefilledOneAtATime) {
   // 4,096-token step: the second's first token comes a step sooner, the third's no later.
   Deployment deployment = on(*catalog_.find("h100-sxm"));
   deployment.step_token_budget = 4096;
-  deployment.target_step_ms = 0;
+  deployment.chunking.target_step_ms = 0;
   const LoadPrediction one_at_a_time = predict_burst(deployment, 1000, 16, 3);
-  deployment.long_prefill_tokens = 0;  // no long prompts: first come, first served
+  deployment.chunking.long_prefill_tokens = 0;  // no long prompts: first come, first served
   const LoadPrediction side_by_side = predict_burst(deployment, 1000, 16, 3);
   EXPECT_LT(one_at_a_time.ttft_ms.p50, side_by_side.ttft_ms.p50 * 0.8);
   EXPECT_NEAR(one_at_a_time.ttft_ms.p99, side_by_side.ttft_ms.p99,
