@@ -42,7 +42,6 @@ class StepCosts {
   double hold_left_ms(double held_steps) const {
     return std::max(0.0, mean_hold_steps_ - held_steps) * recent_step_ms_;
   }
-  double recent_step_ms() const { return recent_step_ms_; }
 
   static constexpr int kMinChunkTokens = 16;
   static constexpr int kSettledDecodeSteps = 16;
