@@ -25,13 +25,17 @@ FUZZ_SMOKE_RUNS  ?= 5000
 FUZZ_SMOKE_SECONDS ?= 10
 
 .PHONY: serve test deps llama-source build model test-models python unit-test integration-test cuda clean \
-	fuzz-build fuzz fuzz-smoke soak sanitize sanitize-unit sanitize-thread
+	fuzz-build fuzz fuzz-smoke soak sanitize sanitize-unit-build sanitize-unit sanitize-thread \
+	peer-tools
 
 serve: build model
 	$(BRISK) serve --model $(MODEL) --host $(HOST) --port $(PORT) $(SERVE_ARGS)
 
-test: build test-models python
-	$(MAKE) --no-print-directory unit-test sanitize-unit integration-test fuzz-smoke
+# Each stage is timed (scripts/timed-stages.sh prints the table at the end, also on failure).
+TEST_STAGES := deps llama-source build test-models python unit-test sanitize-unit-build \
+	sanitize-unit integration-test fuzz-build fuzz-smoke
+test:
+	@MAKE="$(MAKE)" scripts/timed-stages.sh $(TEST_STAGES)
 
 deps:
 	@scripts/install-deps.sh
@@ -45,6 +49,11 @@ $(BUILD_DIR)/CMakeCache.txt: | llama-source
 build: llama-source $(BUILD_DIR)/CMakeCache.txt
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# llama.cpp tools no test runs: llama-bench (bench/serve_compare.py prints its figure beside ours
+# when it is built), llama-cli and llama-tokenize, by hand.
+peer-tools: build
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target llama-bench llama-cli llama-tokenize
+
 model: build
 	@$(BRISK) pull $(MODEL)
 
@@ -57,8 +66,9 @@ python: deps
 unit-test:
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
+# --durations: the slowest tests, in every CI log.
 integration-test:
-	$(VENV)/bin/python -m pytest -v tests/integration
+	$(VENV)/bin/python -m pytest -v --durations=30 tests/integration
 
 # libFuzzer harnesses (tests/fuzz), built with clang and ASan/UBSan in a build of their own; the
 # gcc build above is untouched. `fuzz` runs each harness for FUZZ_RUNS executions (figures in
@@ -120,8 +130,10 @@ $(TSAN_BUILD_DIR)/CMakeCache.txt: | llama-source
 	cmake -S . -B $(TSAN_BUILD_DIR) $(SANITIZE_CMAKE_ARGS) -DBRISK_SANITIZE=thread
 
 # ASan + UBSan on the unit tests only (part of `make test`, so CI runs it).
-sanitize-unit: llama-source $(ASAN_BUILD_DIR)/CMakeCache.txt
+sanitize-unit-build: llama-source $(ASAN_BUILD_DIR)/CMakeCache.txt
 	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS) --target brisk_unit_tests random_gguf_test
+
+sanitize-unit: sanitize-unit-build
 	cd $(ASAN_BUILD_DIR) && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS)
 
 # ASan + UBSan on the unit and the integration tests.
@@ -152,5 +164,3 @@ cuda: llama-source
 
 clean:
 	rm -rf $(BUILD_DIR) $(CUDA_BUILD_DIR) $(FUZZ_BUILD_DIR) $(ASAN_BUILD_DIR) $(TSAN_BUILD_DIR)
-
-	rm -rf $(BUILD_DIR) $(CUDA_BUILD_DIR) $(ASAN_BUILD_DIR) $(TSAN_BUILD_DIR)
