@@ -118,10 +118,14 @@ StepCost Deployment::roofline_step(double decode_batch, double decode_context,
 }
 
 double Deployment::prefill_ms(int prompt_tokens) const {
+  const bool long_prompt = chunking.is_long_prompt(prompt_tokens);
   double total_ms = 0;
-  for (int done = 0; done < prompt_tokens; done += step_token_budget) {
-    const int chunk = std::min(step_token_budget, prompt_tokens - done);
-    total_ms += step(0, 0, chunk, done).total_ms;
+  for (int done = 0; done < prompt_tokens;) {
+    double chunk = std::min(step_token_budget, prompt_tokens - done);
+    if (long_prompt) chunk = alone_long_chunk_tokens(done, chunk);
+    const int tokens = std::max(1, static_cast<int>(chunk));
+    total_ms += step(0, 0, tokens, done).total_ms;
+    done += tokens;
   }
   return total_ms;
 }
@@ -131,15 +135,14 @@ int Deployment::prefill_chunks(int prompt_tokens, double decode_batch) const {
   return static_cast<int>(std::ceil(prompt_tokens / room));
 }
 
-double Deployment::timed_prefill_tokens(double decode_batch, double decode_context,
-                                        double prompt_context, double room) const {
-  const double target_ms = chunking.target_step_ms;
-  if (target_ms <= 0 || decode_batch <= 0 || room <= kMinTimedChunkTokens) return room;
-  const auto fits = [&](double tokens) {
-    return step(decode_batch, decode_context, tokens, prompt_context).total_ms <= target_ms;
-  };
-  // brisk serve learns what a prompt token adds to a step and converges on the largest chunk
-  // that keeps it under the target; a step's time grows with its chunk, so bisect for that.
+namespace {
+
+// The largest chunk whose step takes at most `limit_ms`, at least kMinTimedChunkTokens and at
+// most `room`. brisk serve learns what a prompt token adds to a step and converges on that
+// chunk; a step's time grows with its chunk, so bisect for it.
+template <typename StepMs>
+double largest_chunk_within(const StepMs& step_ms, double limit_ms, double room) {
+  const auto fits = [&](double tokens) { return step_ms(tokens) <= limit_ms; };
   double good = kMinTimedChunkTokens;
   double bad = std::floor(room) + 1;
   if (fits(bad - 1)) return room;
@@ -149,6 +152,28 @@ double Deployment::timed_prefill_tokens(double decode_batch, double decode_conte
     (fits(middle) ? good : bad) = middle;
   }
   return good;
+}
+
+}  // namespace
+
+double Deployment::timed_prefill_tokens(double decode_batch, double decode_context,
+                                        double prompt_context, double room) const {
+  const double target_ms = chunking.target_step_ms;
+  if (target_ms <= 0 || decode_batch <= 0 || room <= kMinTimedChunkTokens) return room;
+  return largest_chunk_within(
+      [&](double tokens) {
+        return step(decode_batch, decode_context, tokens, prompt_context).total_ms;
+      },
+      target_ms, room);
+}
+
+double Deployment::alone_long_chunk_tokens(double prompt_context, double room) const {
+  const double target_ms = chunking.target_step_ms;
+  if (target_ms <= 0 || room <= kMinTimedChunkTokens) return room;
+  const double fixed_ms = step(1, prompt_context).total_ms;
+  return largest_chunk_within(
+      [&](double tokens) { return step(0, 0, tokens, prompt_context).total_ms; },
+      std::max(target_ms, (1 + kMinAloneChunkOverFixedCost) * fixed_ms), room);
 }
 
 double Deployment::prefill_extra_ms(int prompt_tokens, double decode_batch,

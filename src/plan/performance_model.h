@@ -68,12 +68,16 @@ struct PromptChunk {
 
 // The smallest prompt chunk brisk serve's step target leaves (StepCosts::kMinChunkTokens).
 constexpr double kMinTimedChunkTokens = 16;
+// A long prompt's chunk while nothing decodes carries at least this many times a step's fixed
+// cost in prompt tokens (StepCosts::kMinAloneChunkOverFixedCost).
+constexpr double kMinAloneChunkOverFixedCost = 3;
 
 // How brisk serve cuts prompt chunks (its flags of the same names): the planner simulates it,
 // and `--emit` deploys what was simulated.
 struct ChunkPolicy {
   // --target-itl-ms (0: off): while requests decode, prompt chunks are cut so a step stays under
-  // it (StepCosts::prefill_budget), unless more short prompts wait than one step carries.
+  // it (StepCosts::prefill_budget), unless more short prompts wait than one step carries; a
+  // long prompt's chunks are cut so while nothing decodes too (StepCosts::long_chunk_budget).
   double target_step_ms = 150;
   // --long-prefill-tokens and --max-long-prefills: a longer prompt is long; at most that many
   // long prompts are prefilled at once.
@@ -119,6 +123,10 @@ struct Deployment {
   // decodes or the target is off.
   double timed_prefill_tokens(double decode_batch, double decode_context, double prompt_context,
                               double room) const;
+  // Tokens of a long prompt's chunk (at `prompt_context`) in a step that decodes nothing: the
+  // largest whose step fits the target or, where a step's fixed cost (a one-token step's) leaves
+  // little of it, four times that cost; at least kMinTimedChunkTokens and at most `room`.
+  double alone_long_chunk_tokens(double prompt_context, double room) const;
 };
 
 }  // namespace brisk::plan

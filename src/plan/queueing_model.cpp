@@ -87,7 +87,8 @@ struct SimulatedRequest {
 // brisk serve's scheduler, step by step, each step costed by Deployment::step: a step decodes one
 // token for every request that has its first token and still generates, then fills the rest of
 // its token budget with prompt chunks, first come first served (a prompt may span steps), cut
-// to the step target while requests decode (Deployment::timed_prefill_tokens); the
+// to the step target while requests decode (Deployment::timed_prefill_tokens), a long prompt's
+// also while nothing decodes (Deployment::alone_long_chunk_tokens); the
 // step that finishes a prompt samples its first token. A request that arrives while a step runs
 // waits for the next one. With fixed lengths every request finishes output_tokens - 1 steps
 // after its first token, so the decoding requests finish in the order they started, and a step
@@ -137,7 +138,9 @@ class EngineSimulation {
       const bool long_prompts = deployment_.chunking.is_long_prompt(input_tokens_);
       const double backlog = static_cast<double>(waiting_.size()) * input_tokens_ - head_done_;
       if (!waiting_.empty() && (long_prompts || backlog <= room)) {
-        room = deployment_.timed_prefill_tokens(decoding, decode_context, head_done_, room);
+        room = decoding > 0 || !long_prompts
+                   ? deployment_.timed_prefill_tokens(decoding, decode_context, head_done_, room)
+                   : deployment_.alone_long_chunk_tokens(head_done_, room);
       }
       const size_t max_prompts =
           long_prompts ? static_cast<size_t>(std::max(1, deployment_.chunking.max_long_prefills))

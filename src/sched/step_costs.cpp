@@ -27,7 +27,10 @@ void StepCosts::learn_step(int decode_tokens, int prefill_tokens, double step_ms
     // A few prompt tokens say more about the step's fixed cost than about a token's. The
     // decodes' part is their own batch's: priced at another batch's (the last one measured,
     // while prompts kept every step busy), it was charged to the prompt tokens.
-    const double decode_part = decode_tokens > 0 ? decode_step_ms(decode_tokens) : 0;
+    // A step of prompt tokens alone still pays what any step costs: a one-token step's time
+    // (0 until one was measured). Charged to its tokens, it made small chunks look dear, and
+    // chunks cut to the target shrank towards the floor (a 2,900-token prompt took 67 s, not 7).
+    const double decode_part = decode_step_ms(std::max(1, decode_tokens));
     prefill_ms_per_token_ = blend(prefill_ms_per_token_,
                                   std::max(0.0, step_ms - decode_part) / prefill_tokens, kWeight);
   }
@@ -68,6 +71,21 @@ int StepCosts::prefill_budget(int decode_tokens) const {
   const double spare_ms = target_step_ms_ - decode_step_ms(decode_tokens);
   const int timed_budget = static_cast<int>(spare_ms / prefill_ms_per_token_);
   return std::min(token_budget, std::max(kMinChunkTokens, timed_budget));
+}
+
+int StepCosts::long_chunk_budget(int decode_tokens) const {
+  if (decode_tokens > 0) return prefill_budget(decode_tokens);
+  // Until a decode step is measured, a step's fixed cost is unknown and would be charged to
+  // the chunk's tokens: keep the whole budget.
+  const double fixed_ms = decode_step_ms(1);
+  if (target_step_ms_ <= 0 || prefill_ms_per_token_ <= 0 || fixed_ms <= 0) {
+    return max_batched_tokens_;
+  }
+  const int timed_budget = static_cast<int>((target_step_ms_ - fixed_ms) / prefill_ms_per_token_);
+  const int floor = std::max(
+      kMinChunkTokens,
+      static_cast<int>(std::ceil(kMinAloneChunkOverFixedCost * fixed_ms / prefill_ms_per_token_)));
+  return std::min(max_batched_tokens_, std::max(floor, timed_budget));
 }
 
 double estimate_queue_delay_ms(const LoadEstimate& load, int queued_tokens, int queued_requests,

@@ -23,6 +23,12 @@ class StepCosts {
   // token budget while the costs are unknown, the target is off or nothing decodes (no stream
   // to protect); never under a floor that keeps prompts moving when decodes alone use it up.
   int prefill_budget(int decode_tokens) const;
+  // Tokens of a long prompt's chunk beside `decode_tokens` decodes. While nothing decodes it is
+  // still cut to the target: a newcomer's first token waits for the step, and a 320-token
+  // prompt in one step made short requests wait all of it (brisk doctor's mixed probe). Never
+  // so small that a step's fixed cost (a one-token step's) is more than a quarter of it; the
+  // whole budget until a decode step tells that cost.
+  int long_chunk_budget(int decode_tokens) const;
 
   // A step of decodes alone at the batch measured last (the running set's), and at `batch`:
   // each batch size has its own average (a 2-vCPU step took 20 ms at 1 sequence and 83 at 8),
@@ -44,6 +50,8 @@ class StepCosts {
   }
 
   static constexpr int kMinChunkTokens = 16;
+  // A long chunk alone carries at least this many times a step's fixed cost in prompt tokens.
+  static constexpr double kMinAloneChunkOverFixedCost = 3;
   static constexpr int kSettledDecodeSteps = 16;
 
  private:
@@ -52,7 +60,9 @@ class StepCosts {
   std::map<int, double> decode_ms_by_batch_;  // steps of decodes alone, by batch
   int last_decode_batch_ = 0;
   int decode_steps_measured_ = 0;
-  double prefill_ms_per_token_ = 0;  // one prompt token, beyond the decodes of its step
+  // One prompt token, beyond the decodes of its step (beyond a one-token step's cost when
+  // nothing decodes: what a step costs whatever it carries is not the tokens').
+  double prefill_ms_per_token_ = 0;
   double mean_hold_steps_ = 0;
   double recent_step_ms_ = 0;  // every step, whatever it carried; about the last 20
 };

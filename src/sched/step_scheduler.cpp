@@ -138,11 +138,10 @@ void StepScheduler::plan_step(bool admit) {
   // a 320-token prefill: brisk doctor's head_of_line_blocking). The long prompt steps aside for
   // one step, never two in a row, and then gets at least a quarter of a step's chunk: a steady
   // stream of short prompts that fills every step cannot starve it. While nothing decodes, a
-  // long chunk keeps the whole token budget: cut to the target there, its steps' fixed cost
-  // (~150 ms a step on shared cores) left 16-token chunks, and a 2,900-token prompt alone took
-  // 67 s instead of 7.
+  // long chunk is cut to the target too (StepCosts::long_chunk_budget): short requests that
+  // arrive during its step wait for all of it.
   const bool long_steps_aside = short_tokens > 0 && !long_prefill_stepped_aside_;
-  const int timed_tokens = costs_.prefill_budget(decode_tokens);
+  const int timed_tokens = costs_.long_chunk_budget(decode_tokens);
   int long_budget = long_steps_aside
                         ? 0
                         : std::min(budget, std::max(timed_tokens - short_tokens, timed_tokens / 4));

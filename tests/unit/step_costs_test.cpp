@@ -37,6 +37,37 @@ TEST(StepCosts, ChunksConvergeToStepsOfTheTarget) {
   EXPECT_NEAR(step_ms(4, chunk), 150, 3) << "chunk of " << chunk << " tokens";
 }
 
+// A long prompt prefilled while nothing decodes: its chunks converge to steps of the target
+// too (a short request arriving meanwhile waits for the step), and what any step costs is not
+// charged to the chunk's tokens (that made small chunks look dearer step after step).
+TEST(StepCosts, ALongPromptAloneIsCutToTheTargetToo) {
+  StepCosts costs(150, 512);
+  EXPECT_EQ(costs.long_chunk_budget(0), 512) << "costs unknown";
+  costs.learn_step(0, 200, step_ms(0, 200));
+  EXPECT_EQ(costs.long_chunk_budget(0), 512) << "a step's fixed cost unknown";
+  costs.learn_step(1, 0, step_ms(1, 0));
+  int chunk = 512;
+  for (int i = 0; i < 60; ++i) {
+    chunk = costs.long_chunk_budget(0);
+    costs.learn_step(0, chunk, step_ms(0, chunk));
+  }
+  EXPECT_NEAR(step_ms(0, chunk), 150, 3) << "chunk of " << chunk << " tokens";
+  EXPECT_EQ(costs.prefill_budget(0), 512) << "short prompts alone keep the whole budget";
+  EXPECT_EQ(costs.long_chunk_budget(4), costs.prefill_budget(4)) << "beside decodes: as any";
+}
+
+// Where a step's fixed cost alone reaches the target, a long chunk alone still carries three
+// times that cost in tokens, not the 16-token floor.
+TEST(StepCosts, ALongChunkAloneOutweighsTheStepsFixedCost) {
+  StepCosts costs(150, 512);
+  const auto slow_step_ms = [](int decodes, int prompt) { return 150 + decodes + 1.5 * prompt; };
+  costs.learn_step(1, 0, slow_step_ms(1, 0));
+  for (int i = 0; i < 20; ++i) costs.learn_step(0, 300, slow_step_ms(0, 300));
+  const int chunk = costs.long_chunk_budget(0);
+  EXPECT_GE(chunk, 300);
+  EXPECT_LE(150 / slow_step_ms(0, chunk), 0.26) << "chunk of " << chunk << " tokens";
+}
+
 TEST(StepCosts, AFloorKeepsPromptsMovingWhenDecodesFillTheTarget) {
   StepCosts costs(20, 512);  // decodes alone take 34 ms
   costs.learn_step(4, 0, step_ms(4, 0));
