@@ -29,7 +29,8 @@ constexpr double kQueueShareOfTtft = 0.3;
 // KV room (brisk's counter); a few such steps are a prompt briefly waiting for cells to free.
 constexpr double kKvFullFraction = 0.9;
 constexpr double kKvWaitStepsMin = 5;
-// head_of_line_blocking: a short stream's longest stall against one long prompt's prefill.
+// head_of_line_blocking: a short stream's longest stall, beyond its longest pause without long
+// prompts, against one long prompt's prefill.
 constexpr double kStallShareOfLongPrefill = 0.6;
 constexpr double kLongPrefillMsMin = 250;
 constexpr double kStallOverItl = 3;
