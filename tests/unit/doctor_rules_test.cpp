@@ -195,6 +195,18 @@ TEST(DoctorRules, QueueingFromServerQueueTime) {
   expect_primary(e, "queueing");
 }
 
+// Recorded on brisk serve's defaults at 4 streams (CI, 2026-12-02): each request waited for the
+// step in progress (~ one ITL), not for a free sequence.
+TEST(DoctorRules, WaitingForTheStepInProgressIsNotQueueing) {
+  Evidence e = healthy();
+  e.ramp.back().server_queue_ms_p50 = 64;
+  e.ramp.back().ttft_ms = latency(175, 260);
+  e.ramp.back().itl_ms = latency(70, 120);
+  EXPECT_EQ(check_queueing(e), std::nullopt);
+  e.ramp.back().itl_ms = latency(10, 20);  // a fast step: the same wait is a queue
+  EXPECT_TRUE(check_queueing(e));
+}
+
 TEST(DoctorRules, KvCacheExhaustedWithPreemptionsAndCappedRunning) {
   // vLLM 6737: a 0.5B model at low utilization because the KV cache was 99.7% full.
   Evidence e = with_gpu(healthy(), 0.2, 0.7);
