@@ -10,7 +10,9 @@ namespace brisk {
 // Counts open client connections against --max-connections, and those busy with a request. A
 // connection holds a Slot for its lifetime; when none is left the server answers 503 and closes
 // instead of letting connections, and the file descriptors behind them, grow without bound.
-// The drain waits for busy connections, so a finished response is written before the exit.
+// The drain waits for busy connections, so a finished response is written before the exit, and
+// marks every connection closing: each closes after its current response instead of waiting for
+// another request from a client (or a load balancer's idle pool) the server will not serve.
 class ConnectionLimiter {
  public:
   // Releases its place when destroyed.
@@ -30,6 +32,8 @@ class ConnectionLimiter {
       busy_ = busy;
       limiter_.busy_.fetch_add(busy ? 1 : -1);
     }
+    // The server is draining: answer with `Connection: close` and close after the response.
+    bool server_closing() const { return limiter_.closing(); }
 
    private:
     ConnectionLimiter& limiter_;
@@ -44,6 +48,8 @@ class ConnectionLimiter {
   int open() const { return open_.load(); }
   int busy() const { return busy_.load(); }
   int max_connections() const { return max_connections_; }
+  void begin_closing() { closing_.store(true); }
+  bool closing() const { return closing_.load(); }
   // brisk_http_connections (gauge) and brisk_http_connections_refused_total, for /metrics.
   std::string render_prometheus() const;
 
@@ -51,6 +57,7 @@ class ConnectionLimiter {
   const int max_connections_;
   std::atomic<int> open_{0};
   std::atomic<int> busy_{0};
+  std::atomic<bool> closing_{false};
   std::atomic<uint64_t> accepted_total_{0};
   std::atomic<uint64_t> refused_total_{0};
 };

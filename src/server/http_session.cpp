@@ -164,10 +164,18 @@ void HttpSession::serve(HttpRequest&& request) {
   }
 }
 
+bool HttpSession::server_closing() const { return slot_ && slot_->server_closing(); }
+
+// Whether this response says `Connection: keep-alive`: not when the client or the server ends the
+// connection after it.
+bool HttpSession::keeps_alive() const {
+  return keep_alive_ && !close_after_write_ && !server_closing();
+}
+
 void HttpSession::respond(HttpResponse&& response) {
   if (closed_) return;
   response.version(11);
-  response.keep_alive(keep_alive_ && !close_after_write_);
+  response.keep_alive(keeps_alive());
   response.set(http::field::server, "brisk");
   response.prepare_payload();
   response_begun_ = true;
@@ -181,7 +189,7 @@ void HttpSession::begin_event_stream(int status, const std::string& content_type
   header.set(http::field::server, "brisk");
   header.set(http::field::content_type, content_type);
   header.set(http::field::cache_control, "no-cache");
-  header.keep_alive(keep_alive_);
+  header.keep_alive(keeps_alive());
   header.chunked(true);
   response_begun_ = true;
   queue_write(serialize(header.base()));
@@ -262,7 +270,7 @@ void HttpSession::on_write(beast::error_code ec) {
 void HttpSession::finish_response() {
   on_gone_ = nullptr;
   if (slot_) slot_->set_busy(false);
-  if (close_after_write_) return drain_then_close();
+  if (close_after_write_ || server_closing()) return drain_then_close();
   if (!keep_alive_) return close();
   beast::error_code ignored;
   stream_.socket().cancel(ignored);  // stop the disconnect watch before reading again

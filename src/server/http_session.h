@@ -86,6 +86,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void write_next();
   void on_write(beast::error_code ec);
   void finish_response();
+  bool server_closing() const;
+  bool keeps_alive() const;
   void refuse_and_close(HttpResponse&& response);
   void arm_disconnect_watch();
   void refuse_too_large();

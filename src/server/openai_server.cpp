@@ -102,6 +102,7 @@ void OpenAiServer::run_until_signal() {
     }
     spdlog::info("received signal {}: draining for up to {}s (send it again to exit now)",
                  signal_number, options_.drain_timeout.count());
+    connections_.begin_closing();
     beast::error_code ignored;
     acceptor_.close(ignored);
     signals.async_wait(on_signal);

@@ -95,6 +95,7 @@ def _complete_in_background(server, prompt: str, max_tokens: int, timeout: float
                        json={"model": MODEL_NAME, "prompt": prompt, "max_tokens": max_tokens,
                              "ignore_eos": True})
         result["status"] = r.status_code
+        result["connection"] = r.headers.get("connection")
         result["body"] = r.json()
 
     worker = threading.Thread(target=request)
@@ -105,6 +106,10 @@ def _complete_in_background(server, prompt: str, max_tokens: int, timeout: float
 def test_sigterm_finishes_in_flight_work_then_exits_zero(tmp_path_factory):
     server = _start_brisk(tmp_path_factory, "brisk-drain", ["--drain-timeout", "30"], api_key=None)
     try:
+        # A kept-alive connection that is idle when the signal lands (a load balancer's pool).
+        idle = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        idle.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert idle.recv(4096).startswith(b"HTTP/1.1 200")
         worker, result = _complete_in_background(server, "Once", 40, timeout=120)
         time.sleep(0.5)  # the request is running
         server.proc.send_signal(signal.SIGTERM)
@@ -115,10 +120,22 @@ def test_sigterm_finishes_in_flight_work_then_exits_zero(tmp_path_factory):
         except httpx.TransportError:
             refused = "closed"
         assert refused in (503, "closed")
+        # A request on the idle connection is refused, and the connection closed after it, so a
+        # load balancer neither queues more on it nor meets it closed under a request at the exit.
+        idle.sendall(b"GET /ready HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = b""
+        idle.settimeout(10)
+        while chunk := idle.recv(4096):
+            answer += chunk
+        head = answer.split(b"\r\n\r\n", 1)[0].lower()
+        assert head.startswith(b"http/1.1 503") and b"connection: close" in head, answer
+        idle.close()
         worker.join(timeout=120)
         assert result["status"] == 200, result
         assert result["body"]["usage"]["completion_tokens"] == 40
         assert result["body"]["choices"][0]["finish_reason"] == "length"
+        # The answer finished during the drain says so: the client does not reuse the connection.
+        assert result["connection"] == "close", result
         assert server.proc.wait(timeout=30) == 0
     finally:
         server.kill()
