@@ -26,7 +26,7 @@ FUZZ_SMOKE_SECONDS ?= 10
 
 .PHONY: serve test deps llama-source build model test-models python unit-test integration-test cuda clean \
 	fuzz-build fuzz fuzz-smoke soak sanitize sanitize-unit-build sanitize-unit sanitize-thread \
-	peer-tools
+	peer-tools structured-outputs-check
 
 serve: build model
 	$(BRISK) serve --model $(MODEL) --host $(HOST) --port $(PORT) $(SERVE_ARGS)
@@ -90,6 +90,12 @@ fuzz-smoke: fuzz-build
 SOAK_ARGS   ?=
 soak: build model python
 	$(VENV)/bin/python bench/soak.py --brisk-bin $(BRISK) $(SOAK_ARGS)
+
+# Grammar exactness at full strength (BENCHMARKS.md, "Structured outputs"): 200 answers drawn at
+# temperature 1 under a JSON schema, every one parsed and validated; CI draws 40.
+structured-outputs-check: build test-models python
+	BRISK_GRAMMAR_SAMPLES=200 $(VENV)/bin/python -m pytest -v \
+	  tests/integration/test_structured_outputs.py -k temperature_one
 
 # --- Sanitizers (BENCHMARKS.md, "Sanitizers") ---
 # Only brisk's own code is instrumented (cmake/sanitizers.cmake): llama.cpp keeps the flags of

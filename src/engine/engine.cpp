@@ -11,6 +11,13 @@
 #include "llama.h"
 
 namespace brisk {
+namespace {
+
+// Distinct output formats kept compiled: a service sends a handful of schemas, each with every
+// request; a client that makes one schema per request only cycles this.
+constexpr size_t kCompiledGrammars = 64;
+
+}  // namespace
 
 std::unique_ptr<Engine> Engine::load(const EngineOptions& options, std::string* error) {
   init_llama_backend_once();
@@ -25,6 +32,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options, std::string* 
     return nullptr;
   }
   engine->vocab_ = llama_model_get_vocab(engine->model_);
+  engine->grammars_ = std::make_unique<GrammarCompiler>(engine->vocab_, kCompiledGrammars);
   engine->chat_template_ = ChatTemplate::choose(engine->model_, options.chat_template, error);
   if (!engine->chat_template_) return nullptr;
 
@@ -98,6 +106,11 @@ TokenList Engine::tokenize(std::string_view text, bool add_special) const {
 }
 
 std::string Engine::token_piece(Token token) const { return token_text(vocab_, token); }
+
+std::shared_ptr<TokenConstraint> Engine::compile_grammar(const GrammarRequest& request,
+                                                         std::string* error) const {
+  return grammars_->compile(request, error);
+}
 
 bool Engine::is_end_of_generation(Token token) const { return llama_vocab_is_eog(vocab_, token); }
 

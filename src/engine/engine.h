@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/chat_template.h"
+#include "engine/grammar.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/token.h"
@@ -61,6 +62,10 @@ class Engine final : public ModelRunner {
   // The longest prompt + completion one request may have.
   int max_request_tokens() const;
   std::string description() const;
+  // A request's output format as a constraint for its sampler, or null and `error` (any thread).
+  std::shared_ptr<TokenConstraint> compile_grammar(const GrammarRequest& request,
+                                                   std::string* error) const;
+  const GrammarCompiler& grammars() const { return *grammars_; }
   // Where the chat template came from, for the startup log.
   const std::string& chat_template_origin() const { return chat_template_->origin(); }
 
@@ -93,6 +98,7 @@ class Engine final : public ModelRunner {
   int sequence_ids_ = 0;
   int sliding_window_tokens_ = 0;
   std::unique_ptr<ChatTemplate> chat_template_;
+  std::unique_ptr<GrammarCompiler> grammars_;
 };
 
 }  // namespace brisk

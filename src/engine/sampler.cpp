@@ -2,31 +2,44 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <limits>
+#include <utility>
 
 namespace brisk {
 
-Sampler::Sampler(const SamplingParams& params)
-    : params_(params), rng_(params.seed.value_or(std::random_device{}())) {}
+Sampler::Sampler(const SamplingParams& params, std::shared_ptr<TokenConstraint> constraint)
+    : params_(params),
+      constraint_(std::move(constraint)),
+      rng_(params.seed.value_or(std::random_device{}())) {}
 
 bool Sampler::truncates() const {
   return params_.top_k > 0 || params_.top_p < 1.0f || params_.min_p > 0.0f;
 }
 
-SampledToken Sampler::sample(const float* logits, int vocabulary_size, int top_logprobs) {
-  log_sum_at_unit_temperature_.reset();
+SampledToken Sampler::sample(const float* model_logits, int vocabulary_size, int top_logprobs) {
+  const float* logits = biased(model_logits, vocabulary_size);
   SampledToken sampled;
-  const float max = max_logit(logits, vocabulary_size);
-  if (params_.temperature <= 0.0f) {
-    sampled.token = first_argmax(logits, vocabulary_size);
-  } else if (!truncates()) {
-    sampled.token = draw_from_full_distribution(logits, vocabulary_size, max,
-                                                -std::numeric_limits<float>::infinity());
-  } else {
-    sampled.token = draw_from_truncated(logits, vocabulary_size, max);
+  sampled.token = draw(logits, vocabulary_size);
+  if (constraint_) {
+    try {
+      if (!constraint_->allows(sampled.token) &&
+          !redraw_allowed(logits, vocabulary_size, &sampled.token)) {
+        sampled.constraint_dead_end = true;
+        return sampled;
+      }
+      constraint_->accept(sampled.token);
+    } catch (const std::exception&) {
+      sampled.constraint_dead_end = true;
+      return sampled;
+    }
   }
   if (top_logprobs < 0) return sampled;
 
+  // logprobs are the model's: from its own logits, whatever the bias and the constraint did.
+  if (logits != model_logits) log_sum_at_unit_temperature_.reset();
+  logits = model_logits;
+  const float max = max_logit(logits, vocabulary_size);
   const double log_normal = log_normalizer(logits, vocabulary_size, max);
   sampled.logprob = static_cast<float>(logits[sampled.token] - log_normal);
   if (top_logprobs > 0) {
@@ -39,6 +52,61 @@ SampledToken Sampler::sample(const float* logits, int vocabulary_size, int top_l
   return sampled;
 }
 
+const float* Sampler::biased(const float* logits, int count) {
+  if (params_.logit_bias.empty()) return logits;
+  biased_logits_.assign(logits, logits + count);
+  for (const auto& [token, bias] : params_.logit_bias) {
+    if (token < 0 || token >= count) continue;
+    float& logit = biased_logits_[size_t(token)];
+    logit = bias <= -100.0f ? -std::numeric_limits<float>::infinity() : logit + bias;
+  }
+  return biased_logits_.data();
+}
+
+Token Sampler::draw(const float* logits, int count) {
+  log_sum_at_unit_temperature_.reset();
+  last_draw_ = LastDraw{};
+  if (params_.temperature <= 0.0f) return first_argmax(logits, count);
+  const float max = max_logit(logits, count);
+  if (!truncates()) {
+    return draw_from_full_distribution(logits, count, max,
+                                       -std::numeric_limits<float>::infinity());
+  }
+  return draw_from_truncated(logits, count, max);
+}
+
+// Redrawing from the same distribution until a draw is allowed is rejection sampling: it draws
+// from the distribution restricted to the allowed tokens. When the allowed tokens hold little of
+// the mass, the mask (whose cost does not depend on that mass) takes over.
+bool Sampler::redraw_allowed(const float* logits, int count, Token* token) {
+  if (params_.temperature <= 0.0f) {
+    select_top_k(logits, count, kGreedyCandidates, candidates_);
+    for (const TokenLogit& candidate : candidates_) {
+      if (constraint_->allows(candidate.token)) {
+        *token = candidate.token;
+        return true;
+      }
+    }
+    return draw_masked(logits, count, token);
+  }
+  for (int i = 0; i < kConstrainedRedraws; ++i) {
+    *token = redraw(logits, count);
+    if (constraint_->allows(*token)) return true;
+  }
+  return draw_masked(logits, count, token);
+}
+
+// The same draw (truncation, temperature) over the allowed tokens only, on a copy of the logits
+// (the model's own stay for logprobs).
+bool Sampler::draw_masked(const float* logits, int count, Token* token) {
+  masked_logits_.assign(logits, logits + count);
+  if (constraint_->mask(masked_logits_.data(), count) <= 0) return false;
+  *token = draw(masked_logits_.data(), count);
+  // The normalizer cached by that draw belongs to the masked logits, not the model's.
+  log_sum_at_unit_temperature_.reset();
+  return constraint_->allows(*token);
+}
+
 // Inverse-CDF draw without sorting: one pass sums exp((logit - max) / T) per block, a uniform
 // draw picks the block by the block sums, and only that block's terms are recomputed to pick
 // the token. Order does not matter for a draw from the whole distribution.
@@ -47,7 +115,17 @@ Token Sampler::draw_from_full_distribution(const float* logits, int count, float
   const bool whole = floor == -std::numeric_limits<float>::infinity();
   const double total = sum_exp_by_block(logits, count, max, scale, block_sums_, floor);
   if (whole && params_.temperature == 1.0f) log_sum_at_unit_temperature_ = std::log(total);
-  const double target = uniform_(rng_) * total;
+  last_draw_ = LastDraw{LastDraw::Kind::blocks, max, floor, total, 0};
+  return pick_from_blocks(logits, count);
+}
+
+// The second half of a full-distribution draw: the block sums of the last one are reused, so a
+// redraw costs one block's terms, not a pass over the vocabulary.
+Token Sampler::pick_from_blocks(const float* logits, int count) {
+  const float scale = 1.0f / params_.temperature;
+  const float max = last_draw_.max;
+  const float floor = last_draw_.floor;
+  const double target = uniform_(rng_) * last_draw_.total;
 
   double before = 0;
   size_t block = 0;
@@ -71,6 +149,14 @@ Token Sampler::draw_from_full_distribution(const float* logits, int count, float
   }
   // Rounding left the target a hair above this block's recomputed sum.
   return last_possible;
+}
+
+Token Sampler::redraw(const float* logits, int count) {
+  if (last_draw_.kind == LastDraw::Kind::blocks) return pick_from_blocks(logits, count);
+  if (last_draw_.kind == LastDraw::Kind::candidates) {
+    return pick_from_candidates(last_draw_.candidates);
+  }
+  return draw(logits, count);
 }
 
 // The truncations run as llama.cpp's chain applies them: top-k, then top-p over what is left
@@ -139,6 +225,11 @@ size_t Sampler::min_p_cut(size_t size) const {
 }
 
 Token Sampler::draw_from_candidates(size_t size) {
+  last_draw_ = LastDraw{LastDraw::Kind::candidates, 0, 0, 0, size};
+  return pick_from_candidates(size);
+}
+
+Token Sampler::pick_from_candidates(size_t size) {
   if (size <= 1) return candidates_.front().token;
   const double best = candidates_.front().logit;
   const double inverse_temperature = 1.0 / params_.temperature;

@@ -1,12 +1,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "engine/logit_kernels.h"
 #include "engine/token.h"
+#include "engine/token_constraint.h"
 
 namespace brisk {
 
@@ -18,6 +21,8 @@ struct SamplingParams {
   int top_k = 0;  // 0 = off
   float min_p = 0.0f;
   std::optional<uint32_t> seed;
+  // Added to a token's logit before the draw (OpenAI's logit_bias); -100 or less bans the token.
+  std::vector<std::pair<Token, float>> logit_bias;
 };
 
 struct TokenLogprob {
@@ -31,6 +36,8 @@ struct SampledToken {
   // temperature and truncation, as vLLM's and llama-server's logprobs are); set on request.
   float logprob = 0;
   std::vector<TokenLogprob> top_logprobs;  // the most likely tokens, most likely first
+  // The request's constraint allows no token at all (or failed): the sequence cannot go on.
+  bool constraint_dead_end = false;
 };
 
 // Draws from the distribution llama.cpp's sampler chain top-k -> top-p -> min-p -> temperature
@@ -39,16 +46,34 @@ struct SampledToken {
 // given seed reproduces its draws. Independent samplers may run on different threads.
 class Sampler {
  public:
-  explicit Sampler(const SamplingParams& params);
+  // `constraint` (may be null): only tokens it allows are drawn; each drawn token is accepted
+  // into it. A refused draw is redrawn from the same distribution up to kConstrainedRedraws
+  // times (greedy: the best of the kGreedyCandidates most likely tokens that is allowed), and
+  // only then is the whole vocabulary masked: a grammar check costs microseconds, a mask of a
+  // 262,144-token vocabulary milliseconds. Without truncation every path draws from the model's
+  // distribution restricted to the allowed tokens, exactly.
+  explicit Sampler(const SamplingParams& params,
+                   std::shared_ptr<TokenConstraint> constraint = nullptr);
 
   // `logits` holds one entry per vocabulary token. top_logprobs < 0 computes no logprobs, 0 the
-  // chosen token's, N also the N most likely tokens'.
+  // chosen token's, N also the N most likely tokens' (always the model's own distribution,
+  // before any constraint).
   SampledToken sample(const float* logits, int vocabulary_size, int top_logprobs = -1);
 
   const SamplingParams& params() const { return params_; }
 
+  static constexpr int kConstrainedRedraws = 64;
+  static constexpr int kGreedyCandidates = 64;
+
  private:
   bool truncates() const;
+  // The logits the draw sees: the model's, or a copy with the request's logit_bias applied.
+  const float* biased(const float* logits, int count);
+  Token draw(const float* logits, int count);
+  // Replaces a draw the constraint refused; false when it allows no token.
+  bool redraw_allowed(const float* logits, int count, Token* token);
+  // Draws among the tokens the constraint allows, on a masked copy of the logits.
+  bool draw_masked(const float* logits, int count, Token* token);
   // Draws among the tokens whose logit is at least `floor` (-infinity: all of them).
   Token draw_from_full_distribution(const float* logits, int count, float max, float floor);
   Token draw_from_truncated(const float* logits, int count, float max);
@@ -56,9 +81,27 @@ class Sampler {
   size_t top_p_cut(double mass) const;
   size_t min_p_cut(size_t size) const;
   Token draw_from_candidates(size_t size);
+  Token pick_from_blocks(const float* logits, int count);
+  Token pick_from_candidates(size_t size);
+  // Another draw from the distribution of the last draw(), reusing its sums.
+  Token redraw(const float* logits, int count);
   double log_normalizer(const float* logits, int count, float max);
 
   SamplingParams params_;
+  std::shared_ptr<TokenConstraint> constraint_;
+  // What the last draw computed, for redraws: block sums (in block_sums_) with their total, or
+  // the first `candidates` entries of candidates_. none: greedy.
+  struct LastDraw {
+    enum class Kind { none, blocks, candidates };
+    Kind kind = Kind::none;
+    float max = 0;
+    float floor = 0;
+    double total = 0;
+    size_t candidates = 0;
+  };
+  LastDraw last_draw_;
+  std::vector<float> masked_logits_;
+  std::vector<float> biased_logits_;
   std::mt19937 rng_;
   std::uniform_real_distribution<double> uniform_{0.0, 1.0};
   // Scratch reused between draws (no allocation per token once warm).

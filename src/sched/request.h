@@ -3,12 +3,14 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/clock.h"
 #include "engine/sampler.h"
 #include "engine/token.h"
+#include "engine/token_constraint.h"
 
 namespace brisk {
 
@@ -57,6 +59,8 @@ struct Request {
   uint64_t id = 0;
   TokenList prompt_tokens;
   SamplingParams sampling;
+  // Only what this allows is generated (response_format, grammar); null: anything.
+  std::shared_ptr<TokenConstraint> constraint;
   int top_logprobs = -1;  // < 0: no logprobs; 0: the chosen token's; N: and the N most likely
   int max_tokens = 0;
   // The client (or --override-generation-config) named max_tokens; else it is whatever the

@@ -27,7 +27,7 @@ Sequence::Sequence(std::shared_ptr<Request> request, int slot, TimePoint schedul
     : request_(std::move(request)),
       slot_(slot),
       admission_order_(admission_order),
-      sampler_(request_->sampling),
+      sampler_(request_->sampling, request_->constraint),
       stop_matcher_(request_->stop),
       prefill_target_(request_->prompt_tokens.size()),
       scheduled_at_(scheduled_at) {}
@@ -97,6 +97,12 @@ int Sequence::put_decode_token(ModelRunner& engine) const {
 
 void Sequence::accept_token(SampledToken sampled, TimePoint now, const ModelRunner& engine,
                             ServingMetrics& metrics) {
+  if (sampled.constraint_dead_end) {
+    emit(stop_matcher_.flush());
+    finish(FinishReason::error, now, metrics,
+           "the output format (response_format or grammar) allows no next token");
+    return;
+  }
   const Token token = sampled.token;
   if (completion_tokens_ == 0) {
     first_token_at_ = now;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -191,13 +192,19 @@ void read_sampling(FieldReader& reader, SamplingParams& sampling) {
 void read_logprobs(FieldReader& reader, CompletionParams& params) {
   const std::string range = "between 0 and " + std::to_string(kMaxTopLogprobs);
   if (params.kind == CompletionKind::text) {
-    if (reader.find("logprobs") == nullptr) return;
-    auto count = reader.integer("logprobs");
-    if (!count) return;  // reader.integer failed: not an integer
-    if (*count < 0 || *count > kMaxTopLogprobs) {
-      return reader.fail("'logprobs' must be an integer " + range, "logprobs");
+    // llama-server's name for the same count, which clients written for it send beside it.
+    for (const char* name : {"logprobs", "n_probs"}) {
+      if (reader.find(name) == nullptr) continue;
+      auto count = reader.integer(name);
+      if (!count) return;  // reader.integer failed: not an integer
+      if (*count < 0 || *count > kMaxTopLogprobs) {
+        return reader.fail(std::string("'") + name + "' must be an integer " + range, name);
+      }
+      if (params.top_logprobs >= 0 && params.top_logprobs != *count) {
+        return reader.fail("'n_probs' and 'logprobs' ask for different counts", "n_probs");
+      }
+      params.top_logprobs = static_cast<int>(*count);
     }
-    params.top_logprobs = static_cast<int>(*count);
     return;
   }
   const bool wanted = reader.boolean("logprobs").value_or(false);
@@ -222,8 +229,116 @@ void read_limits(FieldReader& reader, CompletionParams& params) {
     params.max_tokens =
         static_cast<int>(std::min<int64_t>(*max_tokens, std::numeric_limits<int>::max()));
   }
-  if (auto n = reader.integer("n"); n && *n != 1) {
-    reader.fail("only n=1 is supported; send several requests for several choices", "n");
+}
+
+// {"token id": bias}: OpenAI's form. Ids are checked against the vocabulary by the server.
+void read_logit_bias(FieldReader& reader, SamplingParams& sampling) {
+  const json* bias = reader.find("logit_bias");
+  if (bias == nullptr) return;
+  if (!bias->is_object() || bias->size() > kMaxLogitBias) {
+    return reader.fail(fmt::format("'logit_bias' must be an object of at most {} token ids "
+                                   "(as strings) to biases from -100 to 100",
+                                   kMaxLogitBias),
+                       "logit_bias");
+  }
+  for (const auto& [key, value] : bias->items()) {
+    Token token = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), token);
+    if (ec != std::errc() || end != key.data() + key.size() || token < 0) {
+      return reader.fail("'logit_bias' keys must be token ids, got '" + key + "'", "logit_bias");
+    }
+    if (!value.is_number() || value.get<double>() < -100 || value.get<double>() > 100) {
+      return reader.fail("'logit_bias' values must be numbers from -100 to 100, got " +
+                             value.dump() + " for token " + key,
+                         "logit_bias");
+    }
+    sampling.logit_bias.emplace_back(token, value.get<float>());
+  }
+}
+
+// response_format (OpenAI's) and grammar (llama-server's): at most one constraint.
+// The schema's text with its properties in the client's order (nlohmann::json sorts object keys;
+// the grammar, and so the output, lists properties in the schema's order, as OpenAI does).
+std::string schema_in_client_order(std::string_view body, const json& schema) {
+  const auto ordered = nlohmann::ordered_json::parse(body, nullptr, false);
+  const auto format = ordered.find("response_format");
+  if (format == ordered.end() || !format->is_object()) return schema.dump();
+  const auto spec = format->find("json_schema");
+  if (spec == format->end() || !spec->is_object()) return schema.dump();
+  const auto found = spec->find("schema");
+  return found != spec->end() && found->is_object() ? found->dump() : schema.dump();
+}
+
+void read_output_format(FieldReader& reader, CompletionParams& params, std::string_view body) {
+  if (const json* format = reader.find("response_format")) {
+    const auto type = format->is_object() ? format->find("type") : format->end();
+    if (!format->is_object() || type == format->end() || !type->is_string()) {
+      return reader.fail("'response_format' must be an object with a string 'type'",
+                         "response_format");
+    }
+    for (const auto& [key, value] : format->items()) {
+      if (key != "type" && key != "json_schema") {
+        return reader.fail("'response_format." + key + "' is not a field of response_format",
+                           "response_format");
+      }
+    }
+    if (*type == "json_object") {
+      params.grammar = GrammarRequest{GrammarRequest::Kind::json_schema, R"({"type":"object"})"};
+    } else if (*type == "json_schema") {
+      const auto spec = format->find("json_schema");
+      if (spec == format->end() || !spec->is_object()) {
+        return reader.fail(
+            "'response_format.json_schema' must be an object with 'name' and 'schema'",
+            "response_format");
+      }
+      for (const auto& [key, value] : spec->items()) {
+        if (key != "name" && key != "schema" && key != "strict" && key != "description") {
+          return reader.fail("'response_format.json_schema." + key +
+                                 "' is not a field of json_schema (name, description, schema, "
+                                 "strict)",
+                             "response_format");
+        }
+      }
+      const auto name = spec->find("name");
+      if (name == spec->end() || !name->is_string() || name->get<std::string>().empty()) {
+        return reader.fail("'response_format.json_schema.name' must be a non-empty string",
+                           "response_format");
+      }
+      const auto strict = spec->find("strict");
+      if (strict != spec->end() && !strict->is_null() && !strict->is_boolean()) {
+        return reader.fail("'response_format.json_schema.strict' must be true or false",
+                           "response_format");
+      }
+      const auto schema = spec->find("schema");
+      // No schema: any JSON object (OpenAI requires one; llama-server accepts its absence).
+      std::string text = R"({"type":"object"})";
+      if (schema != spec->end() && !schema->is_null()) {
+        if (!schema->is_object()) {
+          return reader.fail("'response_format.json_schema.schema' must be a JSON schema object",
+                             "response_format");
+        }
+        if (!schema->empty()) text = schema_in_client_order(body, *schema);
+      }
+      // The output always follows the schema, so strict true and false behave alike.
+      params.grammar = GrammarRequest{GrammarRequest::Kind::json_schema, std::move(text)};
+    } else if (*type != "text") {
+      return reader.fail("'response_format.type' must be text, json_object or json_schema, got '" +
+                             type->get<std::string>() + "'",
+                         "response_format");
+    }
+    if (params.grammar) params.grammar_field = "response_format";
+  }
+  if (const json* grammar = reader.find("grammar")) {
+    if (!grammar->is_string() || grammar->get<std::string>().empty()) {
+      return reader.fail("'grammar' must be a non-empty string of GBNF rules", "grammar");
+    }
+    if (params.grammar) {
+      return reader.fail("send either 'response_format' (json_object, json_schema) or 'grammar', "
+                         "not both",
+                         "grammar");
+    }
+    params.grammar = GrammarRequest{GrammarRequest::Kind::gbnf, grammar->get<std::string>()};
+    params.grammar_field = "grammar";
   }
 }
 
@@ -269,6 +384,8 @@ std::variant<CompletionParams, ApiError> parse_completion_params(
   if (parsed.is_discarded()) return ApiError::invalid("the request body is not valid JSON");
   if (!parsed.is_object()) return ApiError::invalid("the request body must be a JSON object");
 
+  if (auto error = check_request_fields(parsed, kind)) return *error;
+
   CompletionParams params;
   params.kind = kind;
   params.sampling = defaults.sampling;
@@ -285,11 +402,18 @@ std::variant<CompletionParams, ApiError> parse_completion_params(
     read_prompt(reader, params);
   read_limits(reader, params);
   read_sampling(reader, params.sampling);
+  read_logit_bias(reader, params.sampling);
   read_logprobs(reader, params);
   read_stop(reader, params);
   read_streaming(reader, params);
   read_scheduling(reader, params);
   params.ignore_eos = reader.boolean("ignore_eos").value_or(false);
+  read_output_format(reader, params, body);
+  if (!reader.error && params.grammar && params.ignore_eos) {
+    reader.fail("'ignore_eos' cannot be combined with '" + params.grammar_field +
+                    "': once the output is complete only the end of generation is allowed",
+                "ignore_eos");
+  }
   if (reader.error) return *reader.error;
   return params;
 }

@@ -11,10 +11,9 @@
 #include "engine/sampler.h"
 #include "engine/token.h"
 #include "server/api_error.h"
+#include "server/request_fields.h"
 
 namespace brisk {
-
-enum class CompletionKind { chat, text };
 
 // What a request that names no sampling parameter (or no max_tokens) gets: the server's
 // --generation-config preset with --override-generation-config applied (docs/cli.md).
@@ -25,6 +24,8 @@ struct GenerationDefaults {
 
 // The most alternatives `top_logprobs` / completions' `logprobs` may ask for (OpenAI's limit).
 inline constexpr int kMaxTopLogprobs = 20;
+// The most tokens one `logit_bias` may name (OpenAI's limit).
+inline constexpr size_t kMaxLogitBias = 300;
 
 // A validated /v1/chat/completions or /v1/completions body.
 struct CompletionParams {
@@ -42,6 +43,10 @@ struct CompletionParams {
   bool ignore_eos = false;
   std::optional<int> priority;  // lower runs sooner under --policy priority (vLLM's field)
   double deadline_ms = 0;       // first token due this many ms after arrival, else dropped
+  // response_format json_object / json_schema, or llama.cpp's `grammar`; the field it came from
+  // names the error when it does not compile.
+  std::optional<GrammarRequest> grammar;
+  std::string grammar_field;
 };
 
 // The most a `priority` may be, either way (an X-Request-Priority header is read the same).

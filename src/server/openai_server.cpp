@@ -21,6 +21,19 @@
 namespace brisk {
 namespace {
 
+// Output formats (response_format, grammar) converted and parsed, and those found compiled.
+std::string render_grammar_metrics(const GrammarCompiler& grammars) {
+  return fmt::format(
+      "# HELP brisk_grammar_compilations_total Output formats (JSON schemas, GBNF) compiled into "
+      "grammars, the ones refused included.\n"
+      "# TYPE brisk_grammar_compilations_total counter\n"
+      "brisk_grammar_compilations_total {}\n"
+      "# HELP brisk_grammar_cache_hits_total Requests whose output format was already compiled.\n"
+      "# TYPE brisk_grammar_cache_hits_total counter\n"
+      "brisk_grammar_cache_hits_total {}\n",
+      grammars.misses(), grammars.hits());
+}
+
 using nlohmann::json;
 
 HttpResponse json_response(http::status status, const json& body) {
@@ -262,7 +275,8 @@ void OpenAiServer::handle(HttpRequest&& request, const std::shared_ptr<HttpSessi
     HttpResponse response{http::status::ok, 11};
     response.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
     const SchedulerStats stats = engine_loop_.stats();
-    response.body() = metrics_.render_prometheus(stats) + connections_.render_prometheus();
+    response.body() = metrics_.render_prometheus(stats) + connections_.render_prometheus() +
+                      render_grammar_metrics(engine_.grammars());
     if (options_.vllm_metrics) {
       response.body() += ServingMetrics::render_vllm_compat(stats, options_.model_name);
     }
@@ -308,11 +322,30 @@ void OpenAiServer::handle_completion(const HttpRequest& http_request, Completion
   request->id = ++next_request_id_;
   request->prompt_tokens = std::move(tokens);
   request->sampling = params.sampling;
+  for (const auto& [token, bias] : params.sampling.logit_bias) {
+    if (token >= engine_.vocabulary_size()) {
+      return session->respond(reject(
+          ApiError::invalid(fmt::format("'logit_bias' names token {}, but the vocabulary has {} "
+                                        "tokens",
+                                        token, engine_.vocabulary_size()),
+                            "logit_bias"),
+          "invalid_request"));
+    }
+  }
   request->top_logprobs = params.top_logprobs;
   request->max_tokens = *params.max_tokens;
   request->max_tokens_named = max_tokens_named;
   request->stop = params.stop;
   request->ignore_eos = params.ignore_eos;
+  if (params.grammar) {
+    // Compiled here, on an I/O thread: a bad schema is a 400 before the request is queued.
+    std::string error;
+    request->constraint = engine_.compile_grammar(*params.grammar, &error);
+    if (!request->constraint) {
+      return session->respond(
+          reject(ApiError::invalid(std::move(error), params.grammar_field), "invalid_request"));
+    }
+  }
   if (auto error = read_priority_header(http_request, params))
     return session->respond(reject(*error, "invalid_request"));
   request->priority = params.priority.value_or(0);

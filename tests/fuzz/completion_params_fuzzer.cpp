@@ -28,6 +28,10 @@ void check_sampling(const brisk::SamplingParams& sampling) {
   require(sampling.top_p > 0.0f && sampling.top_p <= 1.0f);
   require(sampling.top_k >= 0);
   require(sampling.min_p >= 0.0f && sampling.min_p <= 1.0f);
+  require(sampling.logit_bias.size() <= brisk::kMaxLogitBias);
+  for (const auto& [token, bias] : sampling.logit_bias) {
+    require(token >= 0 && bias >= -100.0f && bias <= 100.0f);
+  }
 }
 
 void check_accepted(const CompletionParams& params, CompletionKind kind) {

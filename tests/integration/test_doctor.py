@@ -227,16 +227,24 @@ def test_batching_off_is_no_batching(tmp_path_factory, tmp_path):
     assert rep["measurements"]["resources"]["server_metrics"]["running_max"] == 1
 
 
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def test_cpu_contention_names_the_competing_process(tmp_path_factory, tmp_path):
     with brisk_server(tmp_path_factory, "brisk-contended") as server, cpu_hog() as hog:
+        hog_cpu, started = _cpu_seconds(hog.pid), time.monotonic()
         rep = diagnose(tmp_path, server.base_url)
+        hog_cores = (_cpu_seconds(hog.pid) - hog_cpu) / (time.monotonic() - started)
     expect_primary(rep, "cpu_contention")
     host = rep["measurements"]["resources"]["host"]
     assert host["server_pid"] == server.proc.pid
     assert host["other_cores_mean"] >= 0.5, host
-    # The spinning Python process is the biggest other program, unless other work shares the
-    # machine as well (then more than its one core is taken).
-    assert "python" in host["top_other_process"] or host["other_cores_mean"] > 1.1, host
+    # The busiest other program: the spinning Python process, unless other work on a shared
+    # machine (a CI build, another test run) took more of its cores than the hog did.
+    assert ("python" in host["top_other_process"]
+            or host["top_other_cores"] >= 0.8 * hog_cores), (host, hog_cores)
 
 
 def test_kv_cache_too_small(tmp_path_factory, tmp_path):

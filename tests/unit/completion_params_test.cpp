@@ -78,7 +78,9 @@ TEST(CompletionParams, RejectsBadInputWithTheFieldNamed) {
   EXPECT_EQ(expect_error(R"({"prompt":"a","stream":"yes"})").param, "stream");
   EXPECT_EQ(expect_error(R"({"prompt":["a","b"]})").param, "prompt");
   EXPECT_EQ(expect_error(R"({"messages":"hi"})", CompletionKind::chat).param, "messages");
-  EXPECT_EQ(expect_error(R"({"prompt":"a"})", CompletionKind::chat).param, "messages");
+  EXPECT_EQ(expect_error(R"({"max_tokens":3})", CompletionKind::chat).param, "messages");
+  // A completions body sent to chat: its field is named, not silently dropped.
+  EXPECT_EQ(expect_error(R"({"prompt":"a"})", CompletionKind::chat).param, "prompt");
   EXPECT_EQ(
       expect_error(R"({"messages":[{"role":"wizard","content":"x"}]})", CompletionKind::chat).param,
       "messages");
@@ -186,6 +188,66 @@ TEST(CompletionParams, ErrorsRenderInOpenAiFormat) {
   EXPECT_NE(json.find("\"type\":\"invalid_request_error\""), std::string::npos);
   EXPECT_NE(json.find("\"param\":\"n\""), std::string::npos);
   EXPECT_NE(json.find("\"code\":null"), std::string::npos);
+}
+
+TEST(CompletionParams, ResponseFormatBecomesAGrammarRequest) {
+  EXPECT_FALSE(expect_params(R"({"prompt":"a","response_format":{"type":"text"}})").grammar);
+  CompletionParams object =
+      expect_params(R"({"prompt":"a","response_format":{"type":"json_object"}})");
+  ASSERT_TRUE(object.grammar);
+  EXPECT_EQ(object.grammar->kind, GrammarRequest::Kind::json_schema);
+  EXPECT_EQ(object.grammar->text, R"({"type":"object"})");
+  EXPECT_EQ(object.grammar_field, "response_format");
+  CompletionParams schema = expect_params(
+      R"({"prompt":"a","response_format":{"type":"json_schema","json_schema":{"name":"p",
+          "strict":true,"schema":{"type":"object","properties":{"name":{"type":"string"},
+          "age":{"type":"integer"}}}}}})");
+  ASSERT_TRUE(schema.grammar);
+  // The client's order of properties is the output's: not sorted.
+  EXPECT_EQ(schema.grammar->text,
+            R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"}}})");
+  CompletionParams gbnf = expect_params(R"({"prompt":"a","grammar":"root ::= \"yes\""})");
+  ASSERT_TRUE(gbnf.grammar);
+  EXPECT_EQ(gbnf.grammar->kind, GrammarRequest::Kind::gbnf);
+  EXPECT_EQ(gbnf.grammar_field, "grammar");
+}
+
+TEST(CompletionParams, LogitBiasIsReadAndChecked) {
+  CompletionParams params =
+      expect_params(R"({"prompt":"a","logit_bias":{"17":-100,"4":2.5}})");
+  ASSERT_EQ(params.sampling.logit_bias.size(), 2u);
+  EXPECT_EQ(params.sampling.logit_bias[0], (std::pair<Token, float>{17, -100.0f}));
+  EXPECT_EQ(params.sampling.logit_bias[1], (std::pair<Token, float>{4, 2.5f}));
+  for (const char* body : {R"({"prompt":"a","logit_bias":{"x":1}})",
+                           R"({"prompt":"a","logit_bias":{"-3":1}})",
+                           R"({"prompt":"a","logit_bias":{"3":"1"}})",
+                           R"({"prompt":"a","logit_bias":{"3":100.5}})",
+                           R"({"prompt":"a","logit_bias":[1]})"}) {
+    EXPECT_EQ(expect_error(body).param, "logit_bias") << body;
+  }
+}
+
+TEST(CompletionParams, ABadOutputFormatNamesItsField) {
+  for (const char* body : {
+           R"({"prompt":"a","response_format":"json"})",
+           R"({"prompt":"a","response_format":{"type":"xml"}})",
+           R"({"prompt":"a","response_format":{"type":"json_schema"}})",
+           R"({"prompt":"a","response_format":{"type":"json_schema","json_schema":{"schema":{}}}})",
+           R"({"prompt":"a","response_format":{"type":"json_schema","json_schema":{"name":"x",
+               "schema":[1]}}})",
+           R"({"prompt":"a","response_format":{"type":"json_schema","json_schema":{"name":"x",
+               "strict":"yes"}}})",
+           R"({"prompt":"a","response_format":{"type":"json_schema","json_schema":{"name":"x",
+               "schemma":{}}}})",
+           R"({"prompt":"a","response_format":{"type":"json_object","schema":{}}})",
+       }) {
+    EXPECT_EQ(expect_error(body).param, "response_format") << body;
+  }
+  EXPECT_EQ(expect_error(R"({"prompt":"a","grammar":""})").param, "grammar");
+  EXPECT_EQ(expect_error(R"({"prompt":"a","grammar":"root ::= x",
+      "response_format":{"type":"json_object"}})").param, "grammar");
+  EXPECT_EQ(expect_error(R"({"prompt":"a","ignore_eos":true,
+      "response_format":{"type":"json_object"}})").param, "ignore_eos");
 }
 
 }  // namespace brisk

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <memory>
 #include <map>
 #include <numeric>
 #include <random>
@@ -265,6 +267,170 @@ TEST(LogitKernels, TopKIsTheSortedPrefixWithLowerIdsFirstOnTies) {
       ASSERT_EQ(top[i].token, order[i]) << "k=" << k << " rank " << i;
     }
   }
+}
+
+// A constraint that allows the tokens a predicate names (a grammar's stand-in: the sampler only
+// sees allows/mask/accept) and records what it was asked.
+class PredicateConstraint final : public TokenConstraint {
+ public:
+  explicit PredicateConstraint(std::function<bool(Token)> allowed) : allowed_(std::move(allowed)) {}
+  bool allows(Token token) override {
+    ++checks;
+    return allowed_(token);
+  }
+  int mask(float* logits, int vocabulary_size) override {
+    ++masks;
+    int allowed = 0;
+    for (int token = 0; token < vocabulary_size; ++token) {
+      if (allowed_(token)) {
+        ++allowed;
+      } else {
+        logits[token] = -INFINITY;
+      }
+    }
+    return allowed;
+  }
+  void accept(Token token) override { accepted.push_back(token); }
+
+  int checks = 0;
+  int masks = 0;
+  std::vector<Token> accepted;
+
+ private:
+  std::function<bool(Token)> allowed_;
+};
+
+class ConstrainedSamplerTest : public ::testing::TestWithParam<Case> {};
+
+// A refused draw is redrawn from the same distribution up to R times, then drawn from the chain
+// over the masked logits. So with q the chain's distribution, Qa its mass on allowed tokens, r
+// the chain's distribution over the masked logits and m = (1 - Qa)^(R+1):
+//   P(t) = [t allowed] q(t) (1 - m) / Qa + m r(t).
+// Without truncation q(t) / Qa = r(t), so P = r exactly: the model's distribution restricted to
+// what the grammar allows, whichever path drew the token.
+TEST_P(ConstrainedSamplerTest, DrawsFromTheDistributionRestrictedToTheAllowedTokens) {
+  const Case& c = GetParam();
+  const std::vector<float> logits = random_logits(c.vocabulary, c.spread, 7);
+  auto allowed = [](Token token) { return token % 3 != 0; };
+  std::vector<float> masked = logits;
+  for (int token = 0; token < c.vocabulary; ++token) {
+    if (!allowed(token)) masked[size_t(token)] = -INFINITY;
+  }
+  const std::map<Token, double> first = llama_chain_distribution(logits, c.params);
+  const std::map<Token, double> redraw = llama_chain_distribution(masked, c.params);
+  double allowed_mass = 0;
+  for (const auto& [token, p] : first) allowed_mass += allowed(token) ? p : 0.0;
+  const double all_refused = std::pow(1.0 - allowed_mass, Sampler::kConstrainedRedraws + 1);
+  std::map<Token, double> expected;
+  for (const auto& [token, p] : first) {
+    if (allowed(token)) expected[token] += p * (1.0 - all_refused) / allowed_mass;
+  }
+  for (const auto& [token, p] : redraw) {
+    if (p > 0) expected[token] += all_refused * p;
+  }
+  if (c.params.top_k == 0 && c.params.top_p >= 1.0f && c.params.min_p <= 0.0f) {
+    for (const auto& [token, p] : expected) EXPECT_NEAR(p, redraw.at(token), 1e-9);
+  }
+
+  SamplingParams params = c.params;
+  params.seed = 99;
+  auto constraint = std::make_shared<PredicateConstraint>(allowed);
+  Sampler sampler(params, constraint);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  constexpr int kDraws = 10000;
+#else
+  constexpr int kDraws = 100000;
+#endif
+  std::vector<int> observed(size_t(c.vocabulary), 0);
+  for (int i = 0; i < kDraws; ++i) {
+    const SampledToken sampled = sampler.sample(logits.data(), c.vocabulary);
+    ASSERT_FALSE(sampled.constraint_dead_end);
+    ++observed[size_t(sampled.token)];
+  }
+  const ChiSquare test = chi_square(expected, observed, kDraws);
+  EXPECT_EQ(test.draws_outside_support, 0) << "drew a token the constraint refused";
+  EXPECT_LT(test.statistic, chi_square_critical(test.degrees_of_freedom))
+      << "chi-square " << test.statistic << " with " << test.degrees_of_freedom
+      << " degrees of freedom over " << expected.size() << " tokens";
+  EXPECT_EQ(constraint->accepted.size(), size_t(kDraws));
+  // About a third of the mass is refused: redraws almost always find an allowed token.
+  EXPECT_LT(constraint->masks, kDraws / 100);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    SomeSamplerCombinations, ConstrainedSamplerTest,
+    ::testing::Values(Case{"full_t1", make(1.0f, 0, 1.0f, 0.0f), 1.0f},
+                      Case{"full_t07", make(0.7f, 0, 1.0f, 0.0f), 2.0f},
+                      Case{"top_k40", make(1.0f, 40, 1.0f, 0.0f), 2.0f},
+                      Case{"top_p09", make(1.0f, 0, 0.9f, 0.0f), 1.0f, 300},
+                      Case{"llama_server_defaults", make(0.8f, 40, 0.95f, 0.05f), 1.0f, 300}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(ConstrainedSampler, GreedyTakesTheBestAllowedAndLogprobsStayTheModels) {
+  std::vector<float> logits = random_logits(kVocabulary, 3.0f, 21);
+  logits[10] = 100.0f;  // the model's choice, refused
+  logits[11] = 90.0f;   // the best allowed
+  auto constraint = std::make_shared<PredicateConstraint>([](Token t) { return t != 10; });
+  Sampler sampler(make(0.0f, 0, 1.0f, 0.0f), constraint);
+  const SampledToken sampled = sampler.sample(logits.data(), kVocabulary, 0);
+  EXPECT_EQ(sampled.token, 11);
+  // log-softmax of the raw logits: token 10 holds almost all of the mass.
+  EXPECT_NEAR(sampled.logprob, -10.0f, 1e-3f);
+  EXPECT_EQ(constraint->accepted, std::vector<Token>{11});
+  EXPECT_EQ(constraint->masks, 0);  // found among the most likely tokens
+}
+
+TEST(ConstrainedSampler, GreedyMasksWhenNoLikelyTokenIsAllowed) {
+  std::vector<float> logits = random_logits(kVocabulary, 3.0f, 22);
+  for (int t = 0; t < 100; ++t) logits[size_t(t)] = 50.0f + float(t);  // all refused
+  const auto best_allowed = std::max_element(logits.begin() + 100, logits.end()) - logits.begin();
+  auto constraint = std::make_shared<PredicateConstraint>([](Token t) { return t >= 100; });
+  Sampler sampler(make(0.0f, 0, 1.0f, 0.0f), constraint);
+  EXPECT_EQ(sampler.sample(logits.data(), kVocabulary).token, best_allowed);
+  EXPECT_EQ(constraint->masks, 1);
+}
+
+TEST(ConstrainedSampler, ARareAllowedTokenIsFoundByTheMask) {
+  std::vector<float> logits(size_t(kVocabulary), 0.0f);
+  logits[7] = 40.0f;  // nearly all the mass, refused; redraws keep drawing it
+  auto constraint = std::make_shared<PredicateConstraint>([](Token t) { return t == 4321; });
+  Sampler sampler(make(1.0f, 0, 1.0f, 0.0f), constraint);
+  EXPECT_EQ(sampler.sample(logits.data(), kVocabulary).token, 4321);
+  EXPECT_EQ(constraint->masks, 1);
+  EXPECT_EQ(constraint->checks, 1 + Sampler::kConstrainedRedraws + 1);
+}
+
+TEST(ConstrainedSampler, AnAllowedDrawIsCheckedOnceAndNeverMasked) {
+  const std::vector<float> logits = random_logits(kVocabulary, 3.0f, 5);
+  auto constraint = std::make_shared<PredicateConstraint>([](Token) { return true; });
+  Sampler sampler(make(1.0f, 0, 1.0f, 0.0f), constraint);
+  for (int i = 0; i < 100; ++i) sampler.sample(logits.data(), kVocabulary);
+  EXPECT_EQ(constraint->checks, 100);
+  EXPECT_EQ(constraint->masks, 0);
+}
+
+TEST(Sampler, LogitBiasBansAndForcesButLogprobsStayTheModels) {
+  std::vector<float> logits = random_logits(kVocabulary, 3.0f, 31);
+  logits[42] = 100.0f;
+  SamplingParams params = make(0.0f, 0, 1.0f, 0.0f);
+  params.logit_bias = {{42, -100.0f}};
+  Sampler banned(params);
+  const SampledToken sampled = banned.sample(logits.data(), kVocabulary, 1);
+  EXPECT_NE(sampled.token, 42);
+  ASSERT_EQ(sampled.top_logprobs.size(), 1u);
+  EXPECT_EQ(sampled.top_logprobs[0].token, 42);  // the model's own most likely token
+  logits[7] = 5.0f;
+  params.logit_bias = {{7, 100.0f}, {kVocabulary + 5, 3.0f}};  // an id past the end is skipped
+  Sampler forced(params);
+  EXPECT_EQ(forced.sample(logits.data(), kVocabulary).token, 7);  // 5 + 100 > 100
+}
+
+TEST(ConstrainedSampler, NothingAllowedIsADeadEndNotAToken) {
+  const std::vector<float> logits = random_logits(kVocabulary, 3.0f, 5);
+  auto constraint = std::make_shared<PredicateConstraint>([](Token) { return false; });
+  Sampler sampler(make(1.0f, 0, 1.0f, 0.0f), constraint);
+  EXPECT_TRUE(sampler.sample(logits.data(), kVocabulary).constraint_dead_end);
+  EXPECT_TRUE(constraint->accepted.empty());
 }
 
 }  // namespace
