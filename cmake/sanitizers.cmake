@@ -58,17 +58,17 @@ function(brisk_sanitize_hot_sources)
     return()
   endif()
   set(root ${PROJECT_SOURCE_DIR})
-  set_source_files_properties(
+  set_property(SOURCE
       ${root}/src/engine/sampler.cpp ${root}/src/engine/logit_kernels.cpp
       ${root}/src/plan/queueing_model.cpp ${root}/src/plan/performance_model.cpp
       ${root}/src/plan/capacity_planner.cpp
-      DIRECTORY ${root}/src PROPERTIES COMPILE_OPTIONS -O1)
+      DIRECTORY ${root}/src APPEND PROPERTY COMPILE_OPTIONS -O1)
   if(BRISK_BUILD_TESTS)
-    set_source_files_properties(${root}/tests/unit/sampler_test.cpp
-        DIRECTORY ${root}/tests/unit PROPERTIES COMPILE_OPTIONS -O1)
+    set_property(SOURCE ${root}/tests/unit/sampler_test.cpp
+        DIRECTORY ${root}/tests/unit APPEND PROPERTY COMPILE_OPTIONS -O1)
   endif()
   if(BRISK_LLAMA_SOURCE_DIR)
-    set_source_files_properties(${root}/bench/tools/random_gguf_writer.cpp
-        DIRECTORY ${root}/bench/tools PROPERTIES COMPILE_OPTIONS -O1)
+    set_property(SOURCE ${root}/bench/tools/random_gguf_writer.cpp
+        DIRECTORY ${root}/bench/tools APPEND PROPERTY COMPILE_OPTIONS -O1)
   endif()
 endfunction()
