@@ -251,6 +251,10 @@ CommandRunner register_serve_command(CLI::App& app) {
   app.add_option("--chat-template", flags->engine.chat_template,
                  "llama.cpp built-in template name (gemma, chatml, llama3, ...); default: the "
                  "GGUF's own, else chosen by architecture");
+  app.add_option("--chat-template-file", flags->engine.chat_template_file,
+                 "A Jinja chat template file run instead of the GGUF's (as llama-server's "
+                 "--chat-template-file): e.g. one that renders tools")
+      ->check(CLI::ExistingFile);
   app.add_flag("--kv-unified,!--no-kv-unified", flags->engine.kv_unified,
                "One KV buffer for all requests (default: a request may use all of --ctx-size); "
                "--no-kv-unified gives each of --max-seqs its own ctx-size/max-seqs cells, as "

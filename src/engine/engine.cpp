@@ -33,7 +33,8 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options, std::string* 
   }
   engine->vocab_ = llama_model_get_vocab(engine->model_);
   engine->grammars_ = std::make_unique<GrammarCompiler>(engine->vocab_, kCompiledGrammars);
-  engine->chat_template_ = ChatTemplate::choose(engine->model_, options.chat_template, error);
+  engine->chat_template_ =
+      ChatTemplate::choose(engine->model_, options.chat_template, options.chat_template_file, error);
   if (!engine->chat_template_) return nullptr;
 
   const int threads =
@@ -117,6 +118,11 @@ bool Engine::is_end_of_generation(Token token) const { return llama_vocab_is_eog
 bool Engine::apply_chat_template(const std::vector<ChatMessage>& messages, std::string* prompt,
                                  std::string* error) const {
   return chat_template_->apply(messages, prompt, error);
+}
+
+bool Engine::render_chat(const std::vector<ChatMessage>& messages, const ChatTools* tools,
+                         ChatPrompt* rendered, std::string* error) const {
+  return chat_template_->render(messages, tools, rendered, error);
 }
 
 int Engine::train_context_size() const { return llama_model_n_ctx_train(model_); }

@@ -34,6 +34,8 @@ struct EngineOptions {
   int poll = 50;  // how long CPU worker threads spin for work between steps (0-100)
   // A llama.cpp built-in name (gemma, chatml, llama3, ...); empty: the GGUF's own, as Jinja.
   std::string chat_template;
+  // A Jinja chat template to run instead of the GGUF's (llama-server's --chat-template-file).
+  std::string chat_template_file;
 };
 
 // The only class that talks to llama.cpp. Tokenizer and template calls are safe from any
@@ -51,6 +53,9 @@ class Engine final : public ModelRunner {
   // Renders messages with the model's chat template (see ChatTemplate).
   bool apply_chat_template(const std::vector<ChatMessage>& messages, std::string* prompt,
                            std::string* error) const;
+  // With tools: the prompt, the tool-call grammar and stops, and the output's parser.
+  bool render_chat(const std::vector<ChatMessage>& messages, const ChatTools* tools,
+                   ChatPrompt* rendered, std::string* error) const;
 
   int context_size() const override { return context_size_; }
   // KV cells one sequence may use: the whole context when unified, else its share.

@@ -66,7 +66,7 @@ std::unique_ptr<ScoringModel> ScoringModel::load(const ScoringModelOptions& opti
     return nullptr;
   }
   scorer->vocab_ = llama_model_get_vocab(scorer->model_);
-  scorer->chat_template_ = ChatTemplate::choose(scorer->model_, "", error);
+  scorer->chat_template_ = ChatTemplate::choose(scorer->model_, "", "", error);
   if (!scorer->chat_template_) return nullptr;
 
   const int threads =

@@ -30,11 +30,13 @@ bool is_reportable(FinishReason reason) {
 
 CompletionExchange::CompletionExchange(std::shared_ptr<HttpSession> session,
                                        CompletionParams params, std::string model_name,
-                                       EngineLoop& engine_loop, const Engine& engine)
+                                       EngineLoop& engine_loop, const Engine& engine,
+                                       std::shared_ptr<ChatOutputParser> tool_parser)
     : session_(std::move(session)),
       params_(std::move(params)),
       model_name_(std::move(model_name)),
       engine_loop_(engine_loop),
+      tool_parser_(std::move(tool_parser)),
       id_(next_completion_id(params_.kind)),
       created_(std::chrono::duration_cast<std::chrono::seconds>(
                    std::chrono::system_clock::now().time_since_epoch())
@@ -92,12 +94,20 @@ void CompletionExchange::present_update(const GenerationUpdate& update) {
 
 void CompletionExchange::stream_update(const GenerationUpdate& update) {
   if (!update.finished()) {
-    if (!update.text.empty())
+    if (tool_parser_) {
+      const auto changes = tool_parser_->append(update.text, false);
+      if (!changes.empty())
+        session_->send_event("data: " + delta_chunk_json(changes, nullptr) + "\n\n");
+    } else if (!update.text.empty()) {
       session_->send_event("data: " + chunk_json(update.text, nullptr) + "\n\n");
+    }
     return;
   }
   if (is_reportable(update.finish_reason)) {
-    session_->send_event("data: " + chunk_json(update.text, &update) + "\n\n");
+    const std::string last =
+        tool_parser_ ? delta_chunk_json(tool_parser_->append(update.text, true), &update)
+                     : chunk_json(update.text, &update);
+    session_->send_event("data: " + last + "\n\n");
     if (params_.include_usage) session_->send_event("data: " + usage_chunk_json(update) + "\n\n");
   } else {
     session_->send_event("data: " + error_chunk_json(update) + "\n\n");
@@ -110,10 +120,24 @@ void CompletionExchange::respond_whole(const GenerationUpdate& update) {
   if (!is_reportable(update.finish_reason)) {
     return session_->respond(error_response(unfinished_error(update)));
   }
+  if (tool_parser_) tool_parser_->append(text_, true);
   json choice = {{"index", 0},
-                 {"finish_reason", finish_reason_name(update.finish_reason)},
+                 {"finish_reason", finish_reason(update)},
                  {"logprobs", choice_logprobs()}};
-  if (params_.kind == CompletionKind::chat) {
+  if (tool_parser_) {
+    const ParsedChatMessage& message = tool_parser_->message();
+    json calls = json::array();
+    for (const ToolCall& call : message.tool_calls) {
+      calls.push_back({{"id", call.id},
+                       {"type", "function"},
+                       {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+    }
+    choice["message"] = {{"role", "assistant"},
+                         {"content", message.content.empty() && !calls.empty()
+                                         ? json(nullptr)
+                                         : json(message.content)}};
+    if (!calls.empty()) choice["message"]["tool_calls"] = std::move(calls);
+  } else if (params_.kind == CompletionKind::chat) {
     choice["message"] = {{"role", "assistant"}, {"content", text_}};
   } else {
     choice["text"] = text_;
@@ -136,8 +160,7 @@ void CompletionExchange::respond_whole(const GenerationUpdate& update) {
 std::string CompletionExchange::chunk_json(const std::string& text,
                                            const GenerationUpdate* final_update) {
   json choice = {{"index", 0}, {"logprobs", choice_logprobs()}};
-  choice["finish_reason"] =
-      final_update ? json(finish_reason_name(final_update->finish_reason)) : json(nullptr);
+  choice["finish_reason"] = final_update ? json(finish_reason(*final_update)) : json(nullptr);
   const bool chat = params_.kind == CompletionKind::chat;
   if (chat) {
     json delta = json::object();
@@ -149,6 +172,57 @@ std::string CompletionExchange::chunk_json(const std::string& text,
   }
   json chunk = {{"id", id_},
                 {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", created_},
+                {"model", model_name_},
+                {"choices", json::array({choice})}};
+  if (final_update) chunk["brisk_timings"] = timings_json(final_update->timings);
+  first_chunk_sent_ = true;
+  return dump_json(chunk);
+}
+
+// "tool_calls" when the answer is calls (OpenAI's reason), else why generation ended.
+std::string CompletionExchange::finish_reason(const GenerationUpdate& update) const {
+  if (tool_parser_ && update.finish_reason == FinishReason::stop &&
+      !tool_parser_->message().tool_calls.empty()) {
+    return "tool_calls";
+  }
+  return finish_reason_name(update.finish_reason);
+}
+
+std::string CompletionExchange::delta_chunk_json(const std::vector<ChatDelta>& changes,
+                                                 const GenerationUpdate* final_update) {
+  json delta = json::object();
+  if (!first_chunk_sent_) delta["role"] = "assistant";
+  std::string content;
+  json calls = json::array();
+  for (const ChatDelta& change : changes) {
+    if (change.tool_call_index < 0) {
+      content += change.content;
+      continue;
+    }
+    json call = {{"index", change.tool_call_index}};
+    if (!change.tool_call_name.empty()) {
+      call["id"] = change.tool_call_id;
+      call["type"] = "function";
+      call["function"] = {{"name", change.tool_call_name}, {"arguments", ""}};
+    } else {
+      call["function"] = {{"arguments", change.arguments}};
+    }
+    // Pieces of the same call in one chunk: one entry (OpenAI sends one per call per chunk).
+    if (!calls.empty() && calls.back()["index"] == change.tool_call_index &&
+        change.tool_call_name.empty()) {
+      calls.back()["function"]["arguments"] =
+          calls.back()["function"]["arguments"].get<std::string>() + change.arguments;
+    } else {
+      calls.push_back(std::move(call));
+    }
+  }
+  if (!content.empty()) delta["content"] = content;
+  if (!calls.empty()) delta["tool_calls"] = std::move(calls);
+  json choice = {{"index", 0}, {"delta", delta}, {"logprobs", choice_logprobs()}};
+  choice["finish_reason"] = final_update ? json(finish_reason(*final_update)) : json(nullptr);
+  json chunk = {{"id", id_},
+                {"object", "chat.completion.chunk"},
                 {"created", created_},
                 {"model", model_name_},
                 {"choices", json::array({choice})}};

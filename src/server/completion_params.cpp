@@ -107,22 +107,52 @@ void read_messages(FieldReader& reader, CompletionParams& params) {
     if (!message.is_object() || !message.contains("role") || !message["role"].is_string()) {
       return reader.fail("each message must be an object with a string 'role'", "messages");
     }
-    std::string role = message["role"].get<std::string>();
-    if (role == "developer") role = "system";
-    if (role != "system" && role != "user" && role != "assistant") {
-      return reader.fail(
-          "message role must be one of system, developer, user, assistant; got '" + role + "'",
-          "messages");
+    ChatMessage read;
+    read.role = message["role"].get<std::string>();
+    if (read.role == "developer") read.role = "system";
+    if (read.role != "system" && read.role != "user" && read.role != "assistant" &&
+        read.role != "tool") {
+      return reader.fail("message role must be one of system, developer, user, assistant, "
+                         "tool; got '" + read.role + "'",
+                         "messages");
     }
-    std::string content;
     if (message.contains("content") && !message["content"].is_null()) {
       std::string error;
       auto text = message_content(message["content"], &error);
       if (!text) return reader.fail(error, "messages");
-      content = std::move(*text);
+      read.content = std::move(*text);
     }
-    params.messages.push_back({std::move(role), std::move(content)});
+    const auto calls = message.find("tool_calls");
+    if (calls != message.end() && !calls->is_null()) {
+      if (read.role != "assistant") {
+        return reader.fail("only an assistant message has 'tool_calls'", "messages");
+      }
+      if (auto error = read_tool_calls(*calls, read)) {
+        if (!reader.error) reader.error = *error;
+        return;
+      }
+    }
+    if (read.role == "tool") {
+      const auto id = message.find("tool_call_id");
+      if (id == message.end() || !id->is_string()) {
+        return reader.fail("a tool message needs 'tool_call_id', the id of the call it answers",
+                           "messages");
+      }
+      read.tool_call_id = id->get<std::string>();
+      const auto name = message.find("name");
+      if (name != message.end() && name->is_string()) read.name = name->get<std::string>();
+    }
+    params.messages.push_back(std::move(read));
   }
+}
+
+void read_tools(FieldReader& reader, CompletionParams& params) {
+  auto tools = read_tool_request(reader.body);
+  if (auto* error = std::get_if<ApiError>(&tools)) {
+    if (!reader.error) reader.error = *error;
+    return;
+  }
+  params.tools = std::move(std::get<std::optional<ToolRequest>>(tools));
 }
 
 void read_prompt(FieldReader& reader, CompletionParams& params) {
@@ -396,9 +426,10 @@ std::variant<CompletionParams, ApiError> parse_completion_params(
     else
       params.model = model->get<std::string>();
   }
-  if (kind == CompletionKind::chat)
+  if (kind == CompletionKind::chat) {
     read_messages(reader, params);
-  else
+    read_tools(reader, params);
+  } else
     read_prompt(reader, params);
   read_limits(reader, params);
   read_sampling(reader, params.sampling);
@@ -413,6 +444,13 @@ std::variant<CompletionParams, ApiError> parse_completion_params(
     reader.fail("'ignore_eos' cannot be combined with '" + params.grammar_field +
                     "': once the output is complete only the end of generation is allowed",
                 "ignore_eos");
+  }
+  if (!reader.error && params.grammar && params.tools &&
+      params.tools->tools.choice != ChatTools::Choice::none) {
+    reader.fail("'" + params.grammar_field +
+                    "' cannot be combined with tools the model may call: the output format's "
+                    "grammar would forbid the calls (send tool_choice 'none', or no tools)",
+                params.grammar_field.c_str());
   }
   if (reader.error) return *reader.error;
   return params;

@@ -12,6 +12,7 @@
 #include "engine/token.h"
 #include "server/api_error.h"
 #include "server/request_fields.h"
+#include "server/tool_params.h"
 
 namespace brisk {
 
@@ -32,6 +33,7 @@ struct CompletionParams {
   CompletionKind kind = CompletionKind::text;
   std::optional<std::string> model;
   std::vector<ChatMessage> messages;       // chat
+  std::optional<ToolRequest> tools;        // chat: tools the model may call
   std::string prompt;                      // text, as a string
   std::optional<TokenList> prompt_tokens;  // text, given as token ids
   std::optional<int> max_tokens;

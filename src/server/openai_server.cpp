@@ -1,5 +1,6 @@
 #include "server/openai_server.h"
 
+#include <cctype>
 #include <charconv>
 
 #include <cmath>
@@ -311,7 +312,8 @@ void OpenAiServer::handle_completion(const HttpRequest& http_request, Completion
     return session->respond(reject(error, "unknown_model"));
   }
   TokenList tokens;
-  if (auto error = prepare_prompt(params, &tokens))
+  ChatPrompt chat;
+  if (auto error = prepare_prompt(params, &tokens, &chat))
     return session->respond(reject(*error, "invalid_request"));
   const bool max_tokens_named =
       params.max_tokens.has_value() || options_.generation.max_tokens.has_value();
@@ -336,7 +338,39 @@ void OpenAiServer::handle_completion(const HttpRequest& http_request, Completion
   request->max_tokens = *params.max_tokens;
   request->max_tokens_named = max_tokens_named;
   request->stop = params.stop;
+  request->stop.insert(request->stop.end(), chat.stops.begin(), chat.stops.end());
   request->ignore_eos = params.ignore_eos;
+  if (!chat.grammar.empty()) {
+    // tool_choice required (or a named function): the template's tool-call syntax, enforced.
+    if (params.ignore_eos) {
+      return session->respond(reject(
+          ApiError::invalid("'ignore_eos' cannot be combined with a required tool call: once "
+                            "the call is complete only the end of generation is allowed",
+                            "ignore_eos"),
+          "invalid_request"));
+    }
+    std::string error;
+    request->constraint =
+        engine_.compile_grammar({GrammarRequest::Kind::gbnf, chat.grammar}, &error);
+    if (!request->constraint ||
+        !prefill_constraint(*request->constraint, chat.generation_prompt, &error)) {
+      return session->respond(reject(
+          ApiError::invalid("the tools' call syntax did not compile into a grammar: " + error,
+                            "tools"),
+          "invalid_request"));
+    }
+  } else if (params.tools && !params.tools->strict_tools.empty() &&
+             params.tools->tools.choice == ChatTools::Choice::automatic) {
+    return session->respond(reject(
+        ApiError::invalid(
+            fmt::format("tools[{}].function.strict: with tool_choice 'auto' this model's tool "
+                        "calls are parsed, not constrained, so strict arguments cannot be "
+                        "promised; send tool_choice 'required' or name the function, or drop "
+                        "'strict'",
+                        params.tools->strict_tools.front()),
+            "tools"),
+        "invalid_request"));
+  }
   if (params.grammar) {
     // Compiled here, on an I/O thread: a bad schema is a 400 before the request is queued.
     std::string error;
@@ -351,8 +385,8 @@ void OpenAiServer::handle_completion(const HttpRequest& http_request, Completion
   request->priority = params.priority.value_or(0);
   request->deadline_ms = params.deadline_ms;
   request->arrival = arrival;
-  auto exchange = std::make_shared<CompletionExchange>(session, std::move(params),
-                                                       options_.model_name, engine_loop_, engine_);
+  auto exchange = std::make_shared<CompletionExchange>(
+      session, std::move(params), options_.model_name, engine_loop_, engine_, chat.parser);
   exchange->attach(request);
   double estimated_wait_ms = 0;
   const SubmitStatus status = engine_loop_.submit(request, &estimated_wait_ms);
@@ -394,6 +428,29 @@ void OpenAiServer::handle_completion(const HttpRequest& http_request, Completion
   session->respond(reject(error, "shutting_down"));
 }
 
+// A tool-call grammar starts at the template's generation prompt, which the prompt already ends
+// with: the constraint takes its tokens first (as llama.cpp's sampler does), skipping a leading
+// space some tokenizers add before a first special token.
+bool OpenAiServer::prefill_constraint(TokenConstraint& constraint,
+                                      const std::string& generation_prompt, std::string* error) {
+  const TokenList tokens = engine_.tokenize(generation_prompt, false);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const std::string piece = engine_.token_piece(tokens[i]);
+    if (i == 0 && !piece.empty() && std::isspace(static_cast<unsigned char>(piece[0])) &&
+        !std::isspace(static_cast<unsigned char>(generation_prompt[0]))) {
+      continue;
+    }
+    try {
+      constraint.accept(tokens[i]);
+    } catch (const std::exception& e) {
+      *error = fmt::format("its grammar refuses the template's generation prompt '{}' ({})",
+                           generation_prompt, e.what());
+      return false;
+    }
+  }
+  return true;
+}
+
 // A gateway may set the priority in a header (X-Request-Priority) instead of the body; the body's
 // field wins when both are there.
 std::optional<ApiError> OpenAiServer::read_priority_header(const HttpRequest& http_request,
@@ -416,13 +473,14 @@ std::optional<ApiError> OpenAiServer::read_priority_header(const HttpRequest& ht
 }
 
 std::optional<ApiError> OpenAiServer::prepare_prompt(const CompletionParams& params,
-                                                     TokenList* tokens) {
+                                                     TokenList* tokens, ChatPrompt* chat) {
   if (params.kind == CompletionKind::chat) {
-    std::string prompt, error;
-    if (!engine_.apply_chat_template(params.messages, &prompt, &error)) {
-      return ApiError::invalid(error, "messages");
+    std::string error;
+    const ChatTools* tools = params.tools ? &params.tools->tools : nullptr;
+    if (!engine_.render_chat(params.messages, tools, chat, &error)) {
+      return ApiError::invalid(error, tools != nullptr ? "tools" : "messages");
     }
-    *tokens = engine_.tokenize(prompt, true);
+    *tokens = engine_.tokenize(chat->prompt, true);
     return std::nullopt;
   }
   if (params.prompt_tokens) {

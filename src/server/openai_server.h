@@ -58,7 +58,11 @@ class OpenAiServer {
                          const std::shared_ptr<HttpSession>& session);
   static std::optional<ApiError> read_priority_header(const HttpRequest& http_request,
                                                       CompletionParams& params);
-  std::optional<ApiError> prepare_prompt(const CompletionParams& params, TokenList* tokens);
+  // The prompt's tokens; a chat's rendering also brings its tools' grammar, stops and parser.
+  std::optional<ApiError> prepare_prompt(const CompletionParams& params, TokenList* tokens,
+                                         ChatPrompt* chat);
+  bool prefill_constraint(TokenConstraint& constraint, const std::string& generation_prompt,
+                          std::string* error);
   std::optional<ApiError> check_lengths(CompletionParams& params, const TokenList& tokens);
   HttpResponse handle_tokenize(const HttpRequest& request);
   HttpResponse models_response() const;

@@ -17,7 +17,9 @@ constexpr FieldUse R = FieldUse::refused;
 // name, chat, completions, use, note. Keep docs/api.md's table in the same order.
 constexpr RequestField kFields[] = {
     {"model", true, true, H, "must be the served model's name when given"},
-    {"messages", true, false, H, "roles system, developer, user, assistant; text content"},
+    {"messages", true, false, H,
+     "roles system, developer, user, assistant (with tool_calls), tool (with tool_call_id); text "
+     "content"},
     {"prompt", false, true, H, "a string, a one-string list, or a list of token ids"},
     {"max_tokens", true, true, H, "at most this many tokens; absent: what the context leaves"},
     {"max_completion_tokens", true, true, H, "the same as max_tokens (OpenAI's newer name)"},
@@ -45,9 +47,12 @@ constexpr RequestField kFields[] = {
     {"suffix", false, true, R, "no fill-in-the-middle: only empty"},
     {"frequency_penalty", true, true, R, "only 0: no penalties are applied"},
     {"presence_penalty", true, true, R, "only 0: no penalties are applied"},
-    {"tools", true, false, R, "no tool calling yet: only an empty list"},
-    {"tool_choice", true, false, R, "only none or auto (there are no tools)"},
-    {"parallel_tool_calls", true, false, I, "meaningless without tools"},
+    {"tools", true, false, H,
+     "functions the model may call, rendered by the model's Jinja template; its output is parsed "
+     "into tool_calls"},
+    {"tool_choice", true, false, H,
+     "auto (parsed), none, required or a named function (both enforced by a grammar)"},
+    {"parallel_tool_calls", true, false, H, "false: at most one call per answer"},
     {"functions", true, false, R, "no function calling: only an empty list"},
     {"function_call", true, false, R, "only none or auto (there are no functions)"},
     {"modalities", true, false, R, "only [\"text\"]"},
@@ -70,8 +75,8 @@ bool asks_for_nothing(std::string_view name, const json& value) {
   if (name == "frequency_penalty" || name == "presence_penalty") {
     return value.is_number() && value.get<double>() == 0.0;
   }
-  if (name == "tools" || name == "functions") return value.is_array() && value.empty();
-  if (name == "tool_choice" || name == "function_call") {
+  if (name == "functions") return value.is_array() && value.empty();
+  if (name == "function_call") {
     return value.is_string() && (value == "none" || value == "auto");
   }
   if (name == "modalities") return value == json::array({"text"});

@@ -165,14 +165,12 @@ def _documented_fields() -> list[tuple[str, bool, bool, str]]:
 # A value that asks for something, for each refused field.
 ASKING = {"n": 2, "best_of": 2, "echo": True, "suffix": "end",
           "frequency_penalty": 0.5, "presence_penalty": 0.5,
-          "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
-          "tool_choice": "required", "functions": [{"name": "f", "parameters": {}}],
+          "functions": [{"name": "f", "parameters": {}}],
           "function_call": {"name": "f"}, "modalities": ["text", "audio"],
           "audio": {"voice": "alloy", "format": "wav"},
           "prediction": {"type": "content", "content": "x"}, "reasoning_effort": "low",
           "web_search_options": {}}
-IGNORED = {"user": "user-1", "store": False, "metadata": {"k": "v"}, "service_tier": "auto",
-           "parallel_tool_calls": True}
+IGNORED = {"user": "user-1", "store": False, "metadata": {"k": "v"}, "service_tier": "auto"}
 
 
 def test_every_refused_and_ignored_field_of_docs_api_md(client):
