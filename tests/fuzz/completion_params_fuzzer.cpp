@@ -39,7 +39,20 @@ void check_accepted(const CompletionParams& params, CompletionKind kind) {
   if (kind == CompletionKind::chat) {
     require(!params.messages.empty());
     for (const brisk::ChatMessage& message : params.messages) {
-      require(message.role == "system" || message.role == "user" || message.role == "assistant");
+      require(message.role == "system" || message.role == "user" || message.role == "assistant" ||
+              message.role == "tool");
+      require(message.tool_calls.empty() || message.role == "assistant");
+    }
+    if (params.tools) {
+      const brisk::ChatTools& tools = params.tools->tools;
+      require(!tools.tools.empty() && tools.tools.size() <= brisk::kMaxTools);
+      for (const brisk::ToolDefinition& tool : tools.tools) {
+        require(!tool.name.empty() && tool.name.size() <= 64);
+        require(tool.parameters.empty() || nlohmann::json::parse(tool.parameters).is_object());
+      }
+      for (size_t index : params.tools->strict_tools) require(index < brisk::kMaxTools);
+      // A format grammar beside tools the model may call is refused.
+      require(!params.grammar || tools.choice == brisk::ChatTools::Choice::none);
     }
   } else {
     require(!params.prompt.empty() || (params.prompt_tokens && !params.prompt_tokens->empty()));

@@ -80,8 +80,8 @@ TEST(RequestFields, RefusedFieldsPassWhenTheyAskForNothing) {
   EXPECT_FALSE(check(R"({"prompt":"a","echo":false,"best_of":1,"suffix":""})",
                      CompletionKind::text));
   for (const char* body :
-       {R"({"n":2})", R"({"presence_penalty":0.1})", R"({"tools":[{"type":"function"}]})",
-        R"({"tool_choice":"required"})", R"({"frequency_penalty":0.5})",
+       {R"({"n":2})", R"({"presence_penalty":0.1})", R"({"functions":[{"name":"f"}]})",
+        R"({"function_call":{"name":"f"}})", R"({"frequency_penalty":0.5})",
         R"({"presence_penalty":-1})", R"({"modalities":["text","audio"]})",
         R"({"audio":{"voice":"x"}})", R"({"reasoning_effort":"low"})", R"({"n":"1"})"}) {
     const json parsed = json::parse(body);
@@ -93,8 +93,7 @@ TEST(RequestFields, RefusedFieldsPassWhenTheyAskForNothing) {
 }
 
 TEST(RequestFields, IgnoredFieldsAreAccepted) {
-  EXPECT_FALSE(check(R"({"user":"u1","store":true,"metadata":{"a":"b"},"service_tier":"auto",
-      "parallel_tool_calls":false})"));
+  EXPECT_FALSE(check(R"({"user":"u1","store":true,"metadata":{"a":"b"},"service_tier":"auto"})"));
 }
 
 TEST(RequestFields, EveryHonouredFieldIsReadByTheParser) {
