@@ -41,7 +41,15 @@ CompletionExchange::CompletionExchange(std::shared_ptr<HttpSession> session,
       created_(std::chrono::duration_cast<std::chrono::seconds>(
                    std::chrono::system_clock::now().time_since_epoch())
                    .count()),
-      logprobs_(engine, params_.kind) {}
+      logprobs_(engine, params_.kind) {
+  if (params_.echo) {
+    if (params_.prompt_tokens) {
+      for (Token token : *params_.prompt_tokens) echo_ += engine.token_piece(token);
+    } else {
+      echo_ = params_.prompt;
+    }
+  }
+}
 
 void CompletionExchange::attach(const std::shared_ptr<Request>& request) {
   request_ = request;
@@ -52,7 +60,10 @@ void CompletionExchange::attach(const std::shared_ptr<Request>& request) {
 }
 
 void CompletionExchange::begin() {
-  if (params_.stream) session_->begin_event_stream(200, "text/event-stream");
+  if (params_.stream) {
+    session_->begin_event_stream(200, "text/event-stream");
+    if (!echo_.empty()) session_->send_event("data: " + chunk_json(echo_, nullptr) + "\n\n");
+  }
   std::weak_ptr<Request> weak_request = request_;
   EngineLoop* engine_loop = &engine_loop_;
   session_->watch_for_disconnect([weak_request, engine_loop] {
@@ -140,7 +151,7 @@ void CompletionExchange::respond_whole(const GenerationUpdate& update) {
   } else if (params_.kind == CompletionKind::chat) {
     choice["message"] = {{"role", "assistant"}, {"content", text_}};
   } else {
-    choice["text"] = text_;
+    choice["text"] = echo_ + text_;
   }
   json body = {
       {"id", id_},

@@ -53,6 +53,7 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   std::string id_;
   int64_t created_ = 0;
   std::string text_;  // non-streaming: the whole completion
+  std::string echo_;  // completions with echo: the prompt's text, first in the answer
   LogprobsJson logprobs_;
   bool first_chunk_sent_ = false;
 };

@@ -439,6 +439,14 @@ std::variant<CompletionParams, ApiError> parse_completion_params(
   read_streaming(reader, params);
   read_scheduling(reader, params);
   params.ignore_eos = reader.boolean("ignore_eos").value_or(false);
+  if (kind == CompletionKind::text) {
+    params.echo = reader.boolean("echo").value_or(false);
+    if (params.echo && params.top_logprobs >= 0) {
+      reader.fail("'echo' with 'logprobs' would need the prompt's log-probabilities, which brisk "
+                  "serve does not compute; send one of them",
+                  "echo");
+    }
+  }
   read_output_format(reader, params, body);
   if (!reader.error && params.grammar && params.ignore_eos) {
     reader.fail("'ignore_eos' cannot be combined with '" + params.grammar_field +

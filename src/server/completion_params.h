@@ -43,6 +43,7 @@ struct CompletionParams {
   bool stream = false;
   bool include_usage = false;
   bool ignore_eos = false;
+  bool echo = false;  // completions: the prompt comes first in the answer's text
   std::optional<int> priority;  // lower runs sooner under --policy priority (vLLM's field)
   double deadline_ms = 0;       // first token due this many ms after arrival, else dropped
   // response_format json_object / json_schema, or llama.cpp's `grammar`; the field it came from

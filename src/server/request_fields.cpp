@@ -43,7 +43,7 @@ constexpr RequestField kFields[] = {
     {"deadline_ms", true, true, H, "the first token is due this many ms after arrival, else 408"},
     {"n", true, true, R, "only 1: send several requests for several choices"},
     {"best_of", false, true, R, "only 1"},
-    {"echo", false, true, R, "only false: the prompt is not repeated in the answer"},
+    {"echo", false, true, H, "true: the prompt comes first in the text (not with logprobs)"},
     {"suffix", false, true, R, "no fill-in-the-middle: only empty"},
     {"frequency_penalty", true, true, R, "only 0: no penalties are applied"},
     {"presence_penalty", true, true, R, "only 0: no penalties are applied"},
@@ -70,7 +70,6 @@ constexpr RequestField kFields[] = {
 bool asks_for_nothing(std::string_view name, const json& value) {
   if (value.is_null()) return true;
   if (name == "n" || name == "best_of") return value.is_number_integer() && value == 1;
-  if (name == "echo") return value.is_boolean() && !value.get<bool>();
   if (name == "suffix") return value.is_string() && value.get<std::string>().empty();
   if (name == "frequency_penalty" || name == "presence_penalty") {
     return value.is_number() && value.get<double>() == 0.0;

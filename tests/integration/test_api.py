@@ -14,6 +14,7 @@ import pytest
 
 from conftest import (
     MODEL_NAME,
+    assert_openai_error,
     assert_timings,
     assert_usage,
     completion,
@@ -85,6 +86,24 @@ def test_model_may_be_omitted(client):
     r = client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 3})
     assert r.status_code == 200, r.text
     assert r.json()["model"] == MODEL_NAME
+
+
+def test_echo_puts_the_prompt_first_whole_and_streamed(client):
+    plain = completion(client, PROMPT, max_tokens=6, temperature=0)
+    echoed = completion(client, PROMPT, max_tokens=6, temperature=0, echo=True)
+    assert echoed["choices"][0]["text"] == PROMPT + plain["choices"][0]["text"], echoed
+    assert echoed["usage"]["prompt_tokens"] == plain["usage"]["prompt_tokens"], echoed
+    res = stream_sse(client, "/v1/completions",
+                     {"prompt": PROMPT, "max_tokens": 6, "temperature": 0, "echo": True,
+                      "stream": True})
+    assert res.text() == echoed["choices"][0]["text"], res.raw_lines
+    # Token ids: the prompt's text comes back.
+    ids = client.post("/tokenize", json={"content": "Hello world", "add_special": False}).json()
+    body = completion(client, ids["tokens"], max_tokens=2, temperature=0, echo=True)
+    assert body["choices"][0]["text"].startswith("Hello world"), body
+    err = assert_openai_error(client.post("/v1/completions", json={
+        "prompt": PROMPT, "echo": True, "logprobs": 1, "max_tokens": 2}), 400)
+    assert err["param"] == "echo", err
 
 
 def test_n_equal_one_is_accepted(client):

@@ -251,3 +251,41 @@ TEST(CompletionParams, ABadOutputFormatNamesItsField) {
 }
 
 }  // namespace brisk
+
+namespace brisk {
+
+TEST(CompletionParams, EchoIsReadForCompletionsAndRefusedWithLogprobs) {
+  EXPECT_TRUE(expect_params(R"({"prompt":"a","echo":true})").echo);
+  EXPECT_FALSE(expect_params(R"({"prompt":"a","echo":false})").echo);
+  EXPECT_EQ(expect_error(R"({"prompt":"a","echo":"yes"})").param, "echo");
+  const ApiError both = expect_error(R"({"prompt":"a","echo":true,"logprobs":2})");
+  EXPECT_EQ(both.param, "echo");
+  EXPECT_NE(both.message.find("log-probabilities"), std::string::npos) << both.message;
+}
+
+TEST(CompletionParams, ReadsToolsAndToolMessages) {
+  const CompletionParams params = expect_params(
+      R"({"messages":[{"role":"user","content":"w?"},
+          {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",
+           "function":{"name":"f","arguments":"{}"}}]},
+          {"role":"tool","tool_call_id":"c1","content":"18"}],
+          "tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"})",
+      CompletionKind::chat);
+  ASSERT_EQ(params.messages.size(), 3u);
+  EXPECT_EQ(params.messages[1].tool_calls.at(0).id, "c1");
+  EXPECT_EQ(params.messages[2].role, "tool");
+  EXPECT_EQ(params.messages[2].tool_call_id, "c1");
+  ASSERT_TRUE(params.tools);
+  EXPECT_EQ(params.tools->tools.choice, ChatTools::Choice::required);
+  EXPECT_EQ(expect_error(R"({"messages":[{"role":"tool","content":"18"}]})", CompletionKind::chat)
+                .param,
+            "messages");
+  EXPECT_EQ(expect_error(R"({"messages":[{"role":"user","content":"x"}],
+                             "tools":[{"type":"function","function":{"name":"f"}}],
+                             "response_format":{"type":"json_object"}})",
+                         CompletionKind::chat)
+                .param,
+            "response_format");
+}
+
+}  // namespace brisk
