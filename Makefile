@@ -72,8 +72,16 @@ unit-test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 # --durations: the slowest tests, in every CI log.
+# The tests marked `parallel` (they share nothing and measure no time) run first on $(JOBS)
+# pytest-xdist workers, a file per worker, each server on one compute thread so that two of them
+# fill two cores without ggml's threads spinning for a parked partner; then the rest, one at a
+# time, as they were written. Both halves run even when the first fails.
 integration-test:
-	$(VENV)/bin/python -m pytest -v --durations=30 tests/integration
+	@status=0; \
+	BRISK_TEST_THREADS=1 $(VENV)/bin/python -m pytest -v --durations=15 -n $(JOBS) \
+	  --dist loadfile -m parallel tests/integration || status=1; \
+	$(VENV)/bin/python -m pytest -v --durations=20 -m "not parallel" tests/integration || status=1; \
+	exit $$status
 
 # libFuzzer harnesses (tests/fuzz), built with clang and ASan/UBSan in a build of their own; the
 # gcc build above is untouched. `fuzz` runs each harness for FUZZ_RUNS executions (figures in
@@ -151,8 +159,11 @@ $(ASAN_UNIT_BUILD_DIR)/CMakeCache.txt: | llama-source
 sanitize-unit-build: llama-source $(ASAN_UNIT_BUILD_DIR)/CMakeCache.txt
 	cmake --build $(ASAN_UNIT_BUILD_DIR) -j $(JOBS) --target $(UNIT_TEST_TARGETS)
 
+# Each binary in $(JOBS) shards, not one process per test as ctest runs them: under ASan a
+# process takes ~0.2 s to start, which was half of this stage (scripts/run-gtest-shards.sh).
 sanitize-unit: sanitize-unit-build
-	cd $(ASAN_UNIT_BUILD_DIR) && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS)
+	$(ASAN_ENV) scripts/run-gtest-shards.sh $(JOBS) \
+	  $(addprefix $(ASAN_UNIT_BUILD_DIR)/bin/,$(UNIT_TEST_TARGETS))
 
 # ASan + UBSan on the unit and the integration tests.
 sanitize: build test-models python $(ASAN_BUILD_DIR)/CMakeCache.txt

@@ -48,6 +48,7 @@ CTX_SIZE = 4096
 THREADS = int(os.environ.get("BRISK_TEST_THREADS", "2"))
 
 READY_TIMEOUT_S = 120
+PORT_RETRIES = 3
 GUARDED_READ_TIMEOUT_S = 2
 STOP_TIMEOUT_S = 20
 
@@ -64,6 +65,11 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _port_was_taken(log: str) -> bool:
+    """A server's log says its port was in use (brisk: the OS's message; llama-server: its own)."""
+    return "Address already in use" in log or "couldn't bind HTTP server socket" in log
 
 
 def require_file(path: Path, hint: str) -> None:
@@ -105,6 +111,25 @@ class Server:
             return "<no log>"
 
     def start(self, ready_path: str) -> None:
+        """Starts the process and waits until `ready_path` answers 200. A port taken between
+        free_port() and the server's bind (by another test's client or server: the parallel
+        tests run two at a time) is retried on a new port."""
+        for attempt in range(PORT_RETRIES):
+            try:
+                self._start_once(ready_path)
+                return
+            except RuntimeError as e:
+                if attempt + 1 == PORT_RETRIES or not _port_was_taken(self.log_tail()):
+                    raise
+                self._switch_port(free_port())
+
+    def _switch_port(self, port: int) -> None:
+        old = str(self.port)
+        self.argv = [str(port) if arg == old else arg.replace(f":{old}", f":{port}")
+                     for arg in self.argv]
+        self.port = port
+
+    def _start_once(self, ready_path: str) -> None:
         self._log_file = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             self.argv, stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL

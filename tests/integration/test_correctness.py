@@ -21,6 +21,9 @@ from conftest import (
 )
 from sanitizer_reports import running_under_a_sanitizer
 
+# Shares nothing with other tests and measures no time: runs beside another test (Makefile).
+pytestmark = pytest.mark.parallel
+
 REFERENCE_PROMPTS = [
     "The capital of France is",
     "Once upon a time, there was a little robot who",

@@ -13,6 +13,9 @@ import pytest
 
 from conftest import CTX_SIZE, MODEL_NAME, assert_openai_error
 
+# Shares nothing with other tests and measures no time: runs beside another test (Makefile).
+pytestmark = pytest.mark.parallel
+
 
 @pytest.fixture(scope="module")
 def client(brisk):

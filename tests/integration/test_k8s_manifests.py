@@ -29,6 +29,9 @@ import yaml
 from conftest import (BRISK_BIN, REPO_ROOT, Server, brisk_home, free_port, model_path,
                       require_file)
 
+# Shares nothing with other tests and measures no time: runs beside another test (Makefile).
+pytestmark = pytest.mark.parallel
+
 K8S_DIR = REPO_ROOT / "deploy" / "k8s"
 MANIFEST_FILES = sorted(K8S_DIR.glob("*.yaml"))
 # 1.30: the first release with the preStop `sleep` action on by default; 1.37: the newest

@@ -14,6 +14,9 @@ from conftest import REPO_ROOT
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 from percentile import percentile  # noqa: E402
 
+# Shares nothing with other tests and measures no time: runs beside another test (Makefile).
+pytestmark = pytest.mark.parallel
+
 
 @pytest.mark.parametrize("q, expected", [(0, 1.0), (50, 2.5), (90, 3.7), (99, 3.97), (100, 4.0)])
 def test_linear_between_closest_ranks_as_numpy_percentile(q, expected):

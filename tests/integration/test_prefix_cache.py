@@ -13,6 +13,9 @@ from conftest import (
     _stop_and_check_clean_exit, get_metrics,
 )
 
+# Shares nothing with other tests and measures no time: runs beside another test (Makefile).
+pytestmark = pytest.mark.parallel
+
 SYSTEM = ("You answer questions about the solar system in one short sentence, with no "
           "preamble. " * 12)
 QUESTIONS = ["Which planet is largest?", "Which planet is closest to the Sun?",

@@ -32,6 +32,9 @@ from conftest import (
     stream_sse,
 )
 
+# Shares nothing with other tests and measures no time: runs beside another test (Makefile).
+pytestmark = pytest.mark.parallel
+
 PROMETHEUS_CONFIG = REPO_ROOT / "deploy" / "prometheus" / "prometheus.yml"
 DASHBOARD = REPO_ROOT / "deploy" / "grafana" / "brisk-dashboard.json"
 SCRAPE_INTERVAL = "1s"

@@ -23,6 +23,9 @@ import pytest
 from conftest import (BRISK_BIN, LLAMA_BIN_DIR, REPO_ROOT, SECOND_MODEL_FILE, Server, free_port,
                       model_path, require_file)
 
+# Shares nothing with other tests and measures no time: runs beside another test (Makefile).
+pytestmark = pytest.mark.parallel
+
 LLAMA_PERPLEXITY_BIN = LLAMA_BIN_DIR / "llama-perplexity"
 RUN_TIMEOUT_S = 600
 # The CI-sized run: every built-in item, short answers, a small context. One compute thread:

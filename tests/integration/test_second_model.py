@@ -16,6 +16,9 @@ from conftest import (
     _start_brisk, _stop_and_check_clean_exit, free_port, model_path, require_file,
 )
 
+# Shares nothing with other tests and measures no time: runs beside another test (Makefile).
+pytestmark = pytest.mark.parallel
+
 CHATS = [
     [{"role": "user", "content": "What is the capital of France?"}],
     [{"role": "system", "content": "You are a terse assistant."},

@@ -9,18 +9,22 @@ import sys
 
 import pytest
 
-from conftest import BRISK_BIN, MODEL_NAME, REPO_ROOT, model_path, require_file
+from conftest import BRISK_BIN, MODEL_NAME, REPO_ROOT, THREADS, model_path, require_file
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
 from soak_lib.soak_run import DEFAULT_SERVER_ARGS, SoakConfig, run_soak  # noqa: E402
+
+# Shares nothing with other tests and measures no time: runs beside another test (Makefile).
+pytestmark = pytest.mark.parallel
 
 STREAMS = 150
 DURATION_S = 40
 # A short --read-timeout lets the stalling clients be dropped within the run. A small queue keeps
 # the wait of an admitted request short even on a machine slowed down by other work, so the
 # generous hang bound below catches a request that never ends, not a slow machine.
-SERVER_ARGS = [*DEFAULT_SERVER_ARGS, "--read-timeout", "5", "--max-queued-requests", "16"]
+SERVER_ARGS = [*DEFAULT_SERVER_ARGS, "--read-timeout", "5", "--max-queued-requests", "16",
+               "--threads", str(THREADS)]
 HANG_AFTER_S = 300
 
 

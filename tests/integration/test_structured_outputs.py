@@ -18,6 +18,9 @@ import pytest
 
 from conftest import MODEL_NAME, REPO_ROOT, assert_openai_error, get_metrics
 
+# Shares nothing with other tests and measures no time: runs beside another test (Makefile).
+pytestmark = pytest.mark.parallel
+
 # Four typed fields, every one required and nothing else: the grammar ends the object, so an
 # answer is at most a few dozen tokens and always ends with `stop` well inside max_tokens.
 PERSON = {

@@ -19,6 +19,9 @@ import pytest
 from conftest import (MODEL_FILE, MODEL_NAME, REPO_ROOT, SECOND_MODEL_FILE, SECOND_MODEL_NAME,
                       _start_brisk, _stop_and_check_clean_exit, assert_openai_error, require_file)
 
+# Shares nothing with other tests and measures no time: runs beside another test (Makefile).
+pytestmark = pytest.mark.parallel
+
 WEATHER = {
     "type": "object",
     "properties": {"city": {"type": "string", "maxLength": 20},

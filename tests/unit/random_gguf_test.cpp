@@ -108,7 +108,9 @@ TEST(RandomGguf, TiedEmbeddingsLeaveOutOutputWeight) {
 
 TEST(RandomGguf, SameSeedGivesSameBytesWhateverTheThreadCount) {
   ScratchDir scratch;
-  const std::string shape = "--layers 1 --hidden 256 --intermediate 512 --heads 4 --type q8_0";
+  // The embedding table alone is 128256 rows of 64: eight tasks of ~1M values, so rows are split
+  // among the threads in several batches.
+  const std::string shape = "--layers 1 --hidden 64 --intermediate 128 --heads 4 --type q8_0";
   const fs::path one_thread = scratch.path() / "one.gguf";
   const fs::path two_threads = scratch.path() / "two.gguf";
   ASSERT_EQ(run_random_gguf(shape + " --threads 1 --out " + one_thread.string()).exit_code, 0);
