@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 
 # FUZZ_HARNESSES="a b" runs only those (e.g. to spread `make fuzz` over two processes).
 ALL_HARNESSES=(completion_params http_session sse_parser bench_response jsonl_dataset
-               sharegpt_dataset hardware_catalog gguf_metadata hf_config)
+               sharegpt_dataset hardware_catalog gguf_metadata hf_config trace)
 read -r -a HARNESSES <<<"${FUZZ_HARNESSES:-${ALL_HARNESSES[*]}}"
 
 build_dir=$1

@@ -20,6 +20,7 @@
 #include "bench/run_statistics.h"
 #include "bench/slo.h"
 #include "bench/workload.h"
+#include "bench/trace_workload.h"
 #include "bench/workload_builder.h"
 #include "bench/workload_preset.h"
 #include "common/json_file.h"
@@ -203,7 +204,29 @@ int run_bench(const BenchFlags& flags) {
   // One shared workload, or one per preset case (each then its own load point).
   std::vector<bench::BuiltWorkload> workloads;
   nlohmann::json workload_description;
-  if (preset_cases) {
+  // --trace: one open-loop run on the trace's own arrivals.
+  std::optional<bench::TraceSchedule> trace_schedule;
+  if (!flags.trace.empty()) {
+    const auto trace = read_trace_file(flags.trace, *parse_trace_format(flags.trace_format), error);
+    const bench::TraceReplayOptions replay{flags.time_scale, flags.max_duration_s};
+    if (trace) trace_schedule = bench::schedule_trace(*trace, replay, error);
+    if (!trace_schedule) {
+      std::cerr << "error: --trace: " << error << "\n";
+      return 2;
+    }
+    auto workload = std::make_unique<bench::TraceWorkload>(
+        trace_schedule->records, model, bench::replay_token_pool(*target, calibration,
+                                                                 setup_timeout),
+        calibration, flags.warmup_requests, flags.seed, !flags.no_stream, *sampling);
+    workload_description = bench::describe_trace_workload(flags.trace, *trace, *trace_schedule,
+                                                          replay, workload->exact_lengths());
+    workload_description["seed"] = flags.seed;
+    const std::string summary = fmt::format(
+        "trace {} ({}): {} of its {} requests over {:.1f} s, prompts as {}", flags.trace,
+        trace_format_name(trace->format), trace_schedule->records.size(), trace->records.size(),
+        trace_schedule->offsets_s.back(), workload_description["prompt"].get<std::string>());
+    workloads.push_back({std::move(workload), workload_description, summary});
+  } else if (preset_cases) {
     workloads =
         bench::build_preset_workloads(spec, *preset_cases, *target, calibration, setup_timeout);
     workload_description = {{"source", "preset"}, {"preset", flags.preset}, {"seed", flags.seed}};
@@ -220,8 +243,10 @@ int run_bench(const BenchFlags& flags) {
                            flags.endpoint, preset_cases ? " preset=" + flags.preset : "",
                            sampling_summary(*sampling));
   for (const bench::BuiltWorkload& built : workloads) std::cerr << built.summary << "\n";
+  const int measured_requests = trace_schedule ? static_cast<int>(trace_schedule->records.size())
+                                               : flags.num_requests;
   workload_description["num_requests"] =
-      flags.duration_s ? nlohmann::json(nullptr) : nlohmann::json(flags.num_requests);
+      flags.duration_s ? nlohmann::json(nullptr) : nlohmann::json(measured_requests);
   workload_description["duration_s"] =
       flags.duration_s ? nlohmann::json(*flags.duration_s) : nlohmann::json(nullptr);
   workload_description["sampling"] = sampling->sent_sampling();
@@ -258,16 +283,18 @@ int run_bench(const BenchFlags& flags) {
                                 nlohmann::json case_description) -> const bench::RunStatistics& {
     const int index = static_cast<int>(report.runs.size());
     bench::RunOptions options{
-        load, index, flags.num_requests, flags.duration_s, flags.warmup_requests, request_timeout};
+        load, index, measured_requests, flags.duration_s, flags.warmup_requests, request_timeout};
+    if (load.trace) options.schedule_s = trace_schedule->offsets_s;
     const std::string amount = flags.duration_s ? fmt::format("{:g} s", *flags.duration_s)
-                                                : fmt::format("{} requests", flags.num_requests);
-    std::cerr << fmt::format("run {}: {}, {} (+{} warmup)...\n", index,
-                             load.open_loop()
-                                 ? fmt::format("rate {:g} req/s ({})", load.rate, flags.arrival)
-                                 : fmt::format("concurrency {}", load.concurrency),
-                             amount, flags.warmup_requests);
+                                                : fmt::format("{} requests", measured_requests);
+    std::cerr << fmt::format(
+        "run {}: {}, {} (+{} warmup)...\n", index,
+        load.trace         ? fmt::format("the trace's arrivals, {:.3g} req/s on average", load.rate)
+        : load.open_loop() ? fmt::format("rate {:g} req/s ({})", load.rate, flags.arrival)
+                           : fmt::format("concurrency {}", load.concurrency),
+        amount, flags.warmup_requests);
     bench::ProgressDisplay progress(progress_style, fmt::format("run {}", index),
-                                    flags.duration_s ? 0 : flags.num_requests,
+                                    flags.duration_s ? 0 : measured_requests,
                                     flags.duration_s.value_or(0));
     options.progress = &progress.counters();
     options.busy_poll = flags.busy_poll;
@@ -301,7 +328,15 @@ int run_bench(const BenchFlags& flags) {
     return run_workload_point(load, *workloads.front().workload, nullptr);
   };
 
-  if (preset_cases) {
+  if (trace_schedule) {
+    bench::LoadPoint point;
+    point.concurrency = flags.max_concurrency;
+    point.trace = true;
+    const double span_s = trace_schedule->offsets_s.back();
+    point.rate = span_s > 0 ? static_cast<double>(trace_schedule->offsets_s.size()) / span_s
+                            : std::numeric_limits<double>::infinity();
+    run_point(point);
+  } else if (preset_cases) {
     for (size_t i = 0; i < preset_cases->size(); ++i) {
       run_workload_point(bench::LoadPoint{(*preset_cases)[i].concurrency}, *workloads[i].workload,
                          workloads[i].description);

@@ -129,6 +129,33 @@ CLI::Option* add_bench_flags(CLI::App& app, BenchFlags& flags) {
   app.add_option("--compare", flags.compare,
                  "Print two result.json files side by side with ratios (runs nothing)")
       ->expected(2);
+  auto* trace =
+      app.add_option("--trace", flags.trace,
+                     "Replay a trace (brisk serve --trace-out's JSONL, Mooncake's JSONL or the "
+                     "Azure LLM inference CSV; docs/trace.md): its arrival times, prompt and "
+                     "output lengths and prefix sharing, as one open-loop run through "
+                     "/v1/completions")
+          ->check(CLI::ExistingFile);
+  for (const char* other : {"--dataset", "--sharegpt", "--preset", "--rate", "--find-max-rate",
+                            "--duration", "--num-requests", "--input-tokens", "--output-tokens",
+                            "--concurrency", "--arrival", "--burstiness", "--endpoint"}) {
+    trace->excludes(other);
+  }
+  app.add_option("--trace-format", flags.trace_format,
+                 "Format of --trace: auto (by its fields), brisk, mooncake or azure")
+      ->check(CLI::IsMember({"auto", "brisk", "mooncake", "azure"}))
+      ->capture_default_str()
+      ->needs(trace);
+  app.add_option("--time-scale", flags.time_scale,
+                 "Multiply the trace's arrival offsets by this (0.5 replays twice as fast)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->needs(trace);
+  app.add_option("--max-duration", flags.max_duration_s,
+                 "Replay only the requests that arrive within this many seconds (after "
+                 "--time-scale)")
+      ->check(CLI::PositiveNumber)
+      ->needs(trace);
   return output_tokens;
 }
 

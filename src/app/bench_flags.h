@@ -31,6 +31,10 @@ struct BenchFlags {
   std::string dataset;   // JSONL test set
   std::string sharegpt;  // ShareGPT JSON file
   std::string preset;    // e.g. "standard"
+  std::string trace;     // a trace to replay
+  std::string trace_format = "auto";
+  double time_scale = 1.0;
+  std::optional<double> max_duration_s;
   std::string progress = "auto";
   bool busy_poll = false;
   uint64_t seed = 0;

@@ -15,6 +15,7 @@
 #include "sched/engine_loop.h"
 #include "server/generation_config.h"
 #include "server/openai_server.h"
+#include "server/trace_writer.h"
 
 namespace brisk {
 namespace {
@@ -59,6 +60,7 @@ struct ServeFlags {
   std::string prefix_cache = "on";
   std::string policy = "fcfs";
   int prefix_cache_seqs = -1;  // -1: as many as --max-seqs
+  TraceWriter::Options trace;  // --trace-out: no trace when its path is empty
 };
 
 int run_serve(ServeFlags& flags) {
@@ -90,6 +92,19 @@ int run_serve(ServeFlags& flags) {
       std::cerr << "error: --public-routes takes paths such as /health, not '" << route << "'\n";
       return 2;
     }
+  }
+  // Opened before the model loads, so a path that cannot be written fails at once.
+  std::unique_ptr<TraceWriter> trace;
+  if (!flags.trace.path.empty()) {
+    std::string trace_error;
+    trace = TraceWriter::open(flags.trace, trace_error);
+    if (!trace) {
+      std::cerr << "error: " << trace_error << "\n";
+      return 2;
+    }
+  } else if (flags.trace.include_text) {
+    std::cerr << "error: --trace-text adds the prompts' text to --trace-out: name the file\n";
+    return 2;
   }
   const ResolveResult model = ModelStore::from_environment().resolve(flags.model);
   if (!model.ok()) {
@@ -137,6 +152,13 @@ int run_serve(ServeFlags& flags) {
   flags.server.limits.write_timeout = std::chrono::seconds(flags.write_timeout_s);
   flags.server.drain_timeout = std::chrono::seconds(flags.drain_timeout_s);
   OpenAiServer server(*engine, engine_loop, metrics, flags.server);
+  if (trace) {
+    server.set_trace_writer(trace.get());
+    spdlog::info("recording every finished request to {} (prefix hashes of {} tokens{}; SIGHUP "
+                 "reopens it)",
+                 flags.trace.path, flags.trace.block_tokens,
+                 flags.trace.include_text ? ", prompts' text included" : ", no text");
+  }
   if (!server.listen(&error)) {
     std::cerr << "error: " << error << "\n";
     return 1;
@@ -336,6 +358,16 @@ CommandRunner register_serve_command(CLI::App& app) {
                  "inference gateway reads), or none")
       ->check(CLI::IsMember({"none", "vllm"}))
       ->capture_default_str();
+  app.add_option("--trace-out", flags->trace.path,
+                 "Append one JSON line per finished request to this file: arrival, lengths, "
+                 "cached tokens, timings, session and prefix block hashes, no text "
+                 "(docs/trace.md); brisk bench --trace replays it. SIGHUP reopens it");
+  app.add_option("--trace-block-tokens", flags->trace.block_tokens,
+                 "Prompt tokens per prefix hash in --trace-out")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_flag("--trace-text", flags->trace.include_text,
+               "Also write each prompt's text to --trace-out (off: no text is stored)");
   app.add_option("--io-threads", flags->server.io_threads, "HTTP I/O threads")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();

@@ -26,6 +26,7 @@ json load_json(const LoadPoint& load) {
   if (!load.open_loop()) return {{"concurrency", load.concurrency}};
   json out = {{"rate", std::isinf(load.rate) ? json("inf") : json(load.rate)}};
   if (load.concurrency > 0) out["max_concurrency"] = load.concurrency;
+  if (load.trace) out["arrivals"] = "trace";
   return out;
 }
 
@@ -149,6 +150,7 @@ std::string summary_table(const BenchReport& report) {
     };
     const LoadPoint& load = outcome.run.load;
     std::string load_label = !load.open_loop()       ? fmt::format("c={}", load.concurrency)
+                             : load.trace            ? fmt::format("trace {:.3g}/s", load.rate)
                              : std::isinf(load.rate) ? std::string("r=inf")
                                                      : fmt::format("r={:.3g}/s", load.rate);
     if (outcome.workload.contains("input_tokens")) {

@@ -26,6 +26,8 @@ struct LoadPoint {
   double rate = 0;  // requests per second; infinity sends everything at once
   ArrivalProcess arrival = ArrivalProcess::poisson;
   double burstiness = 1.0;  // gamma shape: < 1 burstier than Poisson, 1 = Poisson
+  // The arrivals are a trace's (RunOptions::schedule_s); `rate` is then their mean rate.
+  bool trace = false;
 
   bool open_loop() const { return rate > 0; }
   ArrivalPattern arrival_pattern() const { return {arrival, rate, burstiness}; }
@@ -44,6 +46,9 @@ struct RunOptions {
   // Spin on the sockets instead of sleeping in epoll: costs the whole core, but waking an idle
   // CPU takes tens of microseconds, and that delay would be counted in every timing.
   bool busy_poll = false;
+  // Open loop: the measured requests' arrival offsets, replacing the arrival process and
+  // num_requests/duration_s (a trace replay, brisk bench --trace).
+  std::vector<double> schedule_s = {};
   // No measured request starts at or after this moment (closed loop), whatever num_requests
   // says: a caller with a time budget (brisk doctor) bounds a run that meets a slow server.
   TimePoint stop_starting_at = TimePoint::max();

@@ -122,8 +122,10 @@ RunResult run_open_loop(const TargetEndpoint& target, const Workload& workload,
                         const RunOptions& options, uint64_t seed) {
   const int warmup = std::max(0, options.warmup_requests);
   const std::vector<double> offsets =
-      options.duration_s ? arrival_offsets_within_s(options.load, *options.duration_s, seed)
-                         : arrival_offsets_s(options.load, options.num_requests, seed);
+      !options.schedule_s.empty()
+          ? options.schedule_s
+          : options.duration_s ? arrival_offsets_within_s(options.load, *options.duration_s, seed)
+                               : arrival_offsets_s(options.load, options.num_requests, seed);
   const int total = warmup + static_cast<int>(offsets.size());
   std::vector<CompletionRequest> requests;
   requests.reserve(total);

@@ -71,6 +71,13 @@ std::string build_completion_body(ApiKind kind, const std::string& model, const 
   return body.dump();
 }
 
+std::string build_token_prompt_body(const std::string& model, const std::vector<int>& prompt,
+                                    int max_tokens, bool stream, const SamplingOptions& sampling) {
+  json body = request_body(model, max_tokens, stream, sampling);
+  body["prompt"] = prompt;
+  return body.dump();
+}
+
 std::string build_messages_body(const std::string& model, const json& messages, int max_tokens,
                                 bool stream, const SamplingOptions& sampling) {
   json body = request_body(model, max_tokens, stream, sampling);

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -33,6 +34,10 @@ struct CompletionRequest {
 // `sampling` adds only the parameters it has, then its extra body (which may replace ignore_eos).
 std::string build_completion_body(ApiKind kind, const std::string& model, const std::string& prompt,
                                   int max_tokens, bool stream, const SamplingOptions& sampling);
+// /v1/completions with the prompt as token ids (OpenAI's API takes a list of ints), so its
+// length on the server is exact.
+std::string build_token_prompt_body(const std::string& model, const std::vector<int>& prompt,
+                                    int max_tokens, bool stream, const SamplingOptions& sampling);
 // The same for /v1/chat/completions with a whole `messages` array (e.g. a multi-turn test case).
 std::string build_messages_body(const std::string& model, const nlohmann::json& messages,
                                 int max_tokens, bool stream, const SamplingOptions& sampling);

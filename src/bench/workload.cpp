@@ -32,6 +32,8 @@ std::string prompt_header(uint64_t id) {
   return fmt::format("Request {:012d}. Continue:", id % 1'000'000'000'000ULL);
 }
 
+}  // namespace
+
 std::string filler_text(uint64_t stream_seed, int words) {
   std::mt19937_64 rng(stream_seed);
   std::string text;
@@ -42,7 +44,14 @@ std::string filler_text(uint64_t stream_seed, int words) {
   return text;
 }
 
-}  // namespace
+std::string all_filler_words() {
+  std::string text;
+  for (std::string_view word : kFillerWords) {
+    text.push_back(' ');
+    text.append(word);
+  }
+  return text;
+}
 
 std::string_view tokenizer_api_name(TokenizerApi api) {
   switch (api) {
@@ -59,6 +68,15 @@ std::string_view tokenizer_api_name(TokenizerApi api) {
 std::optional<int> count_tokens(const TargetEndpoint& target, const TokenCalibration& calibration,
                                 const std::string& text, bool add_special,
                                 std::chrono::milliseconds timeout) {
+  const auto tokens = tokenize(target, calibration, text, add_special, timeout);
+  if (!tokens) return std::nullopt;
+  return static_cast<int>(tokens->size());
+}
+
+std::optional<std::vector<int>> tokenize(const TargetEndpoint& target,
+                                         const TokenCalibration& calibration,
+                                         const std::string& text, bool add_special,
+                                         std::chrono::milliseconds timeout) {
   nlohmann::json body;
   if (calibration.api == TokenizerApi::llama_cpp) {
     body = {{"content", text}, {"add_special", add_special}};
@@ -72,7 +90,14 @@ std::optional<int> count_tokens(const TargetEndpoint& target, const TokenCalibra
   const auto reply = nlohmann::json::parse(result.body, nullptr, /*allow_exceptions=*/false);
   if (!reply.is_object() || !reply.contains("tokens") || !reply["tokens"].is_array())
     return std::nullopt;
-  return static_cast<int>(reply["tokens"].size());
+  std::vector<int> ids;
+  for (const nlohmann::json& token : reply["tokens"]) {
+    // llama.cpp answers {"id", "piece"} objects when asked for pieces; plain ids otherwise.
+    const nlohmann::json& id = token.is_object() ? token.value("id", nlohmann::json()) : token;
+    if (!id.is_number_integer()) return std::nullopt;
+    ids.push_back(id.get<int>());
+  }
+  return ids;
 }
 
 SyntheticWorkload::SyntheticWorkload(WorkloadOptions options, TargetEndpoint target,

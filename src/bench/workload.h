@@ -5,6 +5,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "bench/length_distribution.h"
 #include "bench/openai_client.h"
@@ -77,6 +78,19 @@ class SyntheticWorkload : public Workload {
   int header_tokens_ = 12;
   int correction_words_ = 0;  // learned by fit_prompt_length
 };
+
+// ` word word ...`: `words` filler words drawn from `stream_seed` (common English words that
+// most tokenizers keep as one token each, with the leading space).
+std::string filler_text(uint64_t stream_seed, int words);
+// Every filler word once, in order.
+std::string all_filler_words();
+
+// The token ids of `text` from the server's `POST /tokenize` in the calibration's fields;
+// nullopt when it has none or the call fails.
+std::optional<std::vector<int>> tokenize(const TargetEndpoint& target,
+                                         const TokenCalibration& calibration,
+                                         const std::string& text, bool add_special,
+                                         std::chrono::milliseconds timeout);
 
 // Token count of `text` from the server's `POST /tokenize` in the calibration's fields; nullopt
 // when it has none or the call fails.

@@ -89,8 +89,37 @@ void CompletionExchange::on_update(const GenerationUpdate& update) {
   }
   if (update.finished()) {
     log_finished(update);
+    if (trace_) write_trace(update);
     request_.reset();
   }
+}
+
+void CompletionExchange::record_to(TraceWriter& trace, std::string prompt_text) {
+  trace_ = &trace;
+  trace_prompt_text_ = std::move(prompt_text);
+}
+
+void CompletionExchange::write_trace(const GenerationUpdate& update) const {
+  const RequestTimings& t = update.timings;
+  TraceRecord record;
+  record.arrival_s = std::chrono::duration<double>(request_->arrival - trace_->start()).count();
+  record.endpoint = params_.kind == CompletionKind::chat ? "chat" : "completions";
+  record.model = model_name_;
+  record.input_tokens = static_cast<int>(request_->prompt_tokens.size());
+  record.cached_tokens = t.cached_prompt_tokens;
+  record.output_tokens = t.completion_tokens;
+  if (request_->max_tokens_named) record.max_tokens = request_->max_tokens;
+  record.finish_reason = finish_reason_name(update.finish_reason);
+  record.priority = request_->priority;
+  record.session = params_.session;
+  // A request that ended before its first token (cancelled in the queue, past its deadline) has
+  // no TTFT.
+  if (t.completion_tokens > 0) record.ttft_ms = t.ttft_ms;
+  record.e2e_ms = t.e2e_ms;
+  record.block_tokens = trace_->options().block_tokens;
+  record.hash_ids = prefix_block_hashes(request_->prompt_tokens, record.block_tokens);
+  record.prompt = trace_prompt_text_;
+  trace_->write(record);
 }
 
 void CompletionExchange::present_update(const GenerationUpdate& update) {

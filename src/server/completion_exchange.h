@@ -9,6 +9,7 @@
 #include "server/completion_params.h"
 #include "server/http_session.h"
 #include "server/logprobs_json.h"
+#include "server/trace_writer.h"
 
 namespace brisk {
 
@@ -27,6 +28,9 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   void attach(const std::shared_ptr<Request>& request);
   // After a successful submit: starts the stream or the disconnect watch.
   void begin();
+  // --trace-out: the finished request is written to `trace` (with `prompt_text` under
+  // --trace-text). Call after attach().
+  void record_to(TraceWriter& trace, std::string prompt_text);
 
  private:
   void on_update(const GenerationUpdate& update);
@@ -43,6 +47,7 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   std::string error_chunk_json(const GenerationUpdate& update);
   static ApiError unfinished_error(const GenerationUpdate& update);
   void log_finished(const GenerationUpdate& update) const;
+  void write_trace(const GenerationUpdate& update) const;
 
   std::shared_ptr<HttpSession> session_;
   CompletionParams params_;
@@ -56,6 +61,8 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   std::string echo_;  // completions with echo: the prompt's text, first in the answer
   LogprobsJson logprobs_;
   bool first_chunk_sent_ = false;
+  TraceWriter* trace_ = nullptr;
+  std::string trace_prompt_text_;
 };
 
 }  // namespace brisk

@@ -381,6 +381,14 @@ void read_scheduling(FieldReader& reader, CompletionParams& params) {
     params.priority = static_cast<int>(*priority);
   }
   if (auto deadline = reader.number("deadline_ms", 1, 86400000.0)) params.deadline_ms = *deadline;
+  if (const json* user = reader.find("user")) {
+    if (!user->is_string() || user->get<std::string>().size() > kMaxSessionIdBytes) {
+      return reader.fail(fmt::format("'user' must be a string of at most {} bytes",
+                                     kMaxSessionIdBytes),
+                         "user");
+    }
+    params.session = user->get<std::string>();
+  }
 }
 
 void read_streaming(FieldReader& reader, CompletionParams& params) {

@@ -46,6 +46,9 @@ struct CompletionParams {
   bool echo = false;  // completions: the prompt comes first in the answer's text
   std::optional<int> priority;  // lower runs sooner under --policy priority (vLLM's field)
   double deadline_ms = 0;       // first token due this many ms after arrival, else dropped
+  // The client's end-user or conversation id (`user`, or an X-Session-Id header): --trace-out
+  // records it, so a replay can tell conversations apart. Empty: none.
+  std::string session;
   // response_format json_object / json_schema, or llama.cpp's `grammar`; the field it came from
   // names the error when it does not compile.
   std::optional<GrammarRequest> grammar;
@@ -54,6 +57,8 @@ struct CompletionParams {
 
 // The most a `priority` may be, either way (an X-Request-Priority header is read the same).
 inline constexpr int kMaxPriority = 1000000;
+// The longest `user` (or X-Session-Id) accepted.
+inline constexpr size_t kMaxSessionIdBytes = 256;
 
 // Parses and validates a request body: every field a client can get wrong gets a 400 that
 // names the field and says what is accepted.

@@ -124,6 +124,17 @@ void OpenAiServer::run_until_signal() {
     drain_thread = std::thread([this] { drain(); });
   };
   signals.async_wait(on_signal);
+  // SIGHUP keeps its default (the end of the process) unless there is a trace file to reopen.
+  std::optional<net::signal_set> hangups;
+  std::function<void(beast::error_code, int)> on_hangup = [&](beast::error_code ec, int) {
+    if (ec) return;
+    trace_->reopen();
+    hangups->async_wait(on_hangup);
+  };
+  if (trace_) {
+    hangups.emplace(io_, SIGHUP);
+    hangups->async_wait(on_hangup);
+  }
   accept_next();
   std::vector<std::thread> threads;
   for (int i = 1; i < options_.io_threads; ++i) threads.emplace_back([this] { run_io(); });
@@ -278,6 +289,7 @@ void OpenAiServer::handle(HttpRequest&& request, const std::shared_ptr<HttpSessi
     const SchedulerStats stats = engine_loop_.stats();
     response.body() = metrics_.render_prometheus(stats) + connections_.render_prometheus() +
                       render_grammar_metrics(engine_.grammars());
+    if (trace_) response.body() += trace_->render_prometheus();
     if (options_.vllm_metrics) {
       response.body() += ServingMetrics::render_vllm_compat(stats, options_.model_name);
     }
@@ -382,12 +394,15 @@ void OpenAiServer::handle_completion(const HttpRequest& http_request, Completion
   }
   if (auto error = read_priority_header(http_request, params))
     return session->respond(reject(*error, "invalid_request"));
+  if (auto error = read_session_header(http_request, params))
+    return session->respond(reject(*error, "invalid_request"));
   request->priority = params.priority.value_or(0);
   request->deadline_ms = params.deadline_ms;
   request->arrival = arrival;
   auto exchange = std::make_shared<CompletionExchange>(
       session, std::move(params), options_.model_name, engine_loop_, engine_, chat.parser);
   exchange->attach(request);
+  if (trace_) exchange->record_to(*trace_, trace_prompt_text(request->prompt_tokens));
   double estimated_wait_ms = 0;
   const SubmitStatus status = engine_loop_.submit(request, &estimated_wait_ms);
   if (status == SubmitStatus::accepted) return exchange->begin();
@@ -453,6 +468,26 @@ bool OpenAiServer::prefill_constraint(TokenConstraint& constraint,
 
 // A gateway may set the priority in a header (X-Request-Priority) instead of the body; the body's
 // field wins when both are there.
+std::string OpenAiServer::trace_prompt_text(const TokenList& tokens) const {
+  if (!trace_ || !trace_->options().include_text) return {};
+  std::string text;
+  for (Token token : tokens) text += engine_.token_piece(token);
+  return text;
+}
+
+std::optional<ApiError> OpenAiServer::read_session_header(const HttpRequest& http_request,
+                                                          CompletionParams& params) {
+  const auto header = http_request.find("x-session-id");
+  if (header == http_request.end() || !params.session.empty()) return std::nullopt;
+  if (header->value().size() > kMaxSessionIdBytes) {
+    return ApiError::invalid(
+        fmt::format("the X-Session-Id header must be at most {} bytes", kMaxSessionIdBytes),
+        "user");
+  }
+  params.session = std::string(header->value());
+  return std::nullopt;
+}
+
 std::optional<ApiError> OpenAiServer::read_priority_header(const HttpRequest& http_request,
                                                            CompletionParams& params) {
   const auto header = http_request.find("x-request-priority");

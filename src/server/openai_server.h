@@ -14,6 +14,7 @@
 #include "server/completion_params.h"
 #include "server/connection_limiter.h"
 #include "server/http_session.h"
+#include "server/trace_writer.h"
 
 namespace brisk {
 
@@ -42,8 +43,10 @@ class OpenAiServer {
   bool listen(std::string* error);
   int port() const { return bound_port_; }
   // Serves until SIGINT/SIGTERM, then drains in-flight work (up to --drain-timeout) and returns.
-  // A second signal during the drain exits at once.
+  // A second signal during the drain exits at once. With a trace writer, SIGHUP reopens its file.
   void run_until_signal();
+  // --trace-out: every finished request is recorded there (null: none). Set before serving.
+  void set_trace_writer(TraceWriter* trace) { trace_ = trace; }
 
  private:
   void accept_next();
@@ -56,6 +59,10 @@ class OpenAiServer {
   void handle(HttpRequest&& request, const std::shared_ptr<HttpSession>& session);
   void handle_completion(const HttpRequest& request, CompletionKind kind,
                          const std::shared_ptr<HttpSession>& session);
+  static std::optional<ApiError> read_session_header(const HttpRequest& http_request,
+                                                     CompletionParams& params);
+  // The prompt's text for --trace-text; empty without it.
+  std::string trace_prompt_text(const TokenList& tokens) const;
   static std::optional<ApiError> read_priority_header(const HttpRequest& http_request,
                                                       CompletionParams& params);
   // The prompt's tokens; a chat's rendering also brings its tools' grammar, stops and parser.
@@ -76,6 +83,7 @@ class OpenAiServer {
   tcp::acceptor acceptor_;
   net::steady_timer accept_pause_;
   ConnectionLimiter connections_;
+  TraceWriter* trace_ = nullptr;
   int bound_port_ = 0;
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_request_id_{0};
