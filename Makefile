@@ -79,7 +79,7 @@ unit-test: build
 integration-test:
 	@status=0; \
 	BRISK_TEST_THREADS=1 $(VENV)/bin/python -m pytest -v --durations=15 -n $(JOBS) \
-	  --dist loadfile -m parallel tests/integration || status=1; \
+	  --dist loadfile --no-loadscope-reorder -m parallel tests/integration || status=1; \
 	$(VENV)/bin/python -m pytest -v --durations=20 -m "not parallel" tests/integration || status=1; \
 	exit $$status
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Traces (issue 25): record -> replay fidelity, and what writing a trace costs.
 
-Fidelity: brisk serve A records (--trace-out) a mixed load from brisk bench: an open-loop
+Fidelity: brisk serve A records (default --trace-block-tokens) (--trace-out) a mixed load from brisk bench: an open-loop
 Poisson run of chats that share one of four system prompts, questions of mixed lengths, output
 lengths drawn per request. Its trace is replayed with brisk bench --trace against a fresh brisk
 serve B, also recording. Compared, request by request in arrival order:
@@ -10,7 +10,7 @@ serve B, also recording. Compared, request by request in arrival order:
   - prefix-cache hit tokens: the sum of B's cached_tokens against A's.
 
 Cost: --streams closed-loop streams of short prompts against brisk serve with and without
---trace-out, --rounds interleaved rounds; output tok/s of each, and the ratio.
+--trace-out, --rounds interleaved rounds (ABBA order); output tok/s of each, and the ratio.
 
   python3 bench/trace_replay.py --out bench/results/trace_replay_2026-12-03.json
 """
@@ -18,6 +18,7 @@ Cost: --streams closed-loop streams of short prompts against brisk serve with an
 from __future__ import annotations
 
 import argparse
+import csv
 import datetime
 import json
 import random
@@ -51,7 +52,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--rate", type=float, default=1.5, help="their Poisson rate, per second")
     p.add_argument("--streams", type=int, default=16, help="streams of the cost comparison")
     p.add_argument("--cost-requests", type=int, default=64)
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--out", type=Path, required=True)
     return p.parse_args()
 
@@ -121,6 +122,8 @@ def fidelity(args, logdir: str, workdir: Path) -> dict:
                        "--warmup-requests", 0)
     finally:
         b.stop()
+    with open(workdir / "replayed" / "requests.csv") as f:
+        lag_ms = [float(row["sent_ms"]) - float(row["scheduled_ms"]) for row in csv.DictReader(f)]
     la, lb = read_trace(trace_a), read_trace(trace_b)
     if len(la) != len(lb):
         raise SystemExit(f"recorded {len(la)} requests, the replay {len(lb)}")
@@ -133,6 +136,8 @@ def fidelity(args, logdir: str, workdir: Path) -> dict:
         "requests": len(la),
         "arrival_offset_error_ms": {"p50": percentile(offsets_ms, 50),
                                     "p99": percentile(offsets_ms, 99), "max": max(offsets_ms)},
+        "replay_send_lag_ms": {"p50": percentile(lag_ms, 50), "p99": percentile(lag_ms, 99),
+                               "max": max(lag_ms)},
         "input_tokens_equal": input_equal,
         "output_tokens_equal": output_equal,
         "input_tokens_total": sum(x["input_tokens"] for x in la),
@@ -148,7 +153,8 @@ def cost(args, logdir: str, workdir: Path) -> dict:
     rounds = []
     for r in range(args.rounds):
         row = {}
-        for name in ("plain", "trace"):
+        # ABBA: each configuration goes first in half of the rounds.
+        for name in (("plain", "trace") if r % 2 == 0 else ("trace", "plain")):
             extra = ["--trace-out", str(workdir / f"cost-{r}.jsonl")] if name == "trace" else []
             server = serve(args, f"brisk-{name}", logdir, extra)
             try:

@@ -24,10 +24,42 @@
 #include "bench/workload_builder.h"
 #include "bench/workload_preset.h"
 #include "common/json_file.h"
+#include "telemetry/prometheus_text.h"
+#include "telemetry/server_metrics.h"
 
 namespace brisk {
 
 namespace {
+
+// The server's /metrics, when it has names brisk knows (brisk, vLLM, SGLang, TGI, llama.cpp).
+std::optional<telemetry::ServerMetrics> scrape_server_metrics(const bench::TargetEndpoint& target) {
+  const bench::FetchResult result =
+      bench::fetch(target, target.route("/metrics"), "", std::chrono::milliseconds(2000));
+  if (!result.ok()) return std::nullopt;
+  std::string error;
+  const auto parsed = telemetry::parse_prometheus_text(result.body, error);
+  if (!parsed) return std::nullopt;
+  telemetry::ServerMetrics metrics = telemetry::read_server_metrics(parsed->samples);
+  if (!metrics.known()) return std::nullopt;
+  return metrics;
+}
+
+// One line for the terminal about what the server counted during a load point.
+std::string server_delta_line(const nlohmann::json& delta) {
+  std::string line = "  server (" + delta["dialect"].get<std::string>() + " /metrics):";
+  if (delta["prefix_cache_hit_rate"].is_number()) {
+    line += fmt::format(" prefix cache {:.0f}% of {:.0f} prompt tokens reused;",
+                        delta["prefix_cache_hit_rate"].get<double>() * 100,
+                        delta["prefix_cache_query_tokens"].get<double>());
+  }
+  if (delta["preemptions"].is_number()) {
+    line += fmt::format(" {:.0f} preemptions;", delta["preemptions"].get<double>());
+  }
+  if (delta["rejections"].is_object()) {
+    line += delta["rejections"].empty() ? " no rejections" : " rejections " + delta["rejections"].dump();
+  }
+  return line + "\n";
+}
 
 int run_compare(const BenchFlags& flags) {
   std::string error;
@@ -298,10 +330,17 @@ int run_bench(const BenchFlags& flags) {
                                     flags.duration_s.value_or(0));
     options.progress = &progress.counters();
     options.busy_poll = flags.busy_poll;
+    const auto metrics_before = scrape_server_metrics(*target);
     bench::RunResult run =
         load.open_loop() ? bench::run_open_loop(*target, workload, options, flags.seed + index)
                          : bench::run_closed_loop(*target, workload, options);
     progress.stop();
+    const auto metrics_after = metrics_before ? scrape_server_metrics(*target) : std::nullopt;
+    nlohmann::json server_delta = nullptr;
+    if (metrics_before && metrics_after && metrics_before->dialect == metrics_after->dialect) {
+      server_delta = telemetry::server_metrics_delta(*metrics_before, *metrics_after);
+      std::cerr << server_delta_line(server_delta);
+    }
     bench::RunStatistics stats = bench::compute_run_statistics(
         run.records, run.start, run.end,
         load.open_loop() ? bench::LatencyOrigin::scheduled : bench::LatencyOrigin::sent,
@@ -321,7 +360,8 @@ int run_bench(const BenchFlags& flags) {
           stats.requests_without_usage, stats.ok);
     }
     total_ok += stats.ok;
-    report.runs.push_back({std::move(run), std::move(stats), std::move(case_description)});
+    report.runs.push_back({std::move(run), std::move(stats), std::move(case_description),
+                           std::move(server_delta)});
     return report.runs.back().stats;
   };
   auto run_point = [&](const bench::LoadPoint& load) -> const bench::RunStatistics& {

@@ -63,6 +63,7 @@ json run_json(const LoadPointOutcome& outcome, std::optional<double> usd_per_hou
       {"usd_per_million_output_tokens", usd_per(usd_per_hour, s.output_token_throughput, 1e6)},
       {"usd_per_thousand_requests", usd_per(usd_per_hour, s.request_throughput, 1e3)}};
   if (!outcome.workload.is_null()) run["workload"] = outcome.workload;
+  run["server"] = outcome.server;
   run["goodput"] = slo ? json(s.goodput) : json(nullptr);
   run["slo_met"] = slo ? json(slo->run_meets(s)) : json(nullptr);
   return run;

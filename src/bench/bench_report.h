@@ -26,6 +26,9 @@ struct LoadPointOutcome {
   RunStatistics stats;
   // This load point's own workload (a --preset case), or null when it is the report's.
   nlohmann::json workload;
+  // What the server's /metrics counted during the load point (telemetry::server_metrics_delta),
+  // or null when it has no /metrics brisk knows.
+  nlohmann::json server;
 };
 
 struct BenchReport {

@@ -43,7 +43,7 @@ const char* trace_format_name(TraceFormat format);
 // Mooncake's published traces hash blocks of 512 tokens.
 inline constexpr int kMooncakeBlockTokens = 512;
 // brisk serve's default --trace-block-tokens.
-inline constexpr int kDefaultTraceBlockTokens = 64;
+inline constexpr int kDefaultTraceBlockTokens = 16;
 // The most tokens a trace's count may hold (far past any model's context): a replay allocates
 // its prompts, so a wild number is refused, not attempted.
 inline constexpr int kMaxTraceTokens = 1 << 24;

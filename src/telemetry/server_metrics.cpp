@@ -97,6 +97,11 @@ ServerMetrics read_server_metrics(const std::vector<MetricSample>& samples) {
     if (metrics.dialect == "brisk") {
       metrics.kv_full_blocks_total = sum_samples(samples, "brisk_admission_blocked_steps_total",
                                                  {{"reason", "kv_cache_full"}});
+      for (const MetricSample& sample : samples) {
+        if (sample.name != "brisk_requests_rejected_total") continue;
+        const auto reason = sample.labels.find("reason");
+        if (reason != sample.labels.end()) metrics.rejections_total[reason->second] += sample.value;
+      }
     }
     if (dialect.queries_exclude_hits && metrics.prefix_query_tokens_total &&
         metrics.prefix_hit_tokens_total) {
@@ -105,6 +110,37 @@ ServerMetrics read_server_metrics(const std::vector<MetricSample>& samples) {
     return metrics;
   }
   return {};
+}
+
+nlohmann::json server_metrics_delta(const ServerMetrics& before, const ServerMetrics& after) {
+  using nlohmann::json;
+  const auto delta = [](const std::optional<double>& a, const std::optional<double>& b) {
+    return a && b ? json(*b - *a) : json(nullptr);
+  };
+  json out = {{"dialect", after.dialect},
+              {"prefix_cache_query_tokens",
+               delta(before.prefix_query_tokens_total, after.prefix_query_tokens_total)},
+              {"prefix_cache_hit_tokens",
+               delta(before.prefix_hit_tokens_total, after.prefix_hit_tokens_total)},
+              {"preemptions", delta(before.preemptions_total, after.preemptions_total)}};
+  const json& queries = out["prefix_cache_query_tokens"];
+  const json& hits = out["prefix_cache_hit_tokens"];
+  out["prefix_cache_hit_rate"] = queries.is_number() && hits.is_number() &&
+                                         queries.get<double>() > 0
+                                     ? json(hits.get<double>() / queries.get<double>())
+                                     : json(nullptr);
+  if (after.dialect == "brisk") {
+    json rejections = json::object();
+    for (const auto& [reason, count] : after.rejections_total) {
+      const auto it = before.rejections_total.find(reason);
+      const double change = count - (it == before.rejections_total.end() ? 0 : it->second);
+      if (change != 0) rejections[reason] = change;
+    }
+    out["rejections"] = rejections;
+  } else {
+    out["rejections"] = nullptr;
+  }
+  return out;
 }
 
 }  // namespace brisk::telemetry

@@ -1,8 +1,11 @@
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "telemetry/prometheus_text.h"
 
@@ -24,8 +27,15 @@ struct ServerMetrics {
   // usage gauge scraped every 250 ms can miss a cache that filled between scrapes, and
   // brisk's admission keeps usage just under full by design.
   std::optional<double> kv_full_blocks_total;
+  // Requests refused, by reason (brisk only: brisk_requests_rejected_total{reason}).
+  std::map<std::string, double> rejections_total;
   bool known() const { return !dialect.empty(); }
 };
+
+// What changed on the server between two scrapes around one load point (brisk bench's
+// per-run "server" object, docs/bench-metrics.md): prefix-cache tokens looked up and reused and
+// their ratio, preemptions, rejections by reason. A figure the server does not export is null.
+nlohmann::json server_metrics_delta(const ServerMetrics& before, const ServerMetrics& after);
 
 // Reads the first dialect whose names appear in `samples` (brisk's own first: brisk serve with
 // --metrics-compat vllm exports both). Counts over several label values (models, engines) add

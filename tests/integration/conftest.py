@@ -67,6 +67,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# `make test` runs the files marked `parallel` on two pytest-xdist workers, a file at a time, in
+# collection order (--no-loadscope-reorder): the longest first, so that the two finish together
+# instead of one worker starting test_quant.py (3 minutes) when the other is nearly done.
+LONGEST_FIRST = ["test_quant.py", "test_soak.py", "test_trace.py", "test_structured_outputs.py",
+                 "test_correctness.py", "test_tool_calls.py", "test_plan.py",
+                 "test_prefix_cache.py"]
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files stay whole
+
+
 def _port_was_taken(log: str) -> bool:
     """A server's log says its port was in use (brisk: the OS's message; llama-server: its own)."""
     return "Address already in use" in log or "couldn't bind HTTP server socket" in log

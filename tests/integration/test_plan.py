@@ -9,6 +9,9 @@ import pytest
 
 from conftest import BRISK_BIN, model_path, require_file
 
+# Shares nothing with other tests and measures no time: runs beside another test (Makefile).
+pytestmark = pytest.mark.parallel
+
 
 def plan(*args: str, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
     return subprocess.run([str(BRISK_BIN), "plan", *args], capture_output=True, text=True,

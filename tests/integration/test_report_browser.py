@@ -23,6 +23,9 @@ import pytest
 
 from conftest import BRISK_BIN, require_file
 
+# Shares nothing with other tests and measures no time: runs beside another test (Makefile).
+pytestmark = pytest.mark.parallel
+
 CHROMIUM = shutil.which("chromium")
 DEVTOOLS_TIMEOUT_S = 20
 # The first colour of the report's palette (#1f77b4), which every chart's first series uses.

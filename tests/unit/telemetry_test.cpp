@@ -158,6 +158,37 @@ TEST(TelemetryPrometheus, ParsesBrisksOwnMetrics) {
   EXPECT_EQ(metrics.preemptions_total, 0);
 }
 
+TEST(TelemetryPrometheus, ARunsDeltaCountsWhatChangedOnTheServer) {
+  const auto read = [](const std::string& text) {
+    std::string error;
+    const auto parsed = parse_prometheus_text(text, error);
+    EXPECT_TRUE(parsed) << error;
+    return read_server_metrics(parsed ? parsed->samples : std::vector<MetricSample>{});
+  };
+  const ServerMetrics before = read(
+      "brisk_requests_waiting 0\nbrisk_requests_running 0\nbrisk_preemptions_total 2\n"
+      "brisk_prefix_cache_query_tokens_total 1000\nbrisk_prefix_cache_hit_tokens_total 100\n"
+      "brisk_requests_rejected_total{reason=\"queue_full\"} 3\n");
+  const ServerMetrics after = read(
+      "brisk_requests_waiting 1\nbrisk_requests_running 4\nbrisk_preemptions_total 5\n"
+      "brisk_prefix_cache_query_tokens_total 3000\nbrisk_prefix_cache_hit_tokens_total 600\n"
+      "brisk_requests_rejected_total{reason=\"queue_full\"} 7\n"
+      "brisk_requests_rejected_total{reason=\"invalid_request\"} 1\n");
+  const nlohmann::json delta = server_metrics_delta(before, after);
+  EXPECT_EQ(delta["dialect"], "brisk");
+  EXPECT_EQ(delta["prefix_cache_query_tokens"], 2000);
+  EXPECT_EQ(delta["prefix_cache_hit_tokens"], 500);
+  EXPECT_DOUBLE_EQ(delta["prefix_cache_hit_rate"].get<double>(), 0.25);
+  EXPECT_EQ(delta["preemptions"], 3);
+  EXPECT_EQ(delta["rejections"], (nlohmann::json{{"queue_full", 4}, {"invalid_request", 1}}));
+  // A server without prefix counters or rejection reasons: nulls, not zeros.
+  const ServerMetrics tgi = read("tgi_queue_size 0\ntgi_batch_current_size 1\n");
+  const nlohmann::json none = server_metrics_delta(tgi, tgi);
+  EXPECT_TRUE(none["prefix_cache_hit_rate"].is_null());
+  EXPECT_TRUE(none["preemptions"].is_null());
+  EXPECT_TRUE(none["rejections"].is_null());
+}
+
 TEST(TelemetryPrometheus, ParsesLlamaServersMetrics) {
   std::string error;
   const auto parsed = parse_prometheus_text(recorded("metrics_llama_server.txt"), error);
