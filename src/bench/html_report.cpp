@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -69,6 +71,12 @@ json load_point_data(const LoadPointOutcome& outcome, const std::string& label) 
 
 std::string load_label(const LoadPoint& load) {
   if (!load.open_loop()) return "concurrency " + std::to_string(load.concurrency);
+  if (load.trace) {
+    std::ostringstream out;
+    out.precision(3);
+    out << "trace replay (" << load.rate << "/s on average)";
+    return out.str();
+  }
   if (std::isinf(load.rate)) return "rate inf";
   std::ostringstream out;
   out.precision(3);
@@ -87,6 +95,11 @@ std::string workload_summary(const json& workload) {
   std::string summary;
   if (!text("preset").empty()) {
     summary = "preset " + text("preset");
+  } else if (!text("trace").empty()) {
+    summary = text("trace_format") + " trace " + text("trace") + " (" +
+              text("replayed_requests") + " of its " + text("trace_requests") +
+              " requests, time scale " + text("time_scale") + ")";
+    return summary;
   } else if (!text("dataset").empty()) {
     summary = text("source") + " dataset " + text("dataset") + " (" + text("dataset_entries") +
               " prompts)";
@@ -103,6 +116,71 @@ std::string workload_summary(const json& workload) {
   const std::string extra_body = text("extra_body");
   if (!extra_body.empty() && extra_body != "{}") summary += ", extra body " + extra_body;
   return summary;
+}
+
+// A cell of the numbers table: `value` with `decimals`, or an em dash when it was not measured.
+std::string cell(std::optional<double> value, int decimals = 1) {
+  if (!value || !std::isfinite(*value)) return "<td>—</td>";
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(decimals);
+  out << *value;
+  return "<td>" + out.str() + "</td>";
+}
+
+std::optional<double> latency(const LatencySummary& summary, double LatencySummary::*field) {
+  if (summary.count == 0) return std::nullopt;
+  return summary.*field;
+}
+
+std::optional<double> number_at(const json& object, const char* key) {
+  if (!object.is_object()) return std::nullopt;
+  const auto it = object.find(key);
+  if (it == object.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
+}
+
+// The table the capacity-test reports our users follow ask for, one row per load point: latency
+// (TTFT, mean, P95, P99), throughput, errors, goodput and cost, and what the server's /metrics
+// counted (its resources as far as bench can see them); charts alone hide the numbers.
+std::string numbers_table(const BenchReport& report, const std::vector<std::string>& labels) {
+  std::string html =
+      "<h2>Numbers per load point</h2><table id=\"numbers\"><thead><tr>"
+      "<th rowspan=\"2\">load point</th><th rowspan=\"2\">ok</th><th rowspan=\"2\">failed</th>"
+      "<th colspan=\"4\">TTFT ms</th><th colspan=\"4\">E2E ms</th><th colspan=\"2\">TPOT ms</th>"
+      "<th rowspan=\"2\">req/s</th><th rowspan=\"2\">output tok/s</th>"
+      "<th rowspan=\"2\">goodput req/s</th><th rowspan=\"2\">$ / 1M output tokens</th>"
+      "<th colspan=\"2\">server</th></tr><tr>"
+      "<th>mean</th><th>p50</th><th>p95</th><th>p99</th>"
+      "<th>mean</th><th>p50</th><th>p95</th><th>p99</th><th>p50</th><th>p99</th>"
+      "<th>prefix-cache hit %</th><th>preemptions</th></tr></thead><tbody>";
+  for (size_t i = 0; i < report.runs.size(); ++i) {
+    const LoadPointOutcome& outcome = report.runs[i];
+    const RunStatistics& s = outcome.stats;
+    html += "<tr><td>" + html_escape(labels[i]) + "</td>" + cell(s.ok, 0) + cell(s.failed, 0);
+    for (const LatencySummary* summary : {&s.ttft_ms, &s.e2e_ms}) {
+      for (double LatencySummary::*field :
+           {&LatencySummary::mean, &LatencySummary::p50, &LatencySummary::p95,
+            &LatencySummary::p99}) {
+        html += cell(latency(*summary, field));
+      }
+    }
+    html += cell(latency(s.tpot_ms, &LatencySummary::p50), 2) +
+            cell(latency(s.tpot_ms, &LatencySummary::p99), 2) + cell(s.request_throughput, 2) +
+            cell(s.output_token_throughput) +
+            cell(report.slo ? std::optional<double>(s.goodput) : std::nullopt, 2);
+    std::optional<double> usd;
+    if (report.usd_per_hour && s.output_token_throughput > 0) {
+      usd = *report.usd_per_hour / 3600.0 / s.output_token_throughput * 1e6;
+    }
+    const auto hit_rate = number_at(outcome.server, "prefix_cache_hit_rate");
+    html += cell(usd, 3) + cell(hit_rate ? std::optional<double>(*hit_rate * 100) : std::nullopt) +
+            cell(number_at(outcome.server, "preemptions"), 0) + "</tr>";
+  }
+  return html + "</tbody></table><p class=\"note\">— not measured: no SLO (goodput), no price "
+                "(cost), or a server without /metrics brisk knows. Latency counts from each "
+                "request's scheduled time in open-loop runs, from its sending otherwise "
+                "(docs/bench-metrics.md).</p>";
 }
 
 // The page's script reads DATA and draws four charts; Chart.js is inlined before it.
@@ -154,12 +232,14 @@ bool write_html_report(const BenchReport& report, const std::filesystem::path& p
 
   json data = {
       {"target", report.target.url}, {"model", report.target.model}, {"runs", json::array()}};
+  std::vector<std::string> labels;
   for (const LoadPointOutcome& outcome : report.runs) {
     std::string label = load_label(outcome.run.load);
     // Preset cases share concurrencies (short and long input at each): name the case too.
     if (outcome.workload.contains("case")) {
       label = outcome.workload["case"].get<std::string>() + " (" + label + ")";
     }
+    labels.push_back(label);
     data["runs"].push_back(load_point_data(outcome, label));
   }
   // "</script>" or "<!--" inside the <script> would end or bend it: every '<' of the data (only
@@ -178,9 +258,14 @@ bool write_html_report(const BenchReport& report, const std::filesystem::path& p
   const std::string url = html_escape(report.target.url);
   out << "<!doctype html><html><head><meta charset=\"utf-8\"><title>brisk bench: " << model
       << "</title><style>body{font-family:sans-serif;margin:2em;}"
-      << ".grid{display:grid;grid-template-columns:1fr 1fr;gap:2em;}h2{font-size:1.1em;}</style>"
+      << ".grid{display:grid;grid-template-columns:1fr 1fr;gap:2em;}h2{font-size:1.1em;}"
+      << "table{border-collapse:collapse;margin:1em 0;}td,th{border:1px solid #ccc;"
+      << "padding:0.2em 0.5em;text-align:right;}th{background:#f4f4f4;}td:first-child{"
+      << "text-align:left;}.note{color:#555;font-size:0.9em;}</style>"
       << "<script>" << chartjs.str() << "</script></head><body>"
-      << "<h1>brisk bench</h1><p>target " << url << ", model " << model << ", " << workload_summary(report.workload) << "</p><div class=\"grid\">"
+      << "<h1>brisk bench</h1><p>target " << url << ", model " << model << ", "
+      << workload_summary(report.workload) << "</p>" << numbers_table(report, labels)
+      << "<div class=\"grid\">"
       << "<div><h2>Latency vs throughput</h2><canvas id=\"curve\"></canvas></div>"
       << "<div><h2>Requests in flight</h2><canvas id=\"inflight\"></canvas></div>"
       << "<div><h2>TTFT (CDF)</h2><canvas id=\"ttft\"></canvas></div>"

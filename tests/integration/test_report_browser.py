@@ -238,6 +238,44 @@ def test_report_draws_every_chart_in_chromium(bench_report, tmp_path, capsys):
     assert screenshot.stat().st_size > 10_000  # a blank page of this size is ~5 kB
 
 
+TABLE_PROBE = """(() => Array.from(document.querySelectorAll('#numbers tbody tr'))
+    .map(tr => Array.from(tr.cells).map(td => td.textContent)))()"""
+
+
+def table_rows(report: Path, work_dir: Path) -> list[list[str]]:
+    """The numbers table's cells as the browser shows them."""
+    if CHROMIUM is None:
+        pytest.fail("chromium is not installed: run scripts/install-deps.sh", pytrace=False)
+    browser = DevTools(work_dir / "chromium-profile", work_dir / "chromium.log")
+    try:
+        browser.open_page()
+        browser.send("Page.navigate", {"url": report.resolve().as_uri()})
+        browser.wait_for_event("Page.loadEventFired")
+        return browser.send("Runtime.evaluate", {"expression": TABLE_PROBE,
+                                                 "returnByValue": True})["result"]["value"]
+    finally:
+        browser.close()
+
+
+def test_report_shows_the_numbers_of_every_load_point_in_a_table(bench_report, tmp_path):
+    rows = table_rows(bench_report, tmp_path)
+    result = json.loads((bench_report.parent / "result.json").read_text())
+    assert len(rows) == len(result["runs"]) == 2, rows
+    for row, run in zip(rows, result["runs"]):
+        assert row[0] == f"concurrency {run['load']['concurrency']}"
+        assert row[1:3] == [str(run["requests"]["ok"]), str(run["requests"]["failed"])]
+        ttft, e2e = run["ttft_ms"], run["e2e_ms"]
+        assert row[3:7] == [f"{ttft[k]:.1f}" for k in ("mean", "p50", "p95", "p99")], row
+        assert row[7:11] == [f"{e2e[k]:.1f}" for k in ("mean", "p50", "p95", "p99")], row
+        assert row[11:13] == [f"{run['tpot_ms'][k]:.2f}" for k in ("p50", "p99")], row
+        assert row[13:15] == [f"{run['request_throughput']:.2f}",
+                              f"{run['output_token_throughput']:.1f}"], row
+        assert row[15:17] == ["—", "—"]  # no --slo, no --usd-per-hour
+        # brisk serve's /metrics: what its prefix cache reused during the run.
+        assert row[17] == f"{run['server']['prefix_cache_hit_rate'] * 100:.1f}", (row, run)
+        assert row[18] == f"{run['server']['preemptions']:.0f}"
+
+
 def test_a_report_whose_chart_fails_is_caught(bench_report, tmp_path):
     """The checks can fail: a script error that leaves the ITL canvas empty shows in both."""
     broken = tmp_path / "broken.html"

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""A public trace replayed against brisk serve and llama-server, side by side (issue 25,
+benchmark 3): `brisk bench --trace` with the same file, arrivals, lengths and prefix sharing
+against each server, --rounds interleaved rounds (ABBA order), each on a fresh server; the
+medians of TTFT, E2E, throughput and (where /metrics tells) the prefix-cache hit rate.
+
+  python3 bench/trace_side_by_side.py --trace data/traces/mooncake_sample.jsonl \
+      --out bench/results/trace_mooncake_side_by_side_2026-12-03.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+
+from serve_compare import free_port, log, machine_info, start_server
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--brisk", type=Path, default=REPO_ROOT / "build" / "bin" / "brisk")
+    p.add_argument("--llama-server", type=Path,
+                   default=REPO_ROOT / "build" / "bin" / "llama-server")
+    p.add_argument("--model", default="gemma3-270m")
+    p.add_argument("--model-file", type=Path,
+                   default=Path.home() / ".cache" / "brisk" / "models" / "gemma-3-270m-q4_k_m.gguf")
+    p.add_argument("--trace", type=Path, default=REPO_ROOT / "data" / "traces" /
+                   "mooncake_sample.jsonl")
+    p.add_argument("--time-scale", type=float, default=1.0)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--ctx-size", type=int, default=16384)
+    p.add_argument("--seqs", type=int, default=8)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--out", type=Path, required=True)
+    return p.parse_args()
+
+
+def start(args, name: str, logdir: str):
+    port = free_port()
+    if name == "brisk":
+        argv = [str(args.brisk), "serve", "--model", args.model, "--port", str(port), "--host",
+                "127.0.0.1", "--ctx-size", str(args.ctx_size), "--threads", str(args.threads),
+                "--max-seqs", str(args.seqs)]
+        return start_server(name, argv, port, "/ready", logdir)
+    argv = [str(args.llama_server), "-m", str(args.model_file), "--host", "127.0.0.1", "--port",
+            str(port), "-t", str(args.threads), "-c", str(args.ctx_size), "-np", str(args.seqs),
+            "--metrics"]
+    return start_server(name, argv, port, "/health", logdir)
+
+
+def replay(args, port: int, out: Path) -> dict:
+    argv = [str(args.brisk), "bench", "--url", f"http://127.0.0.1:{port}", "--progress", "off",
+            "--trace", str(args.trace), "--time-scale", str(args.time_scale), "--out", str(out)]
+    log("running " + " ".join(argv))
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise SystemExit(f"brisk bench failed:\n{proc.stdout}\n{proc.stderr}")
+    return json.loads((out / "result.json").read_text())
+
+
+def figures(result: dict) -> dict:
+    run = result["runs"][0]
+    server = run["server"] or {}
+    return {"ok": run["requests"]["ok"], "failed": run["requests"]["failed"],
+            "ttft_p50_ms": run["ttft_ms"]["p50"], "ttft_p99_ms": run["ttft_ms"]["p99"],
+            "e2e_p50_ms": run["e2e_ms"]["p50"], "e2e_p99_ms": run["e2e_ms"]["p99"],
+            "output_tok_s": run["output_token_throughput"],
+            "duration_s": run["duration_s"],
+            "prefix_cache_hit_rate": server.get("prefix_cache_hit_rate")}
+
+
+def main() -> int:
+    args = parse_args()
+    logdir = tempfile.mkdtemp(prefix="trace_side-")
+    workdir = Path(tempfile.mkdtemp(prefix="trace_side-work-"))
+    rounds = []
+    for r in range(args.rounds):
+        row = {}
+        for name in (("brisk", "llama-server") if r % 2 == 0 else ("llama-server", "brisk")):
+            server = start(args, name, logdir)
+            try:
+                row[name] = figures(replay(args, server.port, workdir / f"{name}-{r}"))
+            finally:
+                server.stop()
+            log(f"round {r} {name}: {row[name]}")
+        rounds.append(row)
+    medians = {}
+    for name in ("brisk", "llama-server"):
+        medians[name] = {}
+        for key in rounds[0][name]:
+            values = [row[name][key] for row in rounds if row[name][key] is not None]
+            medians[name][key] = statistics.median(values) if values else None
+    result = {
+        "command": "python3 bench/trace_side_by_side.py " + " ".join(
+            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+            if k not in ("brisk", "llama_server", "model_file")),
+        "date": datetime.date.today().isoformat(),
+        "machine": machine_info(),
+        "rounds": rounds,
+        "medians": medians,
+    }
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(medians, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
