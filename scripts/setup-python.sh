@@ -1,27 +1,41 @@
 #!/usr/bin/env bash
-# Creates .venv at the repo root with the pinned, hash-checked test dependencies from
-# tests/requirements.txt. Idempotent: a stamp inside .venv holds the sha256 of the requirements
-# file it was built from, so a second run with unchanged requirements returns at once.
+# Makes .venv at the repo root hold the pinned, hash-checked test dependencies from
+# tests/requirements.txt. The environment itself is built once per requirements file, in
+# $BRISK_HOME/venvs/<sha256 of the file> (beside the model cache), and .venv is a link to it: a
+# fresh clone with the same requirements reuses it instead of installing again (14-25 s of every
+# clean-clone `make test`, BENCHMARKS.md). Idempotent; a stamp inside the environment marks it
+# complete, and a lock keeps two clones from building the same one at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=.venv
 REQUIREMENTS=tests/requirements.txt
-STAMP="$VENV/.brisk-requirements.sha256"
 PYTHON="${PYTHON:-python3}"
+BRISK_HOME="${BRISK_HOME:-$HOME/.cache/brisk}"
 
 want="$(sha256sum "$REQUIREMENTS" | cut -d' ' -f1)"
-if [[ -f "$STAMP" && -x "$VENV/bin/python" && "$(cat "$STAMP")" == "$want" ]]; then
+shared="$BRISK_HOME/venvs/$want"
+stamp="$shared/.brisk-requirements.sha256"
+
+if [[ -L "$VENV" && "$(readlink "$VENV")" == "$shared" && -f "$stamp" && -x "$VENV/bin/python" ]]; then
   exit 0
 fi
 
-if [[ ! -x "$VENV/bin/python" ]]; then
-  echo "creating $VENV"
-  "$PYTHON" -m venv "$VENV"
+mkdir -p "$BRISK_HOME/venvs"
+exec 9>"$BRISK_HOME/venvs/.lock"
+flock 9
+if [[ ! -f "$stamp" || ! -x "$shared/bin/python" ]]; then
+  rm -rf "$shared"
+  echo "creating $shared"
+  "$PYTHON" -m venv "$shared"
+  echo "installing $REQUIREMENTS into $shared"
+  "$shared/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+    --require-hashes --only-binary :all: -r "$REQUIREMENTS"
+  echo "$want" > "$stamp"
 fi
-rm -f "$STAMP"
-echo "installing $REQUIREMENTS into $VENV"
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
-  --require-hashes --only-binary :all: -r "$REQUIREMENTS"
-echo "$want" > "$STAMP"
-echo "python test environment ready in $VENV"
+flock -u 9
+
+# A .venv of an earlier layout (a directory) or a link to other requirements is replaced.
+rm -rf "$VENV"
+ln -s "$shared" "$VENV"
+echo "python test environment ready in $VENV -> $shared"
