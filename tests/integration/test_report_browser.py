@@ -10,6 +10,7 @@ saved under the test's tmp dir and its path printed. Offline: report.html inline
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import json
 import os
@@ -192,13 +193,7 @@ def bench_report(brisk, tmp_path_factory) -> Path:
 def render(report: Path, work_dir: Path) -> tuple[list[dict], list[str], Path]:
     """Opens `report` in headless Chromium: what CHART_PROBE found on each canvas, the errors the
     page logged, and a screenshot."""
-    if CHROMIUM is None:
-        pytest.fail("chromium is not installed: run scripts/install-deps.sh", pytrace=False)
-    browser = DevTools(work_dir / "chromium-profile", work_dir / "chromium.log")
-    try:
-        browser.open_page()
-        browser.send("Page.navigate", {"url": report.resolve().as_uri()})
-        browser.wait_for_event("Page.loadEventFired")
+    with loaded_page(report, work_dir) as browser:
         charts = browser.send("Runtime.evaluate", {"expression": CHART_PROBE,
                                                    "returnByValue": True})["result"]["value"]
         shot = browser.send("Page.captureScreenshot",
@@ -206,6 +201,19 @@ def render(report: Path, work_dir: Path) -> tuple[list[dict], list[str], Path]:
         screenshot = work_dir / (report.stem + ".png")
         screenshot.write_bytes(base64.b64decode(shot["data"]))
         return charts, page_errors(browser.events), screenshot
+
+
+@contextlib.contextmanager
+def loaded_page(report: Path, work_dir: Path):
+    """Headless Chromium with `report` loaded; yields its DevTools connection."""
+    if CHROMIUM is None:
+        pytest.fail("chromium is not installed: run scripts/install-deps.sh", pytrace=False)
+    browser = DevTools(work_dir / "chromium-profile", work_dir / "chromium.log")
+    try:
+        browser.open_page()
+        browser.send("Page.navigate", {"url": report.resolve().as_uri()})
+        browser.wait_for_event("Page.loadEventFired")
+        yield browser
     finally:
         browser.close()
 
@@ -244,17 +252,9 @@ TABLE_PROBE = """(() => Array.from(document.querySelectorAll('#numbers tbody tr'
 
 def table_rows(report: Path, work_dir: Path) -> list[list[str]]:
     """The numbers table's cells as the browser shows them."""
-    if CHROMIUM is None:
-        pytest.fail("chromium is not installed: run scripts/install-deps.sh", pytrace=False)
-    browser = DevTools(work_dir / "chromium-profile", work_dir / "chromium.log")
-    try:
-        browser.open_page()
-        browser.send("Page.navigate", {"url": report.resolve().as_uri()})
-        browser.wait_for_event("Page.loadEventFired")
+    with loaded_page(report, work_dir) as browser:
         return browser.send("Runtime.evaluate", {"expression": TABLE_PROBE,
                                                  "returnByValue": True})["result"]["value"]
-    finally:
-        browser.close()
 
 
 def test_report_shows_the_numbers_of_every_load_point_in_a_table(bench_report, tmp_path):
