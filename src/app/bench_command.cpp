@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -11,6 +12,7 @@
 #include "app/bench_flags.h"
 #include "app/commands.h"
 #include "bench/bench_report.h"
+#include "bench/chat_session.h"
 #include "bench/html_report.h"
 #include "bench/http_fetch.h"
 #include "bench/length_distribution.h"
@@ -19,8 +21,8 @@
 #include "bench/result_comparison.h"
 #include "bench/run_statistics.h"
 #include "bench/slo.h"
-#include "bench/workload.h"
 #include "bench/trace_workload.h"
+#include "bench/workload.h"
 #include "bench/workload_builder.h"
 #include "bench/workload_preset.h"
 #include "common/json_file.h"
@@ -56,7 +58,8 @@ std::string server_delta_line(const nlohmann::json& delta) {
     line += fmt::format(" {:.0f} preemptions;", delta["preemptions"].get<double>());
   }
   if (delta["rejections"].is_object()) {
-    line += delta["rejections"].empty() ? " no rejections" : " rejections " + delta["rejections"].dump();
+    line += delta["rejections"].empty() ? " no rejections"
+                                        : " rejections " + delta["rejections"].dump();
   }
   return line + "\n";
 }
@@ -152,8 +155,8 @@ std::string conflicting_flags(const BenchFlags& flags) {
   }
   if (flags.no_stream && !flags.slo.empty()) {
     std::string ignored;  // a malformed --slo is reported where it is parsed
-    for (const SloLimit& limit : parse_slo_limits(flags.slo, ignored).value_or(
-             std::vector<SloLimit>{})) {
+    for (const SloLimit& limit :
+         parse_slo_limits(flags.slo, ignored).value_or(std::vector<SloLimit>{})) {
       if (limit.metric != "e2e") {
         return fmt::format(
             "--no-stream measures no first token, so no TTFT, TPOT or ITL: an SLO on {} could "
@@ -236,28 +239,35 @@ int run_bench(const BenchFlags& flags) {
   // One shared workload, or one per preset case (each then its own load point).
   std::vector<bench::BuiltWorkload> workloads;
   nlohmann::json workload_description;
-  // --trace: one open-loop run on the trace's own arrivals.
-  std::optional<bench::TraceSchedule> trace_schedule;
+  // --trace: one open-loop run on the trace's own arrivals (or its conversations).
+  std::optional<bench::TraceReplay> replay;
+  std::optional<bench::SessionSpec> session_spec;
   if (!flags.trace.empty()) {
-    const auto trace = read_trace_file(flags.trace, *parse_trace_format(flags.trace_format), error);
-    const bench::TraceReplayOptions replay{flags.time_scale, flags.max_duration_s};
-    if (trace) trace_schedule = bench::schedule_trace(*trace, replay, error);
-    if (!trace_schedule) {
+    const bench::TraceReplayOptions replay_options{flags.time_scale, flags.max_duration_s};
+    replay = bench::build_trace_replay(flags.trace, *parse_trace_format(flags.trace_format),
+                                       replay_options, spec, flags.warmup_requests, *target,
+                                       calibration, setup_timeout, error);
+    if (!replay) {
       std::cerr << "error: --trace: " << error << "\n";
       return 2;
     }
-    auto workload = std::make_unique<bench::TraceWorkload>(
-        trace_schedule->records, model, bench::replay_token_pool(*target, calibration,
-                                                                 setup_timeout),
-        calibration, flags.warmup_requests, flags.seed, !flags.no_stream, *sampling);
-    workload_description = bench::describe_trace_workload(flags.trace, *trace, *trace_schedule,
-                                                          replay, workload->exact_lengths());
-    workload_description["seed"] = flags.seed;
-    const std::string summary = fmt::format(
-        "trace {} ({}): {} of its {} requests over {:.1f} s, prompts as {}", flags.trace,
-        trace_format_name(trace->format), trace_schedule->records.size(), trace->records.size(),
-        trace_schedule->offsets_s.back(), workload_description["prompt"].get<std::string>());
-    workloads.push_back({std::move(workload), workload_description, summary});
+    workload_description = replay->built.description;
+    if (flags.replay_sessions) {
+      workload_description["replay"] = "sessions";
+      workload_description["endpoint"] = "chat";
+      workload_description["prompt"] =
+          "chat messages of filler words (approximate lengths: the chat template and this "
+          "server's answers decide the history)";
+    }
+  } else if (!flags.sessions.empty()) {
+    session_spec = bench::SessionSpec{0,
+                                      flags.turns,
+                                      *bench::parse_think_time(flags.think_time, error),
+                                      spec.input_tokens,
+                                      spec.output_tokens,
+                                      flags.seed};
+    workload_description = bench::describe_sessions(*session_spec, spec.kind);
+    workload_description["tokenizer"] = bench::tokenizer_api_name(calibration.api);
   } else if (preset_cases) {
     workloads =
         bench::build_preset_workloads(spec, *preset_cases, *target, calibration, setup_timeout);
@@ -275,10 +285,20 @@ int run_bench(const BenchFlags& flags) {
                            flags.endpoint, preset_cases ? " preset=" + flags.preset : "",
                            sampling_summary(*sampling));
   for (const bench::BuiltWorkload& built : workloads) std::cerr << built.summary << "\n";
-  const int measured_requests = trace_schedule ? static_cast<int>(trace_schedule->records.size())
-                                               : flags.num_requests;
-  workload_description["num_requests"] =
-      flags.duration_s ? nlohmann::json(nullptr) : nlohmann::json(measured_requests);
+  if (replay) std::cerr << replay->built.summary << "\n";
+  if (session_spec) {
+    std::cerr << fmt::format(
+        "sessions: {} turns each, think time {} s, each new message {} tokens ({:.2f} tokens per "
+        "filler word, {}), answers {} tokens\n",
+        session_spec->turns, session_spec->think.spec(), session_spec->user_tokens.spec(),
+        calibration.tokens_per_word, calibration.measured() ? "measured" : "assumed",
+        session_spec->output_tokens.spec());
+  }
+  const int measured_requests =
+      replay ? static_cast<int>(replay->schedule.records.size()) : flags.num_requests;
+  workload_description["num_requests"] = flags.duration_s || session_spec
+                                             ? nlohmann::json(nullptr)
+                                             : nlohmann::json(measured_requests);
   workload_description["duration_s"] =
       flags.duration_s ? nlohmann::json(*flags.duration_s) : nlohmann::json(nullptr);
   workload_description["sampling"] = sampling->sent_sampling();
@@ -311,30 +331,53 @@ int run_bench(const BenchFlags& flags) {
   };
   int total_ok = 0;
   const bench::ProgressStyle progress_style = bench::progress_style_for(flags.progress);
-  auto run_workload_point = [&](const bench::LoadPoint& load, const bench::Workload& workload,
+  // Runs one load point: `workload`'s requests, or `sessions` (a session run) when not null.
+  auto run_workload_point = [&](const bench::LoadPoint& load, const bench::Workload* workload,
+                                const std::vector<bench::SessionScript>* sessions,
                                 nlohmann::json case_description) -> const bench::RunStatistics& {
     const int index = static_cast<int>(report.runs.size());
+    int requests = measured_requests;
+    if (sessions) {
+      requests = 0;
+      for (const bench::SessionScript& script : *sessions) requests += script.turns.size();
+    }
     bench::RunOptions options{
-        load, index, measured_requests, flags.duration_s, flags.warmup_requests, request_timeout};
-    if (load.trace) options.schedule_s = trace_schedule->offsets_s;
+        load, index, requests, flags.duration_s, flags.warmup_requests, request_timeout};
+    if (load.trace && !sessions) options.schedule_s = replay->schedule.offsets_s;
     const std::string amount = flags.duration_s ? fmt::format("{:g} s", *flags.duration_s)
-                                                : fmt::format("{} requests", measured_requests);
+                                                : fmt::format("{} requests", requests);
     std::cerr << fmt::format(
         "run {}: {}, {} (+{} warmup)...\n", index,
-        load.trace         ? fmt::format("the trace's arrivals, {:.3g} req/s on average", load.rate)
+        sessions && load.trace
+            ? fmt::format("the trace's {} conversations from their arrivals", load.sessions)
+        : sessions         ? fmt::format("{} conversations", load.sessions)
+        : load.trace       ? fmt::format("the trace's arrivals, {:.3g} req/s on average", load.rate)
         : load.open_loop() ? fmt::format("rate {:g} req/s ({})", load.rate, flags.arrival)
                            : fmt::format("concurrency {}", load.concurrency),
         amount, flags.warmup_requests);
     bench::ProgressDisplay progress(progress_style, fmt::format("run {}", index),
-                                    flags.duration_s ? 0 : measured_requests,
-                                    flags.duration_s.value_or(0));
+                                    flags.duration_s ? 0 : requests, flags.duration_s.value_or(0));
     options.progress = &progress.counters();
     options.busy_poll = flags.busy_poll;
     const auto metrics_before = scrape_server_metrics(*target);
     bench::RunResult run =
-        load.open_loop() ? bench::run_open_loop(*target, workload, options, flags.seed + index)
-                         : bench::run_closed_loop(*target, workload, options);
+        sessions           ? bench::run_sessions(*target, *sessions,
+                                                 {load.trace ? bench::ApiKind::chat : spec.kind, model,
+                                                  spec.stream, *sampling},
+                                                 options)
+        : load.open_loop() ? bench::run_open_loop(*target, *workload, options, flags.seed + index)
+                           : bench::run_closed_loop(*target, *workload, options);
     progress.stop();
+    if (sessions) {
+      const int unsent = requests - static_cast<int>(std::count_if(
+                                        run.records.begin(), run.records.end(),
+                                        [](const bench::RequestRecord& r) { return !r.warmup; }));
+      if (unsent > 0) {
+        std::cerr << fmt::format(
+            "  note: {} turns were not sent: an earlier turn of their conversation failed\n",
+            unsent);
+      }
+    }
     const auto metrics_after = metrics_before ? scrape_server_metrics(*target) : std::nullopt;
     nlohmann::json server_delta = nullptr;
     if (metrics_before && metrics_after && metrics_before->dialect == metrics_after->dialect) {
@@ -360,26 +403,43 @@ int run_bench(const BenchFlags& flags) {
           stats.requests_without_usage, stats.ok);
     }
     total_ok += stats.ok;
-    report.runs.push_back({std::move(run), std::move(stats), std::move(case_description),
-                           std::move(server_delta)});
+    report.runs.push_back(
+        {std::move(run), std::move(stats), std::move(case_description), std::move(server_delta)});
     return report.runs.back().stats;
   };
   auto run_point = [&](const bench::LoadPoint& load) -> const bench::RunStatistics& {
-    return run_workload_point(load, *workloads.front().workload, nullptr);
+    return run_workload_point(load, workloads.front().workload.get(), nullptr, nullptr);
   };
 
-  if (trace_schedule) {
+  if (replay) {
     bench::LoadPoint point;
     point.concurrency = flags.max_concurrency;
     point.trace = true;
-    const double span_s = trace_schedule->offsets_s.back();
-    point.rate = span_s > 0 ? static_cast<double>(trace_schedule->offsets_s.size()) / span_s
+    const double span_s = replay->schedule.offsets_s.back();
+    point.rate = span_s > 0 ? static_cast<double>(replay->schedule.offsets_s.size()) / span_s
                             : std::numeric_limits<double>::infinity();
-    run_point(point);
+    if (flags.replay_sessions) {
+      const std::vector<bench::SessionScript> conversations =
+          bench::trace_sessions(replay->schedule, flags.time_scale, *replay->prompts);
+      point.sessions = static_cast<int>(conversations.size());
+      run_workload_point(point, nullptr, &conversations, nullptr);
+    } else {
+      run_workload_point(point, replay->built.workload.get(), nullptr, nullptr);
+    }
+  } else if (session_spec) {
+    for (const int count : flags.sessions) {
+      bench::SessionSpec one = *session_spec;
+      one.sessions = count;
+      const std::vector<bench::SessionScript> conversations =
+          bench::synthetic_sessions(one, calibration, static_cast<int>(report.runs.size()));
+      bench::LoadPoint point{count};
+      point.sessions = count;
+      run_workload_point(point, nullptr, &conversations, nullptr);
+    }
   } else if (preset_cases) {
     for (size_t i = 0; i < preset_cases->size(); ++i) {
-      run_workload_point(bench::LoadPoint{(*preset_cases)[i].concurrency}, *workloads[i].workload,
-                         workloads[i].description);
+      run_workload_point(bench::LoadPoint{(*preset_cases)[i].concurrency},
+                         workloads[i].workload.get(), nullptr, workloads[i].description);
     }
   } else if (flags.find_max_rate) {
     if (!slo) {

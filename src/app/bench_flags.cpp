@@ -1,5 +1,6 @@
 #include "app/bench_flags.h"
 
+#include "bench/chat_session.h"
 #include "bench/length_distribution.h"
 #include "bench/workload_preset.h"
 
@@ -156,6 +157,37 @@ CLI::Option* add_bench_flags(CLI::App& app, BenchFlags& flags) {
                  "--time-scale)")
       ->check(CLI::PositiveNumber)
       ->needs(trace);
+  app.add_flag("--replay-sessions", flags.replay_sessions,
+               "With --trace: the requests that share a session id (brisk serve records the "
+               "`user` field or X-Session-Id) become conversations through /v1/chat/completions: "
+               "each turn waits for the last answer and the recorded think time, and resends the "
+               "history with this server's answers")
+      ->needs(trace);
+  auto* sessions =
+      app.add_option("--sessions", flags.sessions,
+                     "Chat-UI traffic: this many conversations at once, each turn resending the "
+                     "history with the server's own answers (--input-tokens: each new message; "
+                     "a list runs a sweep)")
+          ->delimiter(',')
+          ->check(CLI::PositiveNumber);
+  for (const char* other :
+       {"--dataset", "--sharegpt", "--preset", "--rate", "--find-max-rate", "--duration",
+        "--num-requests", "--concurrency", "--arrival", "--burstiness", "--trace"}) {
+    sessions->excludes(other);
+  }
+  app.add_option("--turns", flags.turns, "Turns of each --sessions conversation")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->needs(sessions);
+  app.add_option("--think-time", flags.think_time,
+                 "Seconds a --sessions user reads before the next turn: S, uniform:MIN:MAX or "
+                 "exponential:MEAN")
+      ->check([](const std::string& value) {
+        std::string error;
+        return bench::parse_think_time(value, error) ? std::string() : error;
+      })
+      ->capture_default_str()
+      ->needs(sessions);
   return output_tokens;
 }
 

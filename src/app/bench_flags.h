@@ -35,6 +35,10 @@ struct BenchFlags {
   std::string trace_format = "auto";
   double time_scale = 1.0;
   std::optional<double> max_duration_s;
+  std::vector<int> sessions;  // chat sessions per load point; a list runs a sweep
+  int turns = 4;
+  std::string think_time = "1";  // a ThinkTime spec, seconds
+  bool replay_sessions = false;  // --trace's session ids become conversations
   std::string progress = "auto";
   bool busy_poll = false;
   uint64_t seed = 0;

@@ -23,6 +23,11 @@ json summary_json(const LatencySummary& s) {
 }
 
 json load_json(const LoadPoint& load) {
+  if (load.sessions > 0) {
+    json out = {{"sessions", load.sessions}};
+    if (load.trace) out["arrivals"] = "trace";
+    return out;
+  }
   if (!load.open_loop()) return {{"concurrency", load.concurrency}};
   json out = {{"rate", std::isinf(load.rate) ? json("inf") : json(load.rate)}};
   if (load.concurrency > 0) out["max_concurrency"] = load.concurrency;
@@ -75,6 +80,12 @@ std::string offset_cell(TimePoint origin, TimePoint at) {
   return fmt::format("{:.3f}", ms_between(origin, at));
 }
 
+// Milliseconds from `from` to `to`, or an empty cell when either did not happen.
+std::string duration_cell(TimePoint from, TimePoint to) {
+  if (from == TimePoint{} || to == TimePoint{}) return "";
+  return fmt::format("{:.3f}", ms_between(from, to));
+}
+
 // Every content chunk's arrival, ms from `origin`, separated by spaces.
 std::string chunk_offsets(TimePoint origin, const std::vector<TimePoint>& chunks) {
   std::string cell;
@@ -123,18 +134,23 @@ json report_json(const BenchReport& report) {
 
 void write_requests_csv(const BenchReport& report, std::ostream& out) {
   out << "run,request,concurrency,scheduled_ms,sent_ms,first_token_ms,end_ms,prompt_tokens,"
-         "completion_tokens,chunks,status,error,error_detail,chunk_ms,new_connection\n";
+         "completion_tokens,chunks,status,error,error_detail,chunk_ms,new_connection,connect_ms,"
+         "send_ms,wait_ms,receive_ms,session,turn\n";
   for (size_t run = 0; run < report.runs.size(); ++run) {
     const RunResult& result = report.runs[run].run;
     for (const RequestRecord& r : result.records) {
       if (r.warmup) continue;
       out << fmt::format(
-          "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", run, r.index, r.in_flight_at_send,
-          offset_cell(result.start, r.scheduled), offset_cell(result.start, r.sent),
-          offset_cell(result.start, r.first_content()), offset_cell(result.start, r.end),
-          r.prompt_tokens, r.completion_tokens, r.content_chunks.size(), r.http_status,
-          r.ok() ? "" : std::string(error_name(r.error)), csv_quoted(r.error_detail),
-          chunk_offsets(result.start, r.content_chunks), r.new_connection ? 1 : 0);
+          "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", run, r.index,
+          r.in_flight_at_send, offset_cell(result.start, r.scheduled),
+          offset_cell(result.start, r.sent), offset_cell(result.start, r.first_content()),
+          offset_cell(result.start, r.end), r.prompt_tokens, r.completion_tokens,
+          r.content_chunks.size(), r.http_status, r.ok() ? "" : std::string(error_name(r.error)),
+          csv_quoted(r.error_detail), chunk_offsets(result.start, r.content_chunks),
+          r.new_connection ? 1 : 0, duration_cell(r.connect_started, r.sent),
+          duration_cell(r.sent, r.written), duration_cell(r.written, r.first_byte),
+          duration_cell(r.first_byte, r.end), r.session >= 0 ? std::to_string(r.session) : "",
+          r.turn >= 0 ? std::to_string(r.turn) : "");
     }
   }
 }
@@ -150,7 +166,8 @@ std::string summary_table(const BenchReport& report) {
       return l.count == 0 ? std::string("-") : fmt::format("{:.1f}/{:.1f}", l.p50, l.p99);
     };
     const LoadPoint& load = outcome.run.load;
-    std::string load_label = !load.open_loop()       ? fmt::format("c={}", load.concurrency)
+    std::string load_label = load.sessions > 0       ? fmt::format("sessions={}", load.sessions)
+                             : !load.open_loop()     ? fmt::format("c={}", load.concurrency)
                              : load.trace            ? fmt::format("trace {:.3g}/s", load.rate)
                              : std::isinf(load.rate) ? std::string("r=inf")
                                                      : fmt::format("r={:.3g}/s", load.rate);

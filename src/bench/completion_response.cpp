@@ -13,8 +13,9 @@ using json = nlohmann::json;
 namespace {
 
 // The text a completion chunk or response carries: `text` for completions, the message or delta
-// content for chat. Reasoning text counts too: those are generated tokens the user waits for.
-std::string_view choice_text(const json& choice, ApiKind kind) {
+// content for chat; with `with_reasoning`, a chat choice's reasoning text when it has no content
+// (generated tokens the user waits for, though a chat client does not resend them).
+std::string_view choice_text(const json& choice, ApiKind kind, bool with_reasoning) {
   auto string_at = [](const json& object, const char* key) -> std::string_view {
     const auto it = object.find(key);
     return it != object.end() && it->is_string()
@@ -26,7 +27,7 @@ std::string_view choice_text(const json& choice, ApiKind kind) {
     const auto it = choice.find(holder);
     if (it == choice.end() || !it->is_object()) continue;
     std::string_view text = string_at(*it, "content");
-    if (text.empty()) text = string_at(*it, "reasoning_content");
+    if (text.empty() && with_reasoning) text = string_at(*it, "reasoning_content");
     return text;
   }
   return {};
@@ -59,10 +60,12 @@ std::optional<double> milliseconds_at(const json& object, const char* key) {
 
 // The server's own view of the request: brisk's `brisk_timings` or llama-server's `timings`.
 void read_server_timings(const json& object, RequestRecord& record) {
-  if (const auto brisk = object.find("brisk_timings"); brisk != object.end() && brisk->is_object()) {
+  if (const auto brisk = object.find("brisk_timings");
+      brisk != object.end() && brisk->is_object()) {
     if (const auto ttft = milliseconds_at(*brisk, "ttft_ms")) record.server_ttft_ms = *ttft;
     if (const auto queue = milliseconds_at(*brisk, "queue_ms")) record.server_queue_ms = *queue;
-  } else if (const auto llama = object.find("timings"); llama != object.end() && llama->is_object()) {
+  } else if (const auto llama = object.find("timings");
+             llama != object.end() && llama->is_object()) {
     if (const auto prompt = milliseconds_at(*llama, "prompt_ms")) record.server_ttft_ms = *prompt;
     if (const auto cached = token_count(*llama, "cache_n")) record.cached_prompt_tokens = *cached;
   }
@@ -85,7 +88,8 @@ bool read_completion_object(const json& object, ApiKind kind, RequestRecord& rec
   read_server_timings(object, record);
   const auto choices = object.find("choices");
   if (choices == object.end() || !choices->is_array() || choices->empty()) return false;
-  return !choice_text((*choices)[0], kind).empty();
+  if (record.keep_answer) record.answer += choice_text((*choices)[0], kind, false);
+  return !choice_text((*choices)[0], kind, true).empty();
 }
 
 // The error's message, or else the start of what the server sent. (Not error.dump(): dumping

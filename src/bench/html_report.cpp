@@ -70,6 +70,9 @@ json load_point_data(const LoadPointOutcome& outcome, const std::string& label) 
 }
 
 std::string load_label(const LoadPoint& load) {
+  if (load.sessions > 0) {
+    return std::to_string(load.sessions) + (load.trace ? " sessions of the trace" : " sessions");
+  }
   if (!load.open_loop()) return "concurrency " + std::to_string(load.concurrency);
   if (load.trace) {
     std::ostringstream out;

@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "bench/chat_session.h"
 #include "bench/progress.h"
 #include "bench/request_record.h"
 #include "bench/target_endpoint.h"
@@ -28,6 +29,9 @@ struct LoadPoint {
   double burstiness = 1.0;  // gamma shape: < 1 burstier than Poisson, 1 = Poisson
   // The arrivals are a trace's (RunOptions::schedule_s); `rate` is then their mean rate.
   bool trace = false;
+  // A session run (run_sessions): this many conversations, each sending its next turn when it
+  // has read the last answer. Neither closed nor open loop: `rate` is 0 unless `trace`.
+  int sessions = 0;
 
   bool open_loop() const { return rate > 0; }
   ArrivalPattern arrival_pattern() const { return {arrival, rate, burstiness}; }
@@ -89,5 +93,13 @@ RunResult run_closed_loop(const TargetEndpoint& target, const Workload& workload
 // their arrival schedule (seeded by `seed`).
 RunResult run_open_loop(const TargetEndpoint& target, const Workload& workload,
                         const RunOptions& options, uint64_t seed);
+
+// Runs one session load point (brisk bench --sessions, --replay-sessions): `warmup_requests`
+// short requests one at a time, then every conversation at once, each on its own connection (a
+// chat user's browser), turn after turn. A turn that fails ends its conversation: the turns it
+// left unsent are not in the result. Only `load`, `warmup_requests`, `timeout`, `progress` and
+// `busy_poll` of `options` apply.
+RunResult run_sessions(const TargetEndpoint& target, const std::vector<SessionScript>& scripts,
+                       const SessionRequestOptions& requests, const RunOptions& options);
 
 }  // namespace brisk::bench

@@ -142,6 +142,7 @@ net::awaitable<void> OpenAiConnection::send(const CompletionRequest& request,
   if (!stream_.socket().is_open()) record.new_connection = true;
   for (int attempt = 0; attempt < 2; ++attempt) {
     const bool reused = stream_.socket().is_open();
+    if (!reused) record.connect_started = Clock::now();
     if (!reused && !co_await connect(deadline, record)) break;
     // Measured after connecting: with keep-alive only the first request of a user would pay
     // the handshake, which is noise, not serving latency.
@@ -183,8 +184,7 @@ net::awaitable<void> OpenAiConnection::drop_if_closing() {
 bool OpenAiConnection::peer_has_closed() {
   if (buffer_.size() > 0) return true;  // the server sent bytes no request asked for
   char byte;
-  const ssize_t got =
-      ::recv(stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  const ssize_t got = ::recv(stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   if (got < 0) return errno != EAGAIN && errno != EWOULDBLOCK;  // a reset, or worse
   return true;  // 0: the server's FIN; more: an answer to no request (an HTTP 408, say)
 }
@@ -206,6 +206,7 @@ net::awaitable<OpenAiConnection::Attempt> OpenAiConnection::exchange(
   stream_.expires_at(deadline);
   co_await http::async_write(stream_, http_request, net::redirect_error(kAwait, ec));
   if (reused && is_reset(ec)) co_return Attempt::unread;
+  if (!ec) record.written = Clock::now();
 
   http::response_parser<http::buffer_body> parser;
   // A long stream is not an error. (Not boost::none: Boost 1.74 compares `len > none`, which is
@@ -215,6 +216,7 @@ net::awaitable<OpenAiConnection::Attempt> OpenAiConnection::exchange(
     stream_.expires_at(deadline);
     co_await http::async_read_header(stream_, buffer_, parser, net::redirect_error(kAwait, ec));
     if (reused && is_reset(ec) && buffer_.size() == 0) co_return Attempt::unread;
+    if (!ec) record.first_byte = Clock::now();
   }
   if (ec) {
     const bool closed = ec == http::error::end_of_stream || ec == net::error::eof;

@@ -36,10 +36,19 @@ struct RequestRecord {
   // burst, whose connections are all open before the clock starts; in a Poisson run, each time
   // more requests were in flight than ever before.
   bool new_connection = false;
+  // A session run's conversation and turn (both from 0); -1 in other runs.
+  int session = -1;
+  int turn = -1;
 
   TimePoint scheduled{};  // when the load generator wanted to send it
-  TimePoint sent{};       // when the request was handed to the socket (after connecting)
-  TimePoint end{};        // when the response completed or failed
+  // The HTTP phases of the exchange (requests.csv's connect_ms ... receive_ms): connecting
+  // (only a request that opened its connection), writing the request, waiting for the first
+  // byte of the answer, reading the rest.
+  TimePoint connect_started{};  // a connection was opened for it from here...
+  TimePoint sent{};             // ...to here, when the request was handed to the socket
+  TimePoint written{};          // its last byte was written
+  TimePoint first_byte{};       // the answer's status line and headers arrived
+  TimePoint end{};              // when the response completed or failed
   // Arrival time of every SSE event carrying non-empty text; the first one is "first token".
   std::vector<TimePoint> content_chunks;
 
@@ -56,6 +65,11 @@ struct RequestRecord {
   // HTTP frontend, tokenization (brisk doctor's attribution).
   double server_ttft_ms = -1;
   double server_queue_ms = -1;
+
+  // The answer's visible text (content, not reasoning), kept only when `keep_answer` is set
+  // before sending: a session resends it in its next turn's history.
+  bool keep_answer = false;
+  std::string answer;
 
   int http_status = 0;
   RequestError error = RequestError::none;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <random>
 #include <set>
 
@@ -12,12 +13,8 @@
 namespace brisk::bench {
 namespace {
 
-uint64_t mix(uint64_t a, uint64_t b) {
-  uint64_t z = a ^ (b + 0x9E3779B97F4A7C15ULL + (a << 6) + (a >> 2));
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
+// One stream's seed from two numbers (a seed and a hash, say).
+uint64_t mix(uint64_t a, uint64_t b) { return mix_bits(mix_bits(a) ^ b); }
 
 constexpr uint64_t kTailStream = 0x7461696c;    // "tail": tokens past the hashed blocks
 constexpr uint64_t kWarmupStream = 0x7761726d;  // "warm"
@@ -102,8 +99,8 @@ std::string TraceWorkload::prompt_text(const TraceRecord& record, uint64_t uniqu
     text += filler_text(mix(seed_, record.hash_ids[b]), words(lengths[b]));
     covered += lengths[b];
   }
-  text += filler_text(mix(mix(seed_, kTailStream), unique_salt),
-                      words(record.input_tokens - covered));
+  text +=
+      filler_text(mix(mix(seed_, kTailStream), unique_salt), words(record.input_tokens - covered));
   return text;
 }
 
@@ -124,13 +121,51 @@ CompletionRequest TraceWorkload::request(int /*run_index*/, int request_index) c
   CompletionRequest request;
   request.route = "/v1/completions";
   request.stream = stream_;
-  request.body = exact_lengths()
-                     ? build_token_prompt_body(model_, prompt_ids(record, salt), max_tokens,
-                                               stream_, sampling_)
-                     : build_completion_body(ApiKind::completions, model_,
-                                             prompt_text(record, salt), max_tokens, stream_,
-                                             sampling_);
+  request.body = exact_lengths() ? build_token_prompt_body(model_, prompt_ids(record, salt),
+                                                           max_tokens, stream_, sampling_)
+                                 : build_completion_body(ApiKind::completions, model_,
+                                                         prompt_text(record, salt), max_tokens,
+                                                         stream_, sampling_);
   return request;
+}
+
+std::vector<SessionScript> trace_sessions(const TraceSchedule& schedule, double time_scale,
+                                          const TraceWorkload& prompts) {
+  std::vector<SessionScript> scripts;
+  std::map<std::string, size_t> by_session;  // a session id's script
+  std::vector<const TraceRecord*> previous;  // each script's last turn's record
+  for (size_t i = 0; i < schedule.records.size(); ++i) {
+    const TraceRecord& record = schedule.records[i];
+    size_t index = scripts.size();
+    if (!record.session.empty()) {
+      const auto [it, added] = by_session.emplace(record.session, scripts.size());
+      index = it->second;
+    }
+    if (index == scripts.size()) {
+      scripts.push_back(
+          {record.session.empty() ? fmt::format("brisk-replay-{}", i) : record.session, {}});
+      previous.push_back(nullptr);
+    }
+    SessionTurn turn;
+    turn.not_before_s = schedule.offsets_s[i];
+    turn.output_tokens = std::max(1, record.output_tokens);
+    const TraceRecord* before = previous[index];
+    if (before == nullptr) {
+      turn.user_text = prompts.prompt_text(record, i);
+    } else {
+      if (before->e2e_ms) {
+        turn.think_s = std::max(0.0, record.arrival_s - before->arrival_s - *before->e2e_ms / 1e3) *
+                       time_scale;
+      }
+      TraceRecord added;  // only the new message: the history is resent as this replay got it
+      added.input_tokens =
+          std::max(1, record.input_tokens - before->input_tokens - before->output_tokens);
+      turn.user_text = prompts.prompt_text(added, i);
+    }
+    previous[index] = &record;
+    scripts[index].turns.push_back(std::move(turn));
+  }
+  return scripts;
 }
 
 std::vector<int> replay_token_pool(const TargetEndpoint& target,

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/chat_session.h"
 #include "bench/sampling_options.h"
 #include "bench/workload.h"
 #include "common/request_trace.h"
@@ -63,6 +64,17 @@ class TraceWorkload : public Workload {
   bool stream_;
   SamplingOptions sampling_;
 };
+
+// A trace's conversations (brisk bench --replay-sessions): the records that share a session id
+// are the turns of one conversation, in arrival order; a record without one is a conversation of
+// one turn. A turn starts no earlier than its (scaled) arrival, and no earlier than the previous
+// turn's answer plus the think time the trace shows (its arrival minus the previous turn's
+// arrival and E2E, scaled; none when the trace has no E2E). The first turn's message is the
+// recorded prompt as filler text whose blocks repeat where its hashes do (`prompts`); a later
+// turn's message is only what the recorded prompt grew by beyond the history (prompt tokens
+// minus the previous turn's prompt and output), since the history is resent as this replay got it.
+std::vector<SessionScript> trace_sessions(const TraceSchedule& schedule, double time_scale,
+                                          const TraceWorkload& prompts);
 
 // Ordinary words' token ids on the target's tokenizer (its POST /tokenize): the alphabet of a
 // replay's prompts. Empty when the target cannot tokenize.

@@ -123,4 +123,26 @@ std::vector<BuiltWorkload> build_preset_workloads(WorkloadSpec spec,
   return built;
 }
 
+std::optional<TraceReplay> build_trace_replay(
+    const std::string& path, TraceFormat format, const TraceReplayOptions& options,
+    const WorkloadSpec& spec, int warmup, const TargetEndpoint& target,
+    const TokenCalibration& calibration, std::chrono::milliseconds timeout, std::string& error) {
+  const auto trace = read_trace_file(path, format, error);
+  auto schedule = trace ? schedule_trace(*trace, options, error) : std::nullopt;
+  if (!schedule) return std::nullopt;
+  auto workload = std::make_unique<TraceWorkload>(
+      schedule->records, spec.model, replay_token_pool(target, calibration, timeout), calibration,
+      warmup, spec.seed, spec.stream, spec.sampling);
+  json description =
+      describe_trace_workload(path, *trace, *schedule, options, workload->exact_lengths());
+  description["seed"] = spec.seed;
+  const std::string summary =
+      fmt::format("trace {} ({}): {} of its {} requests over {:.1f} s, prompts as {}", path,
+                  trace_format_name(trace->format), schedule->records.size(), trace->records.size(),
+                  schedule->offsets_s.back(), description["prompt"].get<std::string>());
+  const TraceWorkload* prompts = workload.get();
+  return TraceReplay{
+      {std::move(workload), std::move(description), summary}, prompts, std::move(*schedule)};
+}
+
 }  // namespace brisk::bench

@@ -10,6 +10,7 @@
 
 #include "bench/length_distribution.h"
 #include "bench/target_endpoint.h"
+#include "bench/trace_workload.h"
 #include "bench/workload.h"
 #include "bench/workload_preset.h"
 
@@ -50,5 +51,17 @@ std::vector<BuiltWorkload> build_preset_workloads(WorkloadSpec spec,
                                                   const TargetEndpoint& target,
                                                   const TokenCalibration& calibration,
                                                   std::chrono::milliseconds timeout);
+
+// A trace to replay (brisk bench --trace): the requests it keeps and the workload that sends
+// them (each run's first `warmup` requests short ones of its own).
+struct TraceReplay {
+  BuiltWorkload built;
+  const TraceWorkload* prompts = nullptr;  // built.workload, for session replay's texts
+  TraceSchedule schedule;
+};
+std::optional<TraceReplay> build_trace_replay(
+    const std::string& path, TraceFormat format, const TraceReplayOptions& options,
+    const WorkloadSpec& spec, int warmup, const TargetEndpoint& target,
+    const TokenCalibration& calibration, std::chrono::milliseconds timeout, std::string& error);
 
 }  // namespace brisk::bench

@@ -27,6 +27,26 @@ TEST(CompletionResponse, ReadsUsageAndContentOfAStreamChunk) {
   EXPECT_EQ(record.completion_tokens, 3);
 }
 
+// A chat session resends the answer: its visible text, in order, and not the reasoning.
+TEST(CompletionResponse, KeepsTheAnswersContentOnlyWhenAsked) {
+  const char* events[] = {R"({"choices":[{"delta":{"reasoning_content":"hmm"}}]})",
+                          R"({"choices":[{"delta":{"content":"Red"}}]})",
+                          R"({"choices":[{"delta":{"content":" and blue"}}]})"};
+  RequestRecord kept, not_kept;
+  kept.keep_answer = true;
+  for (const char* event : events) {
+    read_stream_event(event, ApiKind::chat, Clock::now(), kept);
+    read_stream_event(event, ApiKind::chat, Clock::now(), not_kept);
+  }
+  EXPECT_EQ(kept.answer, "Red and blue");
+  EXPECT_EQ(kept.content_chunks.size(), 3u);  // reasoning is still a token the user waits for
+  EXPECT_EQ(not_kept.answer, "");
+  RequestRecord whole;
+  whole.keep_answer = true;
+  read_response_body(R"({"choices":[{"text":" a whole answer"}]})", ApiKind::completions, whole);
+  EXPECT_EQ(whole.answer, " a whole answer");
+}
+
 // Caught by tests/fuzz/bench_response_fuzzer: json::value threw type_error on a string count, out
 // of the request's coroutine and brisk bench's io_context (the run aborted), and a count of 1e300
 // was converted to int (undefined behaviour).
