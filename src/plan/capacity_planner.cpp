@@ -34,9 +34,11 @@ Deployment deployment_for(const PlanRequest& request, const DeviceSpec& device, 
 // `users` requests in flight: a steady closed loop, or one burst with --burst.
 LoadPrediction predict_users(const Deployment& deployment, const Workload& workload, int users) {
   if (workload.burst) {
-    return predict_burst(deployment, workload.input_tokens, workload.output_tokens, users);
+    return predict_burst(deployment, workload.input_tokens, workload.output_tokens, users,
+                         workload.cached_prompt_tokens);
   }
-  return predict_closed_loop(deployment, workload.input_tokens, workload.output_tokens, users);
+  return predict_closed_loop(deployment, workload.input_tokens, workload.output_tokens, users,
+                             workload.cached_prompt_tokens);
 }
 
 int sequence_tokens(const Workload& workload) {
@@ -73,7 +75,8 @@ double max_rate(const PlanRequest& request, const Deployment& deployment, int me
   const Workload& workload = request.workload;
   auto ok = [&](double rate) {
     const LoadPrediction prediction =
-        predict_open_loop(deployment, workload.input_tokens, workload.output_tokens, rate);
+        predict_open_loop(deployment, workload.input_tokens, workload.output_tokens, rate,
+                          std::nullopt, workload.cached_prompt_tokens);
     return !prediction.saturated && prediction.in_flight_p99 <= memory_users &&
            meets(request.slo, prediction);
   };
@@ -135,7 +138,8 @@ Candidate size_device(const PlanRequest& request, const DeviceSpec& device) {
       if (candidate.replicas > 0) {
         candidate.at_target =
             predict_open_loop(candidate.deployment, workload.input_tokens, workload.output_tokens,
-                              workload.rate_per_s / candidate.replicas, workload.arrival_sample);
+                              workload.rate_per_s / candidate.replicas, workload.arrival_sample,
+                              workload.cached_prompt_tokens);
         resident_sequences = candidate.at_target.in_flight_p99;
       }
     } else {
@@ -199,11 +203,13 @@ std::vector<std::string> explain_choice(const PlanRequest& request, const Plan& 
       step.memory_bound() ? "memory-bandwidth" : "compute", std::max(1.0, load.decode_batch),
       (step.weight_bytes + step.kv_bytes) / 1e9, step.flops / 1e12, step.total_ms,
       load.prefill_share * 100, load.tpot_ms.mean, load.tpot_ms.p95));
-  reasons.push_back(
-      fmt::format("TTFT is {:.0f} ms at p95: the {}-token prompt takes {:.0f} ms "
-                  "alone, plus queueing behind other prompts.",
-                  load.ttft_ms.p95, request.workload.input_tokens,
-                  deployment.prefill_ms(request.workload.input_tokens)));
+  const int cached_tokens = request.workload.cached_prompt_tokens;
+  reasons.push_back(fmt::format(
+      "TTFT is {:.0f} ms at p95: the {}-token prompt{} takes {:.0f} ms alone, plus queueing "
+      "behind other prompts.",
+      load.ttft_ms.p95, request.workload.input_tokens,
+      cached_tokens > 0 ? fmt::format(" ({} of them from the prefix cache)", cached_tokens) : "",
+      deployment.prefill_ms(request.workload.input_tokens, cached_tokens)));
   std::string cheapest =
       fmt::format("{} x {} ({} per replica, {} replica{}) costs ${:.2f}/hour for the target load",
                   chosen.device_count(), deployment.device->id, deployment.devices, chosen.replicas,

@@ -117,10 +117,12 @@ StepCost Deployment::roofline_step(double decode_batch, double decode_context,
   return cost;
 }
 
-double Deployment::prefill_ms(int prompt_tokens) const {
-  const bool long_prompt = chunking.is_long_prompt(prompt_tokens);
+double Deployment::prefill_ms(int prompt_tokens, int cached_tokens) const {
+  const int first = std::clamp(cached_tokens, 0, std::max(0, prompt_tokens - 1));
+  // brisk serve calls a prompt long by the tokens it has to prefill, not by its length.
+  const bool long_prompt = chunking.is_long_prompt(prompt_tokens - first);
   double total_ms = 0;
-  for (int done = 0; done < prompt_tokens;) {
+  for (int done = first; done < prompt_tokens;) {
     double chunk = std::min(step_token_budget, prompt_tokens - done);
     if (long_prompt) chunk = alone_long_chunk_tokens(done, chunk);
     const int tokens = std::max(1, static_cast<int>(chunk));
@@ -176,14 +178,16 @@ double Deployment::alone_long_chunk_tokens(double prompt_context, double room) c
       std::max(target_ms, (1 + kMinAloneChunkOverFixedCost) * fixed_ms), room);
 }
 
-double Deployment::prefill_extra_ms(int prompt_tokens, double decode_batch,
-                                    double decode_context) const {
+double Deployment::prefill_extra_ms(int prompt_tokens, double decode_batch, double decode_context,
+                                    int cached_tokens) const {
+  const int first = std::clamp(cached_tokens, 0, std::max(0, prompt_tokens - 1));
   const double decode_only_ms = step(decode_batch, decode_context).total_ms;
-  const int chunks = prefill_chunks(prompt_tokens, decode_batch);
-  const double chunk = static_cast<double>(prompt_tokens) / chunks;
+  const int chunks = prefill_chunks(prompt_tokens - first, decode_batch);
+  const double chunk = static_cast<double>(prompt_tokens - first) / chunks;
   double extra_ms = 0;
   for (int index = 0; index < chunks; ++index) {
-    extra_ms += step(decode_batch, decode_context, chunk, index * chunk).total_ms - decode_only_ms;
+    extra_ms +=
+        step(decode_batch, decode_context, chunk, first + index * chunk).total_ms - decode_only_ms;
   }
   return extra_ms;
 }

@@ -111,10 +111,12 @@ struct Deployment {
   // far is `prefill_context`.
   StepCost step(double decode_batch, double decode_context, double prefill_tokens = 0,
                 double prefill_context = 0) const;
-  // A whole prompt of `prompt_tokens` prefilled alone, chunk by chunk.
-  double prefill_ms(int prompt_tokens) const;
+  // A whole prompt of `prompt_tokens` prefilled alone, chunk by chunk; its first
+  // `cached_tokens` come from a prefix cache (attended to, not computed).
+  double prefill_ms(int prompt_tokens, int cached_tokens = 0) const;
   // Extra step time a prompt's chunks add to steps that also decode `decode_batch` sequences.
-  double prefill_extra_ms(int prompt_tokens, double decode_batch, double decode_context) const;
+  double prefill_extra_ms(int prompt_tokens, double decode_batch, double decode_context,
+                          int cached_tokens = 0) const;
   // Prefill chunks a prompt takes when each step also decodes `decode_batch` sequences.
   int prefill_chunks(int prompt_tokens, double decode_batch) const;
   // Prompt tokens brisk serve puts beside `decode_batch` decodes so the step stays under

@@ -41,19 +41,21 @@ namespace {
 // share rho = rate x prefill_extra of engine time (decode steps stretch to step / (1 - rho)),
 // the prompts' own queue fills, or, by Little's law, the decode batch grows without bound.
 bool open_loop_saturates(const Deployment& deployment, int input_tokens, int output_tokens,
-                         double rate_per_s) {
+                         double rate_per_s, int cached_tokens) {
   const double decode_context = input_tokens + output_tokens / 2.0;
   const int decode_steps = std::max(1, output_tokens - 1);
+  const int prefill_tokens =
+      input_tokens - std::clamp(cached_tokens, 0, std::max(0, input_tokens - 1));
   double decode_batch = 0;
   for (int iteration = 0; iteration < 200; ++iteration) {
     const double batch_seen = 1 + decode_batch;
     const double step_ms = deployment.step(batch_seen, decode_context).total_ms;
     const double prompt_extra_ms =
-        deployment.prefill_extra_ms(input_tokens, batch_seen, decode_context);
+        deployment.prefill_extra_ms(input_tokens, batch_seen, decode_context, cached_tokens);
     const double prefill_share = rate_per_s * prompt_extra_ms / 1000;
     if (prefill_share >= 1) return true;
     // A prompt's chunks ride on decode steps; the prompts queue for them.
-    const int chunks = deployment.prefill_chunks(input_tokens, batch_seen);
+    const int chunks = deployment.prefill_chunks(prefill_tokens, batch_seen);
     const double prompt_service_ms = chunks * step_ms + prompt_extra_ms;
     if (rate_per_s * prompt_service_ms / 1000 >= 1) return true;
     const double tpot_mean_ms = step_ms / (1 - prefill_share);
@@ -93,12 +95,16 @@ struct SimulatedRequest {
 // waits for the next one. With fixed lengths every request finishes output_tokens - 1 steps
 // after its first token, so the decoding requests finish in the order they started, and a step
 // costs O(1) besides its prompt chunks: a burst of 4096 users is simulated in milliseconds.
+// A prompt's first `cached_tokens` come from the prefix cache: its prefill starts after them.
 class EngineSimulation {
  public:
-  EngineSimulation(const Deployment& deployment, int input_tokens, int output_tokens)
+  EngineSimulation(const Deployment& deployment, int input_tokens, int output_tokens,
+                   int cached_tokens)
       : deployment_(deployment),
         input_tokens_(std::max(1, input_tokens)),
-        output_tokens_(std::max(1, output_tokens)) {}
+        output_tokens_(std::max(1, output_tokens)),
+        cached_tokens_(std::clamp(cached_tokens, 0, input_tokens_ - 1)),
+        head_done_(cached_tokens_) {}
 
   // A request of `user` arriving at `arrival_ms`; arrivals come in time order.
   void arrive(double arrival_ms, int user, bool measured) {
@@ -135,8 +141,10 @@ class EngineSimulation {
       double room = std::max(1.0, deployment_.step_token_budget - decoding);
       // brisk serve's step target: long prompts are always cut to it (and one at a time, by
       // default), short ones unless more wait than one step carries (a burst keeps the budget).
-      const bool long_prompts = deployment_.chunking.is_long_prompt(input_tokens_);
-      const double backlog = static_cast<double>(waiting_.size()) * input_tokens_ - head_done_;
+      const bool long_prompts = deployment_.chunking.is_long_prompt(input_tokens_ - cached_tokens_);
+      const double backlog =
+          static_cast<double>(waiting_.size()) * (input_tokens_ - cached_tokens_) -
+          (head_done_ - cached_tokens_);
       if (!waiting_.empty() && (long_prompts || backlog <= room)) {
         room = decoding > 0 || !long_prompts
                    ? deployment_.timed_prefill_tokens(decoding, decode_context, head_done_, room)
@@ -153,7 +161,7 @@ class EngineSimulation {
         if (head_done_ == input_tokens_) {
           prefilled.push_back(waiting_.front());
           waiting_.pop_front();
-          head_done_ = 0;
+          head_done_ = cached_tokens_;
         }
       }
       const double step_ms = deployment_.step(decoding, decode_context, prompts).total_ms;
@@ -203,12 +211,13 @@ class EngineSimulation {
   const Deployment& deployment_;
   const int input_tokens_;
   const int output_tokens_;
+  const int cached_tokens_;
   std::vector<SimulatedRequest> requests_;
   std::deque<size_t> future_;    // not yet arrived, in arrival order
   std::deque<size_t> waiting_;   // arrived, prompt not finished; the front may be partly done
   std::deque<size_t> decoding_;  // in the order of their first token, so of their last
-  int head_done_ = 0;            // prompt tokens of waiting_.front() already prefilled
-  double first_step_sum_ = 0;    // over decoding_
+  int head_done_;  // prompt tokens of waiting_.front() in the cache (cached or prefilled)
+  double first_step_sum_ = 0;  // over decoding_
   double now_ms_ = 0;
   double busy_ms_ = 0;
   double decode_batch_ms_ = 0;
@@ -244,9 +253,9 @@ LoadPrediction summarize(const EngineSimulation& simulation, int output_tokens) 
 }  // namespace
 
 LoadPrediction predict_burst(const Deployment& deployment, int input_tokens, int output_tokens,
-                             int requests) {
+                             int requests, int cached_tokens) {
   const int count = std::max(1, requests);
-  EngineSimulation simulation(deployment, input_tokens, output_tokens);
+  EngineSimulation simulation(deployment, input_tokens, output_tokens, cached_tokens);
   for (int user = 0; user < count; ++user) {
     simulation.arrive(burst_arrival_ms(user), user, /*measured=*/true);
   }
@@ -259,13 +268,14 @@ LoadPrediction predict_burst(const Deployment& deployment, int input_tokens, int
 }
 
 LoadPrediction predict_open_loop(const Deployment& deployment, int input_tokens, int output_tokens,
-                                 double rate_per_s, const std::optional<ArrivalSample>& sample) {
-  if (open_loop_saturates(deployment, input_tokens, output_tokens, rate_per_s)) {
+                                 double rate_per_s, const std::optional<ArrivalSample>& sample,
+                                 int cached_tokens) {
+  if (open_loop_saturates(deployment, input_tokens, output_tokens, rate_per_s, cached_tokens)) {
     LoadPrediction saturated;
     saturated.saturated = true;
     return saturated;
   }
-  EngineSimulation simulation(deployment, input_tokens, output_tokens);
+  EngineSimulation simulation(deployment, input_tokens, output_tokens, cached_tokens);
   if (sample) {
     // What one bench run sends: its own schedule, its own seed, every request measured.
     const ArrivalPattern pattern{ArrivalProcess::poisson, rate_per_s, 1.0};
@@ -296,7 +306,7 @@ LoadPrediction predict_open_loop(const Deployment& deployment, int input_tokens,
 }
 
 LoadPrediction predict_closed_loop(const Deployment& deployment, int input_tokens,
-                                   int output_tokens, int concurrency) {
+                                   int output_tokens, int concurrency, int cached_tokens) {
   // Every user sends kCycles requests, each as its last one ends. The first wave is a burst and
   // the last ends while others stop, so only the requests in between are the steady state; with
   // fixed lengths that state is periodic (users that started together stay together), which a
@@ -304,7 +314,7 @@ LoadPrediction predict_closed_loop(const Deployment& deployment, int input_token
   // steps (BENCHMARKS.md).
   constexpr int kCycles = 6;
   const int users = std::max(1, concurrency);
-  EngineSimulation simulation(deployment, input_tokens, output_tokens);
+  EngineSimulation simulation(deployment, input_tokens, output_tokens, cached_tokens);
   std::vector<int> sent(users, 1);
   for (int user = 0; user < users; ++user) {
     simulation.arrive(burst_arrival_ms(user), user, /*measured=*/false);

@@ -20,6 +20,9 @@ struct ArrivalSample {
 struct Workload {
   int input_tokens = 512;
   int output_tokens = 256;
+  // Of input_tokens, those a prefix cache serves (a trace's shared prefixes): they fill the KV
+  // cache and are attended to, but are not prefilled.
+  int cached_prompt_tokens = 0;
   int concurrency = 0;    // closed loop, when > 0
   double rate_per_s = 0;  // open loop, when > 0
   // All `concurrency` requests arrive at once and none follows: a benchmark's first wave, or
@@ -58,11 +61,12 @@ struct LoadPrediction {
 // A closed loop of C users, each sending its next request as the last one ends: with fixed
 // lengths it settles into waves (users that started together stay together), which no
 // random-phase formula sees; measured after the first wave and before the last.
+// `cached_tokens` of every prompt come from a prefix cache: only the rest is prefilled.
 LoadPrediction predict_closed_loop(const Deployment& deployment, int input_tokens,
-                                   int output_tokens, int concurrency);
+                                   int output_tokens, int concurrency, int cached_tokens = 0);
 // All `requests` arrive at once.
 LoadPrediction predict_burst(const Deployment& deployment, int input_tokens, int output_tokens,
-                             int requests);
+                             int requests, int cached_tokens = 0);
 // Poisson arrivals at `rate_per_s` (1,500 seeded arrivals, the first tenth left out; or, given
 // `sample`, exactly the arrivals brisk bench sends with that seed). Whether the
 // replica keeps up at all is decided in closed form: prompts take a share rho = rate x
@@ -70,7 +74,8 @@ LoadPrediction predict_burst(const Deployment& deployment, int input_tokens, int
 // decode batch grows without bound past the replica's capacity (`saturated`).
 LoadPrediction predict_open_loop(const Deployment& deployment, int input_tokens, int output_tokens,
                                  double rate_per_s,
-                                 const std::optional<ArrivalSample>& sample = std::nullopt);
+                                 const std::optional<ArrivalSample>& sample = std::nullopt,
+                                 int cached_tokens = 0);
 
 // Quantile of a Poisson distribution with mean `mean` (smallest k with CDF >= q). A double: the
 // planner's search passes means far beyond an int (8e9 chunks for gemma3-270m at a saturating

@@ -187,6 +187,35 @@ TEST_F(PlanPrediction, MoreBandwidthNeverPredictsSlowerDecode) {
   }
 }
 
+// A trace's shared prefixes (brisk plan --workload TRACE): the cached tokens are not prefilled,
+// but they are still attended to and still held in the KV cache.
+TEST_F(PlanPrediction, PrefixCacheHitsShortenPrefillNotDecode) {
+  const Deployment deployment = on(*catalog_.find("l4"));
+  EXPECT_DOUBLE_EQ(deployment.prefill_ms(2048, 0), deployment.prefill_ms(2048));
+  // The uncached 512 tokens attend to the 1536 cached ones: dearer than a 512-token prompt.
+  EXPECT_LT(deployment.prefill_ms(2048, 1536), 0.5 * deployment.prefill_ms(2048));
+  EXPECT_GT(deployment.prefill_ms(2048, 1536), deployment.prefill_ms(512));
+  // Never the whole prompt: the last token is always computed.
+  EXPECT_GT(deployment.prefill_ms(2048, 5000), 0);
+  EXPECT_DOUBLE_EQ(deployment.prefill_ms(2048, 5000), deployment.prefill_ms(2048, 2047));
+
+  const LoadPrediction cold = predict_burst(deployment, 2048, 64, 4);
+  const LoadPrediction warm = predict_burst(deployment, 2048, 64, 4, 1536);
+  EXPECT_LT(warm.ttft_ms.p99, 0.5 * cold.ttft_ms.p99);
+  // Decode reads the same context either way.
+  EXPECT_NEAR(warm.tpot_ms.p50, cold.tpot_ms.p50, 0.05 * cold.tpot_ms.p50);
+
+  const LoadPrediction open_cold = predict_open_loop(deployment, 2048, 64, 2.0);
+  const LoadPrediction open_warm = predict_open_loop(deployment, 2048, 64, 2.0, std::nullopt, 1536);
+  EXPECT_LT(open_warm.ttft_ms.p95, open_cold.ttft_ms.p95);
+  // A rate that saturates the replica without the cache can fit with it.
+  double rate = 0.5;
+  while (!predict_open_loop(deployment, 2048, 64, rate).saturated) rate *= 1.25;
+  EXPECT_FALSE(predict_open_loop(deployment, 2048, 64, rate, std::nullopt, 1536).saturated);
+  EXPECT_LT(predict_closed_loop(deployment, 2048, 64, 8, 1536).ttft_ms.mean,
+            predict_closed_loop(deployment, 2048, 64, 8).ttft_ms.mean);
+}
+
 TEST_F(PlanPrediction, MoreComputeNeverPredictsSlowerPrefill) {
   DeviceSpec device = *catalog_.find("l4");
   double previous_ms = 1e30;
@@ -378,8 +407,7 @@ TEST_F(PlanPrediction, LongPromptsArePrefilledOneAtATime) {
   deployment.chunking.long_prefill_tokens = 0;  // no long prompts: first come, first served
   const LoadPrediction side_by_side = predict_burst(deployment, 1000, 16, 3);
   EXPECT_LT(one_at_a_time.ttft_ms.p50, side_by_side.ttft_ms.p50 * 0.8);
-  EXPECT_NEAR(one_at_a_time.ttft_ms.p99, side_by_side.ttft_ms.p99,
-              0.02 * side_by_side.ttft_ms.p99);
+  EXPECT_NEAR(one_at_a_time.ttft_ms.p99, side_by_side.ttft_ms.p99, 0.02 * side_by_side.ttft_ms.p99);
 }
 
 TEST_F(PlanPrediction, AnArrivalSampleIsTheBenchRunsOwnArrivals) {
@@ -390,8 +418,7 @@ TEST_F(PlanPrediction, AnArrivalSampleIsTheBenchRunsOwnArrivals) {
   EXPECT_NEAR(one.ttft_ms.p50, deployment.prefill_ms(512), 1e-6);
   // Two requests: the second arrives at bench's second offset for seed 7. Far apart at 0.01/s,
   // so both start alone and predict the same.
-  const std::vector<double> offsets =
-      arrival_offsets_s({ArrivalProcess::poisson, 0.01, 1.0}, 2, 7);
+  const std::vector<double> offsets = arrival_offsets_s({ArrivalProcess::poisson, 0.01, 1.0}, 2, 7);
   ASSERT_GT(offsets[1], 1.0);  // seconds: far beyond one request's time
   const LoadPrediction two = predict_open_loop(deployment, 512, 64, 0.01, ArrivalSample{7, 2});
   EXPECT_NEAR(two.ttft_ms.p99, deployment.prefill_ms(512), 1e-6);
