@@ -14,6 +14,7 @@
 #include "plan/capacity_planner.h"
 #include "plan/deployment_emitter.h"
 #include "plan/plan_report.h"
+#include "plan/trace_summary.h"
 
 namespace brisk {
 namespace {
@@ -29,6 +30,7 @@ struct PlanFlags {
   int num_requests = 0;
   std::string slo;
   std::string workload_file;
+  std::string trace_format = "auto";
   bool input_given = false;
   bool output_given = false;
   bool load_given = false;
@@ -62,17 +64,21 @@ int fail(const std::string& message) {
   return 2;
 }
 
+// A brisk bench result.json is one JSON object with "workload" or "runs"; --workload reads
+// anything else as a request trace.
+std::optional<nlohmann::json> read_bench_result(const std::string& file) {
+  std::string read_error;
+  auto document = read_json_file(file, read_error);
+  if (!document || !document->is_object() ||
+      !(document->contains("workload") || document->contains("runs"))) {
+    return std::nullopt;
+  }
+  return document;
+}
+
 // Takes prompt/output lengths (and the first run's load) from a `brisk bench` result.json, for
 // the flags the user did not give.
-bool apply_bench_workload(PlanFlags& flags, std::string* error) {
-  std::string read_error;
-  const auto document = read_json_file(flags.workload_file, read_error);
-  if (!document) {
-    *error = "--workload '" + flags.workload_file + "' is not a brisk bench result.json (" +
-             read_error + ")";
-    return false;
-  }
-  const nlohmann::json& result = *document;
+bool apply_bench_workload(PlanFlags& flags, const nlohmann::json& result, std::string* error) {
   const nlohmann::json workload = result.is_object()
                                       ? result.value("workload", nlohmann::json::object())
                                       : nlohmann::json::object();
@@ -105,7 +111,27 @@ bool apply_bench_workload(PlanFlags& flags, std::string* error) {
 
 int run_plan(PlanFlags flags) {
   std::string error;
-  if (!flags.workload_file.empty() && !apply_bench_workload(flags, &error)) return fail(error);
+  std::optional<plan::TraceSummary> trace;
+  if (!flags.workload_file.empty()) {
+    if (!std::filesystem::exists(flags.workload_file)) {
+      return fail("--workload '" + flags.workload_file + "': no such file");
+    }
+    const auto format = parse_trace_format(flags.trace_format);
+    if (!format) return fail("--trace-format must be auto, brisk, mooncake or azure");
+    const auto bench_result =
+        *format == TraceFormat::automatic ? read_bench_result(flags.workload_file) : std::nullopt;
+    if (bench_result) {
+      if (!apply_bench_workload(flags, *bench_result, &error)) return fail(error);
+    } else {
+      trace = plan::read_trace_summary(flags.workload_file, *format, &error);
+      if (!trace) {
+        return fail("--workload '" + flags.workload_file +
+                    "' is neither a brisk bench result.json nor a request trace (brisk or "
+                    "Mooncake JSONL, Azure CSV): " +
+                    error);
+      }
+    }
+  }
   const auto catalog = plan::HardwareCatalog::load(flags.catalog, &error);
   if (!catalog) return fail(error);
   auto model = plan::resolve_model_profile(flags.model, &error);
@@ -138,6 +164,11 @@ int run_plan(PlanFlags flags) {
   request.workload.concurrency = flags.concurrency;
   request.workload.rate_per_s = flags.rate;
   request.workload.burst = flags.burst;
+  if (trace) {
+    plan::apply_trace_summary(*trace, {flags.input_given, flags.output_given, flags.load_given},
+                              request.workload);
+    request.trace = std::move(trace);
+  }
   if (flags.seed || flags.num_requests > 0) {
     if (flags.rate <= 0 || !flags.seed || flags.num_requests <= 0) {
       return fail(
@@ -256,8 +287,12 @@ CommandRunner register_plan_command(CLI::App& app) {
   CLI::Option* osl = app.add_option("--osl", flags->output_tokens, "Output tokens per request")
                          ->check(CLI::PositiveNumber);
   app.add_option("--workload", flags->workload_file,
-                 "A brisk bench result.json: its mean prompt and output lengths and its first "
-                 "load, for the flags not given");
+                 "A brisk bench result.json (its mean lengths and first load) or a request trace "
+                 "(brisk or Mooncake JSONL, Azure CSV: its mean lengths, arrival rate and prefix "
+                 "sharing), for the flags not given");
+  app.add_option("--trace-format", flags->trace_format,
+                 "The --workload trace's format: auto (default), brisk, mooncake, azure")
+      ->check(CLI::IsMember({"auto", "brisk", "mooncake", "azure"}));
   CLI::Option* concurrency =
       app.add_option("--concurrency", flags->concurrency,
                      "Closed loop: users each sending the next request when the last one ends "
@@ -272,9 +307,10 @@ CommandRunner register_plan_command(CLI::App& app) {
                  "run (exact for one replica)");
   app.add_option("--num-requests", flags->num_requests, "With --seed: that run's requests")
       ->check(CLI::PositiveNumber);
-  app.add_flag("--burst", flags->burst,
-               "The --concurrency requests arrive at once and none follows (a benchmark's first "
-               "wave; rate=inf with that many prompts)");
+  CLI::Option* burst = app.add_flag(
+      "--burst", flags->burst,
+      "The --concurrency requests arrive at once and none follows (a benchmark's first "
+      "wave; rate=inf with that many prompts)");
   app.add_option("--slo", flags->slo,
                  "Limits such as ttft_p95=500ms,tpot_p95=50ms (ttft, tpot, e2e at mean, p50, "
                  "p95, p99)");
@@ -328,26 +364,28 @@ CommandRunner register_plan_command(CLI::App& app) {
                    "The catalog id of this machine's device (e.g. cpu-2vcpu, h200)")
       ->required();
   calibrate->add_option("--catalog", calibrate_flags->catalog, "An edited data/hardware.toml");
-  calibrate->add_option("--gpu-layers", calibrate_flags->gpu_layers,
-                        "Layers to offload (999: all; needs a CUDA build)")
+  calibrate
+      ->add_option("--gpu-layers", calibrate_flags->gpu_layers,
+                   "Layers to offload (999: all; needs a CUDA build)")
       ->check(CLI::Range(0, 100000));
   calibrate->add_option("--threads", calibrate_flags->threads, "CPU threads (0: all cores)")
       ->check(CLI::Range(0, 1024));
   calibrate->add_option("--batches", calibrate_flags->batches, "Decode batch sizes to time")
       ->delimiter(',')
       ->check(CLI::Range(1, 4096));
-  calibrate->add_option("--context", calibrate_flags->context_tokens,
-                        "Tokens already in each sequence's cache when decode steps are timed")
+  calibrate
+      ->add_option("--context", calibrate_flags->context_tokens,
+                   "Tokens already in each sequence's cache when decode steps are timed")
       ->check(CLI::Range(0, 1 << 20));
   calibrate->add_option("--repeats", calibrate_flags->repeats, "Timed steps per point (median)")
       ->check(CLI::Range(1, 1000));
 
-  return [flags, calibrate_flags, calibrate, isl, osl, concurrency, rate] {
+  return [flags, calibrate_flags, calibrate, isl, osl, concurrency, rate, burst] {
     if (calibrate->parsed()) return run_calibrate(*calibrate_flags);
     if (flags->model.empty()) return fail("--model is required (try --model gemma3-270m)");
     flags->input_given = isl->count() > 0;
     flags->output_given = osl->count() > 0;
-    flags->load_given = concurrency->count() + rate->count() > 0;
+    flags->load_given = concurrency->count() + rate->count() + burst->count() > 0;
     return run_plan(*flags);
   };
 }

@@ -9,6 +9,7 @@
 #include "plan/hardware_catalog.h"
 #include "plan/memory_model.h"
 #include "plan/queueing_model.h"
+#include "plan/trace_summary.h"
 
 namespace brisk::plan {
 
@@ -24,6 +25,8 @@ struct PlanRequest {
   int step_token_budget = 512;
   ChunkPolicy chunking;
   std::map<std::string, Efficiency> calibrated;  // by device id
+  // The request trace `workload` was taken from (--workload TRACE), for the report.
+  std::optional<TraceSummary> trace;
 };
 
 // One way to serve the workload: `replicas` copies of the model, each over `deployment.devices`

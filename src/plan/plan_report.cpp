@@ -1,7 +1,10 @@
 #include "plan/plan_report.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ostream.h>
+#include <fmt/ranges.h>
 
 namespace brisk::plan {
 namespace {
@@ -16,6 +19,71 @@ std::string shown_stat(const PlanRequest& request) {
 
 nlohmann::json percentiles_json(const Percentiles& values) {
   return {{"mean", values.mean}, {"p50", values.p50}, {"p95", values.p95}, {"p99", values.p99}};
+}
+
+nlohmann::json length_json(const LengthStats& stats) {
+  return {{"mean", stats.mean},
+          {"p50", stats.p50},
+          {"p90", stats.p90},
+          {"p99", stats.p99},
+          {"max", stats.max}};
+}
+
+std::string length_text(const LengthStats& stats) {
+  return fmt::format("mean {:.0f}, p50 {:.0f}, p90 {:.0f}, p99 {:.0f}, max {:.0f}", stats.mean,
+                     stats.p50, stats.p90, stats.p99, stats.max);
+}
+
+bool used(const TraceSummary& trace, const std::string& input) {
+  return std::find(trace.used_for.begin(), trace.used_for.end(), input) != trace.used_for.end();
+}
+
+// What the trace holds and which of the plan's inputs came from it.
+void print_trace(std::ostream& out, const TraceSummary& trace, const Workload& workload) {
+  fmt::print(
+      out, "trace     {} ({}): {} requests over {:.2f} s{}\n", trace.file,
+      trace_format_name(trace.format), trace.requests, trace.span_s,
+      trace.rate_per_s ? fmt::format(", {:.3g} requests/s", *trace.rate_per_s) : ", all at once");
+  fmt::print(out, "          prompt tokens {}; output tokens {}\n", length_text(trace.input_tokens),
+             length_text(trace.output_tokens));
+  fmt::print(out, "          prefix sharing: {}\n",
+             trace.prefix_shared_fraction
+                 ? fmt::format("{:.0f}% of prompt tokens are in blocks an earlier request had",
+                               *trace.prefix_shared_fraction * 100)
+                 : std::string("unknown (the trace has no block hashes)"));
+  std::vector<std::string> uses;
+  if (used(trace, "input_tokens") || used(trace, "output_tokens")) {
+    uses.push_back(fmt::format("{} (the plan simulates one length per request)",
+                               used(trace, "input_tokens") && used(trace, "output_tokens")
+                                   ? "the mean lengths"
+                               : used(trace, "input_tokens") ? "the mean prompt length"
+                                                             : "the mean output length"));
+  }
+  if (used(trace, "rate")) uses.push_back("its rate as Poisson arrivals");
+  if (used(trace, "burst")) uses.push_back("its requests as one burst (they arrive at once)");
+  if (used(trace, "cached_prompt_tokens")) {
+    uses.push_back(fmt::format(
+        "a prefix cache serving {} of each prompt's {} tokens (a cache that keeps every shared "
+        "block, on every replica)",
+        workload.cached_prompt_tokens, workload.input_tokens));
+  }
+  fmt::print(out, "          used for: {}\n",
+             uses.empty() ? std::string("nothing (the flags gave lengths and load)")
+                          : fmt::format("{}", fmt::join(uses, "; ")));
+}
+
+nlohmann::json trace_json(const TraceSummary& trace) {
+  return {{"file", trace.file},
+          {"format", trace_format_name(trace.format)},
+          {"requests", trace.requests},
+          {"span_s", trace.span_s},
+          {"rate_per_s", trace.rate_per_s ? nlohmann::json(*trace.rate_per_s) : nlohmann::json()},
+          {"input_tokens", length_json(trace.input_tokens)},
+          {"output_tokens", length_json(trace.output_tokens)},
+          {"prefix_shared_fraction", trace.prefix_shared_fraction
+                                         ? nlohmann::json(*trace.prefix_shared_fraction)
+                                         : nlohmann::json()},
+          {"used_for", trace.used_for}};
 }
 
 }  // namespace
@@ -42,9 +110,16 @@ void print_plan(std::ostream& out, const PlanRequest& request, const Plan& plan)
   fmt::print(out, "model     {} ({:.2f}B parameters, {} layers, {} KV heads x {}), {} weights\n",
              model.name, model.parameters / 1e9, model.layers, model.kv_heads, model.head_dim,
              request.precision.name);
-  fmt::print(out, "workload  {} input + {} output tokens, {}; SLO: {}; headroom {:.0f}%\n\n",
-             request.workload.input_tokens, request.workload.output_tokens,
-             load_text(request.workload), slo_text(request.slo), request.headroom * 100);
+  const Workload& workload = request.workload;
+  fmt::print(out, "workload  {} input{} + {} output tokens, {}; SLO: {}; headroom {:.0f}%\n",
+             workload.input_tokens,
+             workload.cached_prompt_tokens > 0
+                 ? fmt::format(" ({} from the prefix cache)", workload.cached_prompt_tokens)
+                 : "",
+             workload.output_tokens, load_text(workload), slo_text(request.slo),
+             request.headroom * 100);
+  if (request.trace) print_trace(out, *request.trace, workload);
+  fmt::print(out, "\n");
   const std::string stat = shown_stat(request);
   fmt::print(out, "{:<14} {:>5} {:>5} {:>20} {:>10} {:>10} {:>8} {:>9} {:>9}  {}\n", "device",
              "count", "fits", "memory GB/device", "TTFT " + stat, "TPOT " + stat, "max conc",
@@ -104,6 +179,7 @@ nlohmann::json plan_json(const PlanRequest& request, const Plan& plan) {
   for (const SloLimit& limit : request.slo) slo[limit.metric + "_" + limit.stat] = limit.limit_ms;
   root["workload"] = {
       {"input_tokens", request.workload.input_tokens},
+      {"cached_prompt_tokens", request.workload.cached_prompt_tokens},
       {"output_tokens", request.workload.output_tokens},
       {"concurrency", request.workload.rate_per_s > 0
                           ? nlohmann::json(nullptr)
@@ -112,7 +188,8 @@ nlohmann::json plan_json(const PlanRequest& request, const Plan& plan) {
                                                : nlohmann::json(nullptr)},
       {"burst", request.workload.burst},
       {"slo_ms", slo},
-      {"headroom", request.headroom}};
+      {"headroom", request.headroom},
+      {"trace", request.trace ? trace_json(*request.trace) : nlohmann::json()}};
   nlohmann::json candidates = nlohmann::json::array();
   for (const Candidate& candidate : plan.candidates) {
     const MemoryBreakdown& memory = candidate.memory;
@@ -225,8 +302,13 @@ void print_explanation(std::ostream& out, const PlanRequest& request, const Cand
                        deployment.efficiency.decode_scale(1 + std::max(0.0, load.decode_batch - 1)))
                  : std::string(),
              step.total_ms, step.memory_bound() ? "memory" : "compute");
-  fmt::print(out, "prefill     {} tokens in chunks of {}: {:.1f} ms alone\n", workload.input_tokens,
-             deployment.step_token_budget, deployment.prefill_ms(workload.input_tokens));
+  fmt::print(out, "prefill     {} tokens{} in chunks of {}: {:.1f} ms alone\n",
+             workload.input_tokens,
+             workload.cached_prompt_tokens > 0
+                 ? fmt::format(" ({} from the prefix cache)", workload.cached_prompt_tokens)
+                 : "",
+             deployment.step_token_budget,
+             deployment.prefill_ms(workload.input_tokens, workload.cached_prompt_tokens));
   const bool open_loop = workload.rate_per_s > 0;
   fmt::print(
       out,

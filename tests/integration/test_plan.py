@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import BRISK_BIN, model_path, require_file
+from conftest import BRISK_BIN, REPO_ROOT, model_path, require_file
 
 # Shares nothing with other tests and measures no time: runs beside another test (Makefile).
 pytestmark = pytest.mark.parallel
@@ -189,7 +189,75 @@ def test_workload_from_a_bench_result(tmp_path):
     workload = json.loads(out)["workload"]
     assert (workload["input_tokens"], workload["output_tokens"], workload["rate"]) == (300, 7, 2)
     bad = plan("--model", "llama-3.1-8b", "--workload", str(tmp_path))
-    assert bad.returncode == 2 and "not a brisk bench result.json" in bad.stderr
+    assert bad.returncode == 2
+    assert "is neither a brisk bench result.json nor a request trace" in bad.stderr
+
+
+def test_workload_from_a_mooncake_trace():
+    # The sample's numbers, computed from its own fields: 24 requests from 215 to 5306 ms, mean
+    # prompt 1397.2 and output 15.8 tokens, 24349 of 33532 prompt tokens in blocks seen before.
+    proc = plan("--model", "llama-3.1-8b", "--devices", "h100-sxm",
+                "--workload", str(REPO_ROOT / "data/traces/mooncake_sample.jsonl"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    workload = json.loads(proc.stdout)["workload"]
+    trace = workload["trace"]
+    assert trace["file"].endswith("mooncake_sample.jsonl") and trace["format"] == "mooncake"
+    assert trace["requests"] == 24
+    assert trace["rate_per_s"] == pytest.approx(23 / 5.091)
+    assert trace["input_tokens"]["mean"] == pytest.approx(33532 / 24)
+    assert trace["input_tokens"]["max"] == 3042
+    assert set(trace["input_tokens"]) == {"mean", "p50", "p90", "p99", "max"}
+    assert trace["prefix_shared_fraction"] == pytest.approx(24349 / 33532)
+    assert trace["used_for"] == ["input_tokens", "output_tokens", "rate", "cached_prompt_tokens"]
+    # Planned as an open loop at the trace's rate with its mean lengths; the shared prefixes
+    # come from the prefix cache.
+    assert (workload["input_tokens"], workload["output_tokens"]) == (1397, 16)
+    assert workload["rate"] == pytest.approx(23 / 5.091) and workload["concurrency"] is None
+    assert workload["cached_prompt_tokens"] == round(1397 * 24349 / 33532)
+
+    # The same plan without the cache predicts a slower first token.
+    cold = plan("--model", "llama-3.1-8b", "--devices", "h100-sxm", "--isl", "1397", "--osl",
+                "16", "--rate", str(23 / 5.091), "--json")
+    assert cold.returncode == 0, cold.stderr
+    warm_ttft = json.loads(proc.stdout)["candidates"][0]["ttft_ms"]["p95"]
+    cold_ttft = json.loads(cold.stdout)["candidates"][0]["ttft_ms"]["p95"]
+    assert warm_ttft < cold_ttft
+
+    text = plan("--model", "llama-3.1-8b", "--devices", "h100-sxm",
+                "--workload", str(REPO_ROOT / "data/traces/mooncake_sample.jsonl"))
+    assert text.returncode == 0, text.stderr
+    assert "mooncake_sample.jsonl (mooncake): 24 requests" in text.stdout
+    assert "73% of prompt tokens" in text.stdout
+    assert "from the prefix cache" in text.stdout
+
+
+def test_workload_from_an_azure_trace_and_flags_win():
+    azure = str(REPO_ROOT / "data/traces/azure_sample.csv")
+    proc = plan("--model", "llama-3.1-8b", "--devices", "h100-sxm", "--workload", azure,
+                "--concurrency", "3", "--json")
+    assert proc.returncode == 0, proc.stderr
+    workload = json.loads(proc.stdout)["workload"]
+    trace = workload["trace"]
+    assert trace["format"] == "azure" and trace["requests"] == 24
+    # The CSV has no block hashes: the sharing is unknown, and no prompt token is cached.
+    assert trace["prefix_shared_fraction"] is None
+    assert workload["cached_prompt_tokens"] == 0
+    assert trace["rate_per_s"] > 0
+    assert trace["used_for"] == ["input_tokens", "output_tokens"]
+    assert workload["concurrency"] == 3 and workload["rate"] is None
+    assert workload["input_tokens"] == round(trace["input_tokens"]["mean"])
+    text = plan("--model", "llama-3.1-8b", "--devices", "h100-sxm", "--workload", azure).stdout
+    assert "prefix sharing: unknown" in text
+
+
+def test_a_bad_trace_is_refused_with_its_file_and_line(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"timestamp": 1, "input_length": 10, "output_length": 2}\n'
+                     '{"timestamp": 2, "input_length": "ten", "output_length": 2}\n')
+    proc = plan("--model", "llama-3.1-8b", "--workload", str(trace))
+    assert proc.returncode == 2
+    assert f"{trace}:2:" in proc.stderr and "input_length" in proc.stderr, proc.stderr
+    assert "neither a brisk bench result.json nor a request trace" in proc.stderr
 
 
 def test_a_burst_plan_says_it_is_one_in_json_and_in_its_explanation():
