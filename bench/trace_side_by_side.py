@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
-"""A public trace replayed against brisk serve and llama-server, side by side (issue 25,
-benchmark 3): `brisk bench --trace` with the same file, arrivals, lengths and prefix sharing
-against each server, --rounds interleaved rounds (ABBA order), each on a fresh server; the
-medians of TTFT, E2E, throughput and (where /metrics tells) the prefix-cache hit rate.
+"""A public trace, or chat sessions, against brisk serve and llama-server, side by side (issue
+25, benchmark 3): `brisk bench --trace` with the same file, arrivals, lengths and prefix sharing
+against each server (or `brisk bench --sessions`: conversations resending their history),
+--rounds interleaved rounds (ABBA order), each on a fresh server; the medians of TTFT, E2E,
+throughput, (where /metrics tells) the prefix-cache hit rate, and for sessions the mean TTFT of
+first turns and of later turns (whose history a cache can serve).
 
   python3 bench/trace_side_by_side.py --trace data/traces/mooncake_sample.jsonl \
       --out bench/results/trace_mooncake_side_by_side_2026-12-03.json
+  python3 bench/trace_side_by_side.py --sessions 6 --turns 6 --think-time 1 \
+      --out bench/results/sessions_side_by_side_2026-12-03.json
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import datetime
 import json
 import statistics
@@ -36,6 +41,12 @@ def parse_args() -> argparse.Namespace:
     # The sample asks for ~31k prompt tokens in 5 s; stretched 10x it stays near what 2 CPU cores
     # compute, instead of a queue both servers shed or time out.
     p.add_argument("--time-scale", type=float, default=10.0)
+    p.add_argument("--sessions", type=int, default=0,
+                   help="send chat sessions instead of the trace: this many conversations")
+    p.add_argument("--turns", type=int, default=6)
+    p.add_argument("--think-time", default="1")
+    p.add_argument("--input-tokens", type=int, default=200, help="each new user message")
+    p.add_argument("--output-tokens", type=int, default=64, help="each answer")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--ctx-size", type=int, default=16384)
     p.add_argument("--seqs", type=int, default=8)
@@ -59,20 +70,40 @@ def start(args, name: str, logdir: str):
     return start_server(name, argv, port, "/health", logdir)
 
 
+def workload_args(args) -> list[str]:
+    if args.sessions:
+        return ["--sessions", str(args.sessions), "--turns", str(args.turns), "--think-time",
+                args.think_time, "--endpoint", "chat", "--input-tokens", str(args.input_tokens),
+                "--output-tokens", str(args.output_tokens)]
+    return ["--trace", str(args.trace), "--time-scale", str(args.time_scale)]
+
+
 def replay(args, port: int, out: Path) -> dict:
     argv = [str(args.brisk), "bench", "--url", f"http://127.0.0.1:{port}", "--progress", "off",
-            "--trace", str(args.trace), "--time-scale", str(args.time_scale), "--out", str(out)]
+            *workload_args(args), "--out", str(out)]
     log("running " + " ".join(argv))
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:
         raise SystemExit(f"brisk bench failed:\n{proc.stdout}\n{proc.stderr}")
-    return json.loads((out / "result.json").read_text())
+    result = json.loads((out / "result.json").read_text())
+    with open(out / "requests.csv") as f:
+        result["rows"] = list(csv.DictReader(f))
+    return result
+
+
+def mean_ttft_ms(rows: list[dict], later_turns: bool) -> float | None:
+    """Mean TTFT of the session turns that are (or are not) a conversation's first."""
+    ttfts = [float(r["first_token_ms"]) - float(r["sent_ms"]) for r in rows
+             if r["turn"] and (int(r["turn"]) > 0) == later_turns and r["first_token_ms"]]
+    return statistics.mean(ttfts) if ttfts else None
 
 
 def figures(result: dict) -> dict:
     run = result["runs"][0]
     server = run["server"] or {}
     return {"ok": run["requests"]["ok"], "failed": run["requests"]["failed"],
+            "first_turn_ttft_mean_ms": mean_ttft_ms(result["rows"], later_turns=False),
+            "later_turns_ttft_mean_ms": mean_ttft_ms(result["rows"], later_turns=True),
             "ttft_p50_ms": run["ttft_ms"]["p50"], "ttft_p99_ms": run["ttft_ms"]["p99"],
             "e2e_p50_ms": run["e2e_ms"]["p50"], "e2e_p99_ms": run["e2e_ms"]["p99"],
             "output_tok_s": run["output_token_throughput"],
