@@ -162,7 +162,8 @@ CLI::Option* add_bench_flags(CLI::App& app, BenchFlags& flags) {
                "`user` field or X-Session-Id) become conversations through /v1/chat/completions: "
                "each turn waits for the last answer and the recorded think time, and resends the "
                "history with this server's answers")
-      ->needs(trace);
+      ->needs(trace)
+      ->excludes("--max-concurrency");
   auto* sessions =
       app.add_option("--sessions", flags.sessions,
                      "Chat-UI traffic: this many conversations at once, each turn resending the "
