@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -10,17 +9,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/html_page.h"
+
 namespace brisk::bench {
 namespace {
 
 using json = nlohmann::json;
 
 constexpr size_t kMaxCurvePoints = 200;
-
-std::filesystem::path chartjs_path() {
-  const char* configured = std::getenv("BRISK_CHARTJS");
-  return configured ? configured : "/usr/share/javascript/chart.js/chart.min.js";
-}
 
 // An empirical CDF of ascending `values` as [{x: ms, y: fraction}], thinned to at most
 // kMaxCurvePoints points.
@@ -99,9 +95,9 @@ std::string workload_summary(const json& workload) {
   if (!text("preset").empty()) {
     summary = "preset " + text("preset");
   } else if (!text("trace").empty()) {
-    summary = text("trace_format") + " trace " + text("trace") + " (" +
-              text("replayed_requests") + " of its " + text("trace_requests") +
-              " requests, time scale " + text("time_scale") + ")";
+    summary = text("trace_format") + " trace " + text("trace") + " (" + text("replayed_requests") +
+              " of its " + text("trace_requests") + " requests, time scale " + text("time_scale") +
+              ")";
     return summary;
   } else if (!text("dataset").empty()) {
     summary = text("source") + " dataset " + text("dataset") + " (" + text("dataset_entries") +
@@ -119,21 +115,6 @@ std::string workload_summary(const json& workload) {
   const std::string extra_body = text("extra_body");
   if (!extra_body.empty() && extra_body != "{}") summary += ", extra body " + extra_body;
   return summary;
-}
-
-// A cell of the numbers table: `value` with `decimals`, or an em dash when it was not measured.
-std::string cell(std::optional<double> value, int decimals = 1) {
-  if (!value || !std::isfinite(*value)) return "<td>—</td>";
-  std::ostringstream out;
-  out.setf(std::ios::fixed);
-  out.precision(decimals);
-  out << *value;
-  return "<td>" + out.str() + "</td>";
-}
-
-std::optional<double> latency(const LatencySummary& summary, double LatencySummary::*field) {
-  if (summary.count == 0) return std::nullopt;
-  return summary.*field;
 }
 
 std::optional<double> number_at(const json& object, const char* key) {
@@ -160,30 +141,27 @@ std::string numbers_table(const BenchReport& report, const std::vector<std::stri
   for (size_t i = 0; i < report.runs.size(); ++i) {
     const LoadPointOutcome& outcome = report.runs[i];
     const RunStatistics& s = outcome.stats;
-    html += "<tr><td>" + html_escape(labels[i]) + "</td>" + cell(s.ok, 0) + cell(s.failed, 0);
-    for (const LatencySummary* summary : {&s.ttft_ms, &s.e2e_ms}) {
-      for (double LatencySummary::*field :
-           {&LatencySummary::mean, &LatencySummary::p50, &LatencySummary::p95,
-            &LatencySummary::p99}) {
-        html += cell(latency(*summary, field));
-      }
-    }
-    html += cell(latency(s.tpot_ms, &LatencySummary::p50), 2) +
-            cell(latency(s.tpot_ms, &LatencySummary::p99), 2) + cell(s.request_throughput, 2) +
-            cell(s.output_token_throughput) +
-            cell(report.slo ? std::optional<double>(s.goodput) : std::nullopt, 2);
+    html += "<tr><td>" + html_escape(labels[i]) + "</td>" + number_cell(s.ok, 0) +
+            number_cell(s.failed, 0);
+    html += latency_cells(s.ttft_ms) + latency_cells(s.e2e_ms);
+    html += number_cell(sampled(s.tpot_ms, &LatencySummary::p50), 2) +
+            number_cell(sampled(s.tpot_ms, &LatencySummary::p99), 2) +
+            number_cell(s.request_throughput, 2) + number_cell(s.output_token_throughput) +
+            number_cell(report.slo ? std::optional<double>(s.goodput) : std::nullopt, 2);
     std::optional<double> usd;
     if (report.usd_per_hour && s.output_token_throughput > 0) {
       usd = *report.usd_per_hour / 3600.0 / s.output_token_throughput * 1e6;
     }
     const auto hit_rate = number_at(outcome.server, "prefix_cache_hit_rate");
-    html += cell(usd, 3) + cell(hit_rate ? std::optional<double>(*hit_rate * 100) : std::nullopt) +
-            cell(number_at(outcome.server, "preemptions"), 0) + "</tr>";
+    html += number_cell(usd, 3) +
+            number_cell(hit_rate ? std::optional<double>(*hit_rate * 100) : std::nullopt) +
+            number_cell(number_at(outcome.server, "preemptions"), 0) + "</tr>";
   }
-  return html + "</tbody></table><p class=\"note\">— not measured: no SLO (goodput), no price "
-                "(cost), or a server without /metrics brisk knows. Latency counts from each "
-                "request's scheduled time in open-loop runs, from its sending otherwise "
-                "(docs/bench-metrics.md).</p>";
+  return html +
+         "</tbody></table><p class=\"note\">— not measured: no SLO (goodput), no price "
+         "(cost), or a server without /metrics brisk knows. Latency counts from each "
+         "request's scheduled time in open-loop runs, from its sending otherwise "
+         "(docs/bench-metrics.md).</p>";
 }
 
 // The page's script reads DATA and draws four charts; Chart.js is inlined before it.
@@ -208,30 +186,10 @@ chart('inflight', DATA.runs.map((r, i) => ({...line(r.label, r.in_flight, i), st
 
 }  // namespace
 
-std::string html_escape(std::string_view text) {
-  std::string escaped;
-  escaped.reserve(text.size());
-  for (const char c : text) {
-    switch (c) {
-      case '&': escaped += "&amp;"; break;
-      case '<': escaped += "&lt;"; break;
-      case '>': escaped += "&gt;"; break;
-      default: escaped.push_back(c);
-    }
-  }
-  return escaped;
-}
-
 bool write_html_report(const BenchReport& report, const std::filesystem::path& path,
                        std::string& error) {
-  std::ifstream chartjs_file(chartjs_path());
-  if (!chartjs_file) {
-    error = "cannot read Chart.js at " + chartjs_path().string() +
-            " (install Debian's libjs-chart.js, or set BRISK_CHARTJS)";
-    return false;
-  }
-  std::stringstream chartjs;
-  chartjs << chartjs_file.rdbuf();
+  const std::optional<std::string> chartjs = read_chartjs(error);
+  if (!chartjs) return false;
 
   json data = {
       {"target", report.target.url}, {"model", report.target.model}, {"runs", json::array()}};
@@ -245,16 +203,6 @@ bool write_html_report(const BenchReport& report, const std::filesystem::path& p
     labels.push_back(label);
     data["runs"].push_back(load_point_data(outcome, label));
   }
-  // "</script>" or "<!--" inside the <script> would end or bend it: every '<' of the data (only
-  // ever inside a JSON string) is written as the JSON escape \u003c instead.
-  std::string data_text;
-  for (const char c : data.dump(-1, ' ', false, json::error_handler_t::replace)) {
-    if (c == '<')
-      data_text += "\\u003c";
-    else
-      data_text.push_back(c);
-  }
-
   std::ofstream out(path);
   // The model name and the URL come from the command line and the server: text, never markup.
   const std::string model = html_escape(report.target.model);
@@ -262,10 +210,7 @@ bool write_html_report(const BenchReport& report, const std::filesystem::path& p
   out << "<!doctype html><html><head><meta charset=\"utf-8\"><title>brisk bench: " << model
       << "</title><style>body{font-family:sans-serif;margin:2em;}"
       << ".grid{display:grid;grid-template-columns:1fr 1fr;gap:2em;}h2{font-size:1.1em;}"
-      << "table{border-collapse:collapse;margin:1em 0;}td,th{border:1px solid #ccc;"
-      << "padding:0.2em 0.5em;text-align:right;}th{background:#f4f4f4;}td:first-child{"
-      << "text-align:left;}.note{color:#555;font-size:0.9em;}</style>"
-      << "<script>" << chartjs.str() << "</script></head><body>"
+      << kNumbersTableCss << "</style><script>" << *chartjs << "</script></head><body>"
       << "<h1>brisk bench</h1><p>target " << url << ", model " << model << ", "
       << workload_summary(report.workload) << "</p>" << numbers_table(report, labels)
       << "<div class=\"grid\">"
@@ -273,7 +218,8 @@ bool write_html_report(const BenchReport& report, const std::filesystem::path& p
       << "<div><h2>Requests in flight</h2><canvas id=\"inflight\"></canvas></div>"
       << "<div><h2>TTFT (CDF)</h2><canvas id=\"ttft\"></canvas></div>"
       << "<div><h2>ITL (CDF)</h2><canvas id=\"itl\"></canvas></div></div>"
-      << "<script>const DATA = " << data_text << ";" << kPageScript << "</script></body></html>\n";
+      << "<script>const DATA = " << script_json(data) << ";" << kPageScript
+      << "</script></body></html>\n";
   if (!out) {
     error = "cannot write " + path.string();
     return false;

@@ -2,7 +2,6 @@
 
 #include <filesystem>
 #include <string>
-#include <string_view>
 
 #include "bench/bench_report.h"
 
@@ -12,10 +11,6 @@ namespace brisk::bench {
 // with the latency-vs-throughput curve across the sweep, TTFT and ITL CDFs per load point and the
 // requests in flight over time. Chart.js comes from Debian's libjs-chart.js
 // (/usr/share/javascript/chart.js/chart.min.js; BRISK_CHARTJS overrides the path).
-// `text` with &, < and > as character references: text inside an element, never markup (the page
-// puts nothing it did not write itself into an attribute).
-std::string html_escape(std::string_view text);
-
 bool write_html_report(const BenchReport& report, const std::filesystem::path& path,
                        std::string& error);
 

@@ -1,12 +1,10 @@
 // report.html of brisk doctor: offline (Chart.js inlined from Debian's libjs-chart.js, like
 // brisk bench's report), one file to attach to a ticket.
-#include <cstdlib>
 #include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 
-#include "bench/html_report.h"
+#include "bench/html_page.h"
 #include "doctor/doctor_report.h"
 
 namespace brisk::doctor {
@@ -14,11 +12,6 @@ namespace brisk::doctor {
 using json = nlohmann::json;
 
 namespace {
-
-std::filesystem::path chartjs_path() {
-  const char* configured = std::getenv("BRISK_CHARTJS");
-  return configured ? configured : "/usr/share/javascript/chart.js/chart.min.js";
-}
 
 json chart_data(const Evidence& evidence, const std::vector<TelemetryReading>& timeline) {
   json ramp = json::array();
@@ -54,14 +47,6 @@ json chart_data(const Evidence& evidence, const std::vector<TelemetryReading>& t
   return {{"ramp", ramp}, {"stages", stages}, {"timeline", series}};
 }
 
-// JSON inside <script>: "</" would end the element, so it is written "<\/" (same JSON value).
-std::string script_safe(std::string text) {
-  for (size_t at = text.find("</"); at != std::string::npos; at = text.find("</", at + 3)) {
-    text.replace(at, 2, "<\\/");
-  }
-  return text;
-}
-
 constexpr const char* kScript = R"JS(
 const color = i => ['#1f77b4', '#d62728', '#2ca02c', '#ff7f0e', '#9467bd'][i % 5];
 const line = (label, data, i, axis) => ({label, data, borderColor: color(i), backgroundColor: color(i),
@@ -91,14 +76,8 @@ new Chart(document.getElementById('timeline'), {type: 'scatter', data: {datasets
 bool write_doctor_html(const Evidence& evidence, const Diagnosis& diagnosis,
                        const std::vector<TelemetryReading>& timeline,
                        const std::filesystem::path& path, std::string& error) {
-  std::ifstream chartjs_file(chartjs_path());
-  if (!chartjs_file) {
-    error = "cannot read Chart.js at " + chartjs_path().string() +
-            " (install Debian's libjs-chart.js, or set BRISK_CHARTJS)";
-    return false;
-  }
-  std::stringstream chartjs;
-  chartjs << chartjs_file.rdbuf();
+  const std::optional<std::string> chartjs = bench::read_chartjs(error);
+  if (!chartjs) return false;
   std::ofstream out(path);
   if (!out) {
     error = "cannot write " + path.string();
@@ -109,7 +88,7 @@ bool write_doctor_html(const Evidence& evidence, const Diagnosis& diagnosis,
       << bench::html_escape(verdict.primary_cause) << "</title><style>body{font-family:sans-serif;"
       << "max-width:1100px;margin:auto}canvas{max-height:360px}pre{background:#f6f6f6;padding:8px;"
       << "white-space:pre-wrap}.critical{color:#b00}.warning{color:#a60}.info{color:#357}</style>"
-      << "<script>" << chartjs.str() << "</script></head><body>";
+      << "<script>" << *chartjs << "</script></head><body>";
   out << "<h1>brisk doctor: " << bench::html_escape(verdict.primary_cause) << "</h1><p><b>"
       << (verdict.accelerator_bound ? "The accelerator is the bottleneck." : "The accelerator is not the fix.")
       << "</b> " << bench::html_escape(verdict.summary) << "</p><h2>Findings</h2><ol>";
@@ -128,7 +107,7 @@ bool write_doctor_html(const Evidence& evidence, const Diagnosis& diagnosis,
       << "<h2>Time to first token by probe</h2><canvas id=\"stages\"></canvas>"
       << "<h2>CPU and KV cache during the probe</h2><canvas id=\"timeline\"></canvas>"
       << "<h2>Report</h2><pre>" << bench::html_escape(markdown_report(evidence, diagnosis))
-      << "</pre><script>const DATA = " << script_safe(chart_data(evidence, timeline).dump())
+      << "</pre><script>const DATA = " << bench::script_json(chart_data(evidence, timeline))
       << ";" << kScript << "</script></body></html>\n";
   if (!out) {
     error = "cannot write " + path.string();

@@ -1,30 +1,19 @@
 #include "quant/quant_html.h"
 
-#include <cstdlib>
 #include <fstream>
-#include <sstream>
 
-#include "bench/html_report.h"
+#include "bench/html_page.h"
 #include "quant/quant_report.h"
 
 namespace brisk::quant {
 namespace {
 
-std::filesystem::path chartjs_path() {
-  const char* configured = std::getenv("BRISK_CHARTJS");
-  return configured ? configured : "/usr/share/javascript/chart.js/chart.min.js";
-}
-
-// The report's figures for the page's script; "</" is escaped so no string can end the script.
+// The report's figures for the page's script.
 std::string page_data(const QuantReport& report) {
   nlohmann::json data = report_json(report);
   data["reference"].erase("answers");
   for (auto& candidate : data["candidates"]) candidate.erase("answers");
-  std::string text = data.dump();
-  for (size_t at = text.find("</"); at != std::string::npos; at = text.find("</", at + 2)) {
-    text.replace(at, 2, "<\\/");
-  }
-  return text;
+  return bench::script_json(data);
 }
 
 constexpr const char* kScript = R"JS(
@@ -53,14 +42,8 @@ bars('memory', models, 'memory allocated at the context (MiB)',
 
 bool write_quant_html(const QuantReport& report, const std::filesystem::path& path,
                       std::string* error) {
-  std::ifstream chartjs_file(chartjs_path());
-  if (!chartjs_file) {
-    *error = "cannot read Chart.js at " + chartjs_path().string() +
-             " (install Debian's libjs-chart.js, or set BRISK_CHARTJS)";
-    return false;
-  }
-  std::stringstream chartjs;
-  chartjs << chartjs_file.rdbuf();
+  const std::optional<std::string> chartjs = bench::read_chartjs(*error);
+  if (!chartjs) return false;
   std::ofstream page(path);
   if (!page) {
     *error = "cannot write " + path.string();
@@ -70,7 +53,7 @@ bool write_quant_html(const QuantReport& report, const std::filesystem::path& pa
        << "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
        << ".grid{display:grid;grid-template-columns:1fr 1fr;gap:16px}"
        << "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px}</style>"
-       << "<script>" << chartjs.str() << "</script></head><body>"
+       << "<script>" << *chartjs << "</script></head><body>"
        << "<h1>brisk quant</h1><p>Reference: " << bench::html_escape(report.reference.file)
        << "</p><p><b>Verdict:</b> " << bench::html_escape(report.verdict.summary) << "</p>";
   page << "<table><tr><th>candidate</th><th>gates</th></tr>";

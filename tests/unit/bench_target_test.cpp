@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "bench/html_page.h"
 #include "bench/html_report.h"
 #include "bench/target_endpoint.h"
 #include "scratch_dir.h"
