@@ -8,7 +8,8 @@ CommandRunner register_doctor_command(CLI::App& app) {
   app.add_option("--url", options->url,
                  "Base URL of the OpenAI-compatible server to diagnose (default: start brisk "
                  "serve on the default model and diagnose it)");
-  app.add_option("--model", options->model, "Model name sent (default: the first of GET /v1/models)");
+  app.add_option("--model", options->model,
+                 "Model name sent (default: the first of GET /v1/models)");
   app.add_option("--model-file", options->model_file,
                  "GGUF, config.json or brisk plan preset of the served model, for the hardware "
                  "floor (default: the served model's name)");
@@ -38,14 +39,16 @@ CommandRunner register_doctor_command(CLI::App& app) {
                  "The server's process id, when the listening port belongs to another process "
                  "(a proxy in front of it)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--workload", options->workload,
+                 "Request trace (brisk's JSONL, Mooncake's JSONL or Azure's CSV; docs/trace.md) "
+                 "whose lengths and prefix sharing the probes take instead of the defaults");
   app.add_option("--short-input-tokens", options->short_input_tokens,
-                 "Prompt length of the short probes")
-      ->check(CLI::Range(4, 100000))
-      ->capture_default_str();
+                 "Prompt length of the short probes (default 32, or the trace's median)")
+      ->check(CLI::Range(4, 100000));
   app.add_option("--long-input-tokens", options->long_input_tokens,
-                 "Prompt length of the long, repeated-prefix and mixed probes")
-      ->check(CLI::Range(16, 1000000))
-      ->capture_default_str();
+                 "Prompt length of the long, repeated-prefix and mixed probes (default 320, or the "
+                 "trace's 90th percentile)")
+      ->check(CLI::Range(16, 1000000));
   app.add_option("--seed", options->seed, "Seed of the synthetic prompts")->capture_default_str();
   app.add_option("--serve-args", options->serve_args,
                  "Without --url: brisk serve's flags for the child, e.g. \"--model smollm2-135m "

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -418,6 +419,27 @@ std::optional<Trace> read_trace_file(const std::string& path, TraceFormat format
   std::stringstream buffer;
   buffer << in.rdbuf();
   return parse_trace(buffer.str(), format, path, error);
+}
+
+std::optional<double> prefix_sharing_ratio(const std::vector<TraceRecord>& records) {
+  std::unordered_set<uint64_t> seen;
+  double shared_tokens = 0, prompt_tokens = 0;
+  bool hashed = false;
+  for (const TraceRecord& record : records) {
+    prompt_tokens += record.input_tokens;
+    if (record.hash_ids.empty() || record.block_tokens <= 0) continue;
+    hashed = true;
+    for (size_t block = 0; block < record.hash_ids.size(); ++block) {
+      const double first_token = static_cast<double>(block) * record.block_tokens;
+      const double tokens =
+          std::clamp(record.input_tokens - first_token, 0.0, static_cast<double>(record.block_tokens));
+      if (seen.count(record.hash_ids[block])) shared_tokens += tokens;
+    }
+    // Only after the record: a prompt is shared with earlier requests, not with itself.
+    seen.insert(record.hash_ids.begin(), record.hash_ids.end());
+  }
+  if (!hashed || prompt_tokens <= 0) return std::nullopt;
+  return shared_tokens / prompt_tokens;
 }
 
 }  // namespace brisk

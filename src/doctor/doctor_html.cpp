@@ -25,14 +25,18 @@ json chart_data(const Evidence& evidence, const std::vector<TelemetryReading>& t
   for (const ProbePoint* point : {&evidence.cold, &evidence.short_baseline, &evidence.long_baseline,
                                   &evidence.prefix, &evidence.mixed_short, &evidence.mixed_long}) {
     if (point->measured()) {
-      stages.push_back({{"stage", point->stage},
-                        {"client", point->ttft_ms.p50},
-                        {"server", point->server_ttft_ms_p50 < 0 ? json(nullptr)
-                                                                 : json(point->server_ttft_ms_p50)}});
+      stages.push_back(
+          {{"stage", point->stage},
+           {"client", point->ttft_ms.p50},
+           {"server",
+            point->server_ttft_ms_p50 < 0 ? json(nullptr) : json(point->server_ttft_ms_p50)}});
     }
   }
-  json series = {{"host", json::array()}, {"server", json::array()}, {"doctor", json::array()},
-                 {"kv", json::array()}, {"gpu", json::array()}};
+  json series = {{"host", json::array()},
+                 {"server", json::array()},
+                 {"doctor", json::array()},
+                 {"kv", json::array()},
+                 {"gpu", json::array()}};
   for (const TelemetryReading& reading : timeline) {
     series["host"].push_back({{"x", reading.t_s}, {"y", reading.host_busy_cores}});
     if (reading.server_cores >= 0) {
@@ -45,6 +49,57 @@ json chart_data(const Evidence& evidence, const std::vector<TelemetryReading>& t
     }
   }
   return {{"ramp", ramp}, {"stages", stages}, {"timeline", series}};
+}
+
+using bench::html_escape;
+using bench::number_cell;
+
+std::optional<double> percent(const std::optional<double>& fraction) {
+  return fraction ? std::optional<double>(*fraction * 100) : std::nullopt;
+}
+
+std::optional<double> gib(const std::optional<double>& bytes) {
+  return bytes ? std::optional<double>(*bytes / (1 << 30)) : std::nullopt;
+}
+
+// The table the capacity-test reports our users follow ask for (as brisk bench's report has),
+// one row per probe point: latency (TTFT, E2E: mean, p50, p95, p99; ITL), the resources the
+// telemetry saw while it ran and, with a price, what its throughput costs. Charts alone hide
+// the numbers.
+std::string numbers_table(const Evidence& evidence) {
+  std::string html =
+      "<h2>Numbers per probe point</h2><table id=\"numbers\"><thead><tr>"
+      "<th rowspan=\"2\">probe</th><th rowspan=\"2\">concurrency</th><th rowspan=\"2\">ok</th>"
+      "<th rowspan=\"2\">failed</th><th colspan=\"4\">TTFT ms</th><th colspan=\"4\">E2E ms</th>"
+      "<th colspan=\"2\">ITL ms</th><th rowspan=\"2\">output tok/s</th>"
+      "<th colspan=\"2\">accelerator</th><th colspan=\"2\">CPU cores</th>"
+      "<th rowspan=\"2\">$ / 1M output tokens</th></tr><tr>"
+      "<th>mean</th><th>p50</th><th>p95</th><th>p99</th>"
+      "<th>mean</th><th>p50</th><th>p95</th><th>p99</th><th>p50</th><th>p99</th>"
+      "<th>utilization %</th><th>memory GiB</th><th>server</th><th>host</th></tr></thead><tbody>";
+  for (const ProbePoint* point : reported_points(evidence)) {
+    const PointResources& used = point->resources;
+    std::optional<double> usd;
+    if (evidence.usd_per_hour && point->output_tokens_per_s > 0) {
+      usd = *evidence.usd_per_hour / 3600.0 / point->output_tokens_per_s * 1e6;
+    }
+    html += "<tr><td>" + html_escape(point->stage) + "</td>" + number_cell(point->concurrency, 0) +
+            number_cell(point->ok, 0) + number_cell(point->failed, 0) +
+            bench::latency_cells(point->ttft_ms) + bench::latency_cells(point->e2e_ms) +
+            number_cell(bench::sampled(point->itl_ms, &bench::LatencySummary::p50)) +
+            number_cell(bench::sampled(point->itl_ms, &bench::LatencySummary::p99)) +
+            number_cell(point->output_tokens_per_s) +
+            number_cell(percent(used.gpu_utilization_mean)) +
+            number_cell(gib(used.gpu_memory_used_bytes_max), 2) +
+            number_cell(used.server_cores_mean, 2) + number_cell(used.host_busy_cores_mean, 2) +
+            number_cell(usd, 3) + "</tr>";
+  }
+  return html +
+         "</tbody></table><p class=\"note\">— not measured: no GPU telemetry (NVML), a server "
+         "not on this machine, or no --usd-per-hour. Resources are the 250 ms telemetry "
+         "readings overlapping each point (accelerator memory: the highest, all GPUs together). "
+         "brisk doctor does not judge answer quality (brisk quant does); failed counts the "
+         "requests that got no answer.</p>";
 }
 
 constexpr const char* kScript = R"JS(
@@ -85,30 +140,33 @@ bool write_doctor_html(const Evidence& evidence, const Diagnosis& diagnosis,
   }
   const Verdict& verdict = diagnosis.verdict;
   out << "<!doctype html><html><head><meta charset=\"utf-8\"><title>brisk doctor: "
-      << bench::html_escape(verdict.primary_cause) << "</title><style>body{font-family:sans-serif;"
+      << html_escape(verdict.primary_cause) << "</title><style>body{font-family:sans-serif;"
       << "max-width:1100px;margin:auto}canvas{max-height:360px}pre{background:#f6f6f6;padding:8px;"
-      << "white-space:pre-wrap}.critical{color:#b00}.warning{color:#a60}.info{color:#357}</style>"
-      << "<script>" << *chartjs << "</script></head><body>";
-  out << "<h1>brisk doctor: " << bench::html_escape(verdict.primary_cause) << "</h1><p><b>"
-      << (verdict.accelerator_bound ? "The accelerator is the bottleneck." : "The accelerator is not the fix.")
-      << "</b> " << bench::html_escape(verdict.summary) << "</p><h2>Findings</h2><ol>";
+      << "white-space:pre-wrap}.critical{color:#b00}.warning{color:#a60}.info{color:#357}"
+      << bench::kNumbersTableCss << "</style><script>" << *chartjs << "</script></head><body>";
+  out << "<h1>brisk doctor: " << html_escape(verdict.primary_cause) << "</h1><p><b>"
+      << (verdict.accelerator_bound ? "The accelerator is the bottleneck."
+                                    : "The accelerator is not the fix.")
+      << "</b> " << html_escape(verdict.summary)
+      << "</p><p>Workload: " << html_escape(describe_probe_workload(evidence.workload)) << ".</p>"
+      << numbers_table(evidence) << "<h2>Findings</h2><ol>";
   for (const Finding& finding : diagnosis.findings) {
-    out << "<li><b class=\"" << severity_name(finding.severity) << "\">"
-        << bench::html_escape(finding.id) << "</b> (" << severity_name(finding.severity) << "): "
-        << bench::html_escape(finding.summary) << "<ul>";
+    out << "<li><b class=\"" << severity_name(finding.severity) << "\">" << html_escape(finding.id)
+        << "</b> (" << severity_name(finding.severity) << "): " << html_escape(finding.summary)
+        << "<ul>";
     for (const EvidenceItem& item : finding.evidence) {
-      out << "<li>" << bench::html_escape(item.name) << ": "
-          << bench::html_escape(fmt::format("{:.4g} {}", item.value, item.unit)) << " — "
-          << bench::html_escape(item.source) << "</li>";
+      out << "<li>" << html_escape(item.name) << ": "
+          << html_escape(fmt::format("{:.4g} {}", item.value, item.unit)) << " — "
+          << html_escape(item.source) << "</li>";
     }
-    out << "<li>Fix: " << bench::html_escape(finding.prescription) << "</li></ul></li>";
+    out << "<li>Fix: " << html_escape(finding.prescription) << "</li></ul></li>";
   }
   out << "</ol><h2>Concurrency ramp</h2><canvas id=\"ramp\"></canvas>"
       << "<h2>Time to first token by probe</h2><canvas id=\"stages\"></canvas>"
       << "<h2>CPU and KV cache during the probe</h2><canvas id=\"timeline\"></canvas>"
-      << "<h2>Report</h2><pre>" << bench::html_escape(markdown_report(evidence, diagnosis))
-      << "</pre><script>const DATA = " << bench::script_json(chart_data(evidence, timeline))
-      << ";" << kScript << "</script></body></html>\n";
+      << "<h2>Report</h2><pre>" << html_escape(markdown_report(evidence, diagnosis))
+      << "</pre><script>const DATA = " << bench::script_json(chart_data(evidence, timeline)) << ";"
+      << kScript << "</script></body></html>\n";
   if (!out) {
     error = "cannot write " + path.string();
     return false;

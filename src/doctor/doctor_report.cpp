@@ -22,6 +22,18 @@ json latency_json(const bench::LatencySummary& summary) {
 
 json nullable(double value) { return value < 0 ? json(nullptr) : json(value); }
 
+json optional_json(const std::optional<double>& value) {
+  return value ? json(*value) : json(nullptr);
+}
+
+json resources_json(const PointResources& resources) {
+  return {{"readings", resources.readings},
+          {"gpu_utilization_mean", optional_json(resources.gpu_utilization_mean)},
+          {"gpu_memory_used_bytes_max", optional_json(resources.gpu_memory_used_bytes_max)},
+          {"host_busy_cores_mean", optional_json(resources.host_busy_cores_mean)},
+          {"server_cores_mean", optional_json(resources.server_cores_mean)}};
+}
+
 json point_json(const ProbePoint& point) {
   return {{"stage", point.stage},
           {"concurrency", point.concurrency},
@@ -37,11 +49,25 @@ json point_json(const ProbePoint& point) {
           {"server_queue_ms_p50", nullable(point.server_queue_ms_p50)},
           {"outside_server_ms_p50", nullable(point.outside_server_ms_p50)},
           {"cached_prompt_fraction", nullable(point.cached_prompt_fraction)},
-          {"duration_s", point.duration_s}};
+          {"duration_s", point.duration_s},
+          {"start_s", nullable(point.start_s)},
+          {"end_s", nullable(point.end_s)},
+          {"resources", resources_json(point.resources)}};
 }
 
-json optional_json(const std::optional<double>& value) {
-  return value ? json(*value) : json(nullptr);
+json workload_json(const ProbeWorkload& workload) {
+  return {{"source", workload.from_trace() ? "trace" : "synthetic"},
+          {"trace", workload.from_trace() ? json(workload.trace_path) : json(nullptr)},
+          {"trace_format", workload.from_trace() ? json(workload.trace_format) : json(nullptr)},
+          {"trace_requests", workload.trace_requests},
+          {"trace_prefix_sharing", optional_json(workload.trace_prefix_sharing)},
+          {"flags_over_trace", workload.flags_over_trace},
+          {"short_input_tokens", workload.short_input_tokens},
+          {"short_output_tokens", workload.short_output_tokens},
+          {"long_input_tokens", workload.long_input_tokens},
+          {"long_output_tokens", workload.long_output_tokens},
+          {"mixed_short_output_tokens", workload.mixed_short_output_tokens},
+          {"shared_prefix_fraction", workload.shared_prefix_fraction}};
 }
 
 json per_core_json(const std::vector<telemetry::CoreShare>& cores) {
@@ -57,7 +83,7 @@ json per_core_json(const std::vector<telemetry::CoreShare>& cores) {
   return list;
 }
 
-json resources_json(const Evidence& evidence) {
+json machine_resources_json(const Evidence& evidence) {
   const HostSummary& host = evidence.host;
   json gpus = json::array();
   for (size_t i = 0; i < evidence.gpu.peak.size(); ++i) {
@@ -223,6 +249,16 @@ std::string evidence_value(const EvidenceItem& item) {
 
 }  // namespace
 
+std::vector<const ProbePoint*> reported_points(const Evidence& evidence) {
+  std::vector<const ProbePoint*> points = {&evidence.cold, &evidence.short_baseline,
+                                           &evidence.long_baseline};
+  // The ramp's first point is the short baseline again.
+  for (size_t i = 1; i < evidence.ramp.size(); ++i) points.push_back(&evidence.ramp[i]);
+  points.insert(points.end(), {&evidence.prefix, &evidence.mixed_short, &evidence.mixed_long});
+  std::erase_if(points, [](const ProbePoint* point) { return !point->measured(); });
+  return points;
+}
+
 double best_output_tokens_per_s(const Evidence& evidence) {
   double best = 0;
   for (const ProbePoint& point : evidence.ramp) best = std::max(best, point.output_tokens_per_s);
@@ -265,6 +301,7 @@ json report_json(const Evidence& evidence, const Diagnosis& diagnosis) {
             {"model", evidence.model},
             {"budget_s", evidence.budget_s},
             {"elapsed_s", evidence.elapsed_s},
+            {"workload", workload_json(evidence.workload)},
             {"skipped", evidence.skipped},
             {"slo_missed_at_concurrency_1", evidence.slo_missed},
             {"probe",
@@ -279,7 +316,7 @@ json report_json(const Evidence& evidence, const Diagnosis& diagnosis) {
               {"mixed_long", point_json(evidence.mixed_long)},
               {"mixed_short_later_ttft_ms_p50", nullable(evidence.mixed_short_later_ttft_ms_p50)}}},
             {"attribution", attributions_json(evidence)},
-            {"resources", resources_json(evidence)},
+            {"resources", machine_resources_json(evidence)},
             {"hardware_floor",
              {{"decode_ms_per_token", nullable(evidence.floor.decode_ms_per_token)},
               {"device", evidence.floor.device},
@@ -295,17 +332,13 @@ std::string markdown_report(const Evidence& evidence, const Diagnosis& diagnosis
                      verdict.accelerator_bound ? "Yes" : "No", verdict.summary);
   out += fmt::format("Target {} (model {}), probed for {:.0f} s of a {:.0f} s budget.\n\n",
                      evidence.url, evidence.model, evidence.elapsed_s, evidence.budget_s);
+  out += fmt::format("Workload: {}.\n\n", describe_probe_workload(evidence.workload));
 
   out +=
       "## Latency\n\n| probe | concurrency | requests | TTFT mean | TTFT p95 | TTFT p99 | ITL p50 "
       "| E2E mean | E2E p50 | E2E p95 | E2E p99 | output tokens/s | server TTFT p50 "
       "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
-  std::vector<const ProbePoint*> points = {&evidence.cold, &evidence.short_baseline,
-                                           &evidence.long_baseline};
-  for (size_t i = 1; i < evidence.ramp.size(); ++i) points.push_back(&evidence.ramp[i]);
-  points.insert(points.end(), {&evidence.prefix, &evidence.mixed_short, &evidence.mixed_long});
-  for (const ProbePoint* point : points) {
-    if (!point->measured()) continue;
+  for (const ProbePoint* point : reported_points(evidence)) {
     out += fmt::format(
         "| {} | {} | {} | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} | {} "
         "|\n",

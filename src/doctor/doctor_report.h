@@ -27,6 +27,10 @@ bool write_doctor_html(const Evidence& evidence, const Diagnosis& diagnosis,
                        const std::vector<TelemetryReading>& timeline,
                        const std::filesystem::path& path, std::string& error);
 
+// The probe points the report's tables list, in the probe's order: every measured one, the
+// ramp's first point (the short baseline again) once.
+std::vector<const ProbePoint*> reported_points(const Evidence& evidence);
+
 // Best output throughput of the ramp and, with a price, what a million output tokens cost.
 double best_output_tokens_per_s(const Evidence& evidence);
 

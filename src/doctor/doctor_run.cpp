@@ -12,9 +12,11 @@
 #include "bench/progress.h"
 #include "bench/slo.h"
 #include "bench/target_endpoint.h"
+#include "common/request_trace.h"
 #include "doctor/doctor_report.h"
 #include "doctor/hardware_floor.h"
 #include "doctor/probe_plan.h"
+#include "doctor/probe_workload.h"
 #include "doctor/served_child.h"
 #include "doctor/verdict.h"
 
@@ -29,8 +31,8 @@ int fail(const std::string& message) {
 
 std::optional<std::string> first_served_model(const bench::TargetEndpoint& target,
                                               std::string& error) {
-  const bench::FetchResult result = bench::fetch(target, target.route("/v1/models"), "",
-                                                 std::chrono::seconds(10));
+  const bench::FetchResult result =
+      bench::fetch(target, target.route("/v1/models"), "", std::chrono::seconds(10));
   if (!result.ok()) {
     error = result.status == 0 ? result.error
                                : fmt::format("GET /v1/models answered HTTP {}", result.status);
@@ -38,8 +40,8 @@ std::optional<std::string> first_served_model(const bench::TargetEndpoint& targe
   }
   const auto reply = nlohmann::json::parse(result.body, nullptr, false);
   if (reply.is_object() && reply.contains("data") && reply["data"].is_array() &&
-      !reply["data"].empty() && reply["data"][0].is_object() &&
-      reply["data"][0].contains("id") && reply["data"][0]["id"].is_string()) {
+      !reply["data"].empty() && reply["data"][0].is_object() && reply["data"][0].contains("id") &&
+      reply["data"][0]["id"].is_string()) {
     return reply["data"][0]["id"].get<std::string>();
   }
   error = "GET /v1/models listed no model";
@@ -53,6 +55,27 @@ bool write_text(const std::filesystem::path& path, const std::string& text, std:
   return static_cast<bool>(out);
 }
 
+// The probe's lengths: the trace's (--workload) or the defaults, then the flags given.
+std::optional<ProbeWorkload> probe_workload(const DoctorOptions& options, std::string& error) {
+  ProbeWorkload workload;
+  if (!options.workload.empty()) {
+    const auto trace = read_trace_file(options.workload, TraceFormat::automatic, error);
+    if (!trace) {
+      error = "--workload: " + error;
+      return std::nullopt;
+    }
+    workload = probe_workload_from_trace(*trace, options.workload);
+  }
+  auto given = [&](const char* flag, const std::optional<int>& value, int& length) {
+    if (!value) return;
+    length = *value;
+    if (workload.from_trace()) workload.flags_over_trace.push_back(flag);
+  };
+  given("--short-input-tokens", options.short_input_tokens, workload.short_input_tokens);
+  given("--long-input-tokens", options.long_input_tokens, workload.long_input_tokens);
+  return workload;
+}
+
 }  // namespace
 
 int run_doctor(const DoctorOptions& options) {
@@ -64,6 +87,8 @@ int run_doctor(const DoctorOptions& options) {
     slo = bench::parse_slo(options.slo, error);
     if (!slo) return fail("--slo: " + error);
   }
+  const std::optional<ProbeWorkload> workload = probe_workload(options, error);
+  if (!workload) return fail(error);
   if (!options.out_dir.empty()) {
     std::error_code fs_error;
     std::filesystem::create_directories(options.out_dir, fs_error);
@@ -74,8 +99,8 @@ int run_doctor(const DoctorOptions& options) {
   if (url.empty()) {
     std::vector<std::string> serve_args = options.serve_args;
     if (serve_args.empty()) serve_args = {"--model", "gemma3-270m"};
-    std::cerr << "brisk doctor: no --url, starting brisk serve " << fmt::format("{}", fmt::join(serve_args, " "))
-              << "\n";
+    std::cerr << "brisk doctor: no --url, starting brisk serve "
+              << fmt::format("{}", fmt::join(serve_args, " ")) << "\n";
     child = std::make_unique<ServedChild>(serve_args, 180, error);
     if (!child->running()) return fail(error);
     url = child->url();
@@ -87,9 +112,10 @@ int run_doctor(const DoctorOptions& options) {
   if (model.empty()) {
     auto served = first_served_model(*target, error);
     if (!served) {
-      return fail(fmt::format("cannot reach an OpenAI-compatible server at {} ({}); check --url "
-                              "(and --api-key), or pass --model",
-                              target->url(), error));
+      return fail(
+          fmt::format("cannot reach an OpenAI-compatible server at {} ({}); check --url "
+                      "(and --api-key), or pass --model",
+                      target->url(), error));
     }
     model = *served;
   }
@@ -101,11 +127,11 @@ int run_doctor(const DoctorOptions& options) {
   probe.slo = slo;
   probe.progress = bench::progress_style_for(options.progress);
   probe.server_pid = child ? child->pid() : options.server_pid;
-  probe.short_input_tokens = options.short_input_tokens;
-  probe.long_input_tokens = options.long_input_tokens;
+  probe.workload = *workload;
   probe.seed = options.seed;
-  std::cerr << fmt::format("brisk doctor: probing {} (model {}) for at most {:.0f} s\n",
-                           target->url(), model, options.budget_s);
+  std::cerr << fmt::format("brisk doctor: probing {} (model {}) for at most {:.0f} s; {}\n",
+                           target->url(), model, options.budget_s,
+                           describe_probe_workload(*workload));
   auto outcome = run_probe(probe, error);
   if (!outcome) return fail(error + "; check --url and that the server is up");
   Evidence& evidence = outcome->evidence;
@@ -122,7 +148,8 @@ int run_doctor(const DoctorOptions& options) {
         !write_doctor_html(evidence, diagnosis, outcome->timeline, dir / "report.html", error)) {
       return fail(error);
     }
-    std::cerr << "brisk doctor: wrote " << (dir / "report.md").string() << ", report.json, report.html\n";
+    std::cerr << "brisk doctor: wrote " << (dir / "report.md").string()
+              << ", report.json, report.html\n";
   }
   return 0;
 }

@@ -8,8 +8,8 @@ namespace brisk::doctor {
 
 // Every `brisk doctor` flag, as parsed (docs/cli.md lists them).
 struct DoctorOptions {
-  std::string url;  // empty: start `brisk serve` as a child and diagnose it
-  std::string model;  // sent with requests; empty: the first of GET /v1/models
+  std::string url;         // empty: start `brisk serve` as a child and diagnose it
+  std::string model;       // sent with requests; empty: the first of GET /v1/models
   std::string model_file;  // for the hardware floor; empty: the served model's name
   std::string device = "auto";
   std::string api_key;
@@ -21,8 +21,10 @@ struct DoctorOptions {
   std::string progress = "auto";
   int server_pid = -1;
   std::vector<std::string> serve_args;  // for the child; default: the default model
-  int short_input_tokens = 32;
-  int long_input_tokens = 320;
+  std::string workload;                 // a request trace whose lengths and sharing the probe takes
+  // Unset: the trace's, or ProbeWorkload's defaults. Set: wins over the trace.
+  std::optional<int> short_input_tokens;
+  std::optional<int> long_input_tokens;
   unsigned long seed = 0;
 };
 

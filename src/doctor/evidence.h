@@ -5,10 +5,22 @@
 #include <vector>
 
 #include "bench/run_statistics.h"
+#include "doctor/probe_workload.h"
 #include "telemetry/cpu_times.h"
 #include "telemetry/nvml_sampler.h"
 
 namespace brisk::doctor {
+
+// What the machine did while one probe point ran: the telemetry readings whose interval (each
+// covers the 250 ms before it) overlaps the point, so a point shorter than that gets the reading
+// around it. A field is absent when no reading had it (no GPU, the server not on this machine).
+struct PointResources {
+  int readings = 0;
+  std::optional<double> gpu_utilization_mean;       // fraction, over every GPU and reading
+  std::optional<double> gpu_memory_used_bytes_max;  // all GPUs together, the highest reading
+  std::optional<double> host_busy_cores_mean;       // every process
+  std::optional<double> server_cores_mean;          // the server process
+};
 
 // One load point of the probe, summarized from brisk bench's records. Latencies are the
 // client's (what a user waits for); server_* fields are what the server reported about the same
@@ -29,6 +41,11 @@ struct ProbePoint {
   double outside_server_ms_p50 = -1;   // client TTFT − server TTFT per request, median
   double cached_prompt_fraction = -1;  // cached / prompt tokens, from the server's usage
   double duration_s = 0;
+  // When its measured requests started and ended, in seconds from the probe's start (the
+  // telemetry timeline's zero); -1: it did not run.
+  double start_s = -1;
+  double end_s = -1;
+  PointResources resources;
   bool measured() const { return ok > 0; }
 };
 
@@ -89,6 +106,7 @@ struct HardwareFloor {
 struct Evidence {
   std::string url;
   std::string model;
+  ProbeWorkload workload;
   ProbePoint cold;
   ProbePoint short_baseline;     // concurrency 1
   ProbePoint long_baseline;      // concurrency 1, unique long prompts

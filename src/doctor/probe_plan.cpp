@@ -15,22 +15,25 @@ namespace brisk::doctor {
 
 namespace {
 
-// The prefix probe: this share of each prompt is the same text in every request.
-constexpr double kSharedPrefixFraction = 0.85;
 // Time kept back from the ramp for the stages after it, in long-prompt requests (the prefix
 // probe sends three, the mixed one two among short streams).
 constexpr double kLongRequestsAfterRamp = 5;
 
 class Stages {
  public:
-  Stages(const ProbeOptions& options, const bench::TokenCalibration& calibration)
-      : options_(options), calibration_(calibration), start_(Clock::now()) {}
+  // `timeline_zero`: the telemetry's clock, on which each point's window is given.
+  Stages(const ProbeOptions& options, const bench::TokenCalibration& calibration,
+         TimePoint timeline_zero)
+      : options_(options),
+        calibration_(calibration),
+        start_(Clock::now()),
+        timeline_zero_(timeline_zero) {}
 
   double elapsed_s() const { return seconds_between(start_, Clock::now()); }
   double remaining_s() const { return options_.budget_s - elapsed_s(); }
 
-  bench::RunResult run(const std::string& label, const bench::Workload& workload,
-                       int concurrency, int requests, int warmup = 0) {
+  bench::RunResult run(const std::string& label, const bench::Workload& workload, int concurrency,
+                       int requests, int warmup = 0) {
     bench::RunOptions run;
     run.load.concurrency = concurrency;
     run.run_index = ++run_index_;
@@ -41,13 +44,24 @@ class Stages {
                                         std::chrono::duration<double>(options_.budget_s));
     std::optional<bench::ProgressDisplay> progress;
     if (options_.progress != bench::ProgressStyle::off) {
-      progress.emplace(options_.progress,
-                       fmt::format("doctor {:>5.1f}/{:.0f}s {}", elapsed_s(), options_.budget_s,
-                                   label),
-                       requests, 0);
+      progress.emplace(
+          options_.progress,
+          fmt::format("doctor {:>5.1f}/{:.0f}s {}", elapsed_s(), options_.budget_s, label),
+          requests, 0);
       run.progress = &progress->counters();
     }
     return bench::run_closed_loop(options_.target, workload, run);
+  }
+
+  // summarize_point with the run's window on the telemetry's clock.
+  ProbePoint summarize(const std::string& stage, int concurrency, const bench::RunResult& run,
+                       const std::function<bool(const bench::RequestRecord&)>& keep = {}) const {
+    ProbePoint point = summarize_point(stage, concurrency, run, keep);
+    if (point.ok + point.failed > 0) {
+      point.start_s = seconds_between(timeline_zero_, run.start);
+      point.end_s = seconds_between(timeline_zero_, run.end);
+    }
+    return point;
   }
 
   std::unique_ptr<bench::SyntheticWorkload> synthetic(int input, int output, uint64_t salt) const {
@@ -59,6 +73,7 @@ class Stages {
   const ProbeOptions& options_;
   const bench::TokenCalibration& calibration_;
   TimePoint start_;
+  TimePoint timeline_zero_;
   int run_index_ = 0;
 };
 
@@ -71,9 +86,8 @@ int fit_requests(int wanted, double each_s, double remaining_s, int minimum) {
 std::vector<std::string> slo_misses(const std::optional<bench::Slo>& slo,
                                     const bench::RunResult& run) {
   if (!slo) return {};
-  const bench::RunStatistics stats =
-      bench::compute_run_statistics(run.records, run.start, run.end, bench::LatencyOrigin::sent,
-                                    &*slo);
+  const bench::RunStatistics stats = bench::compute_run_statistics(
+      run.records, run.start, run.end, bench::LatencyOrigin::sent, &*slo);
   return slo->misses(stats);
 }
 
@@ -96,7 +110,7 @@ void run_ramp(const ProbeOptions& options, Stages& stages, const bench::Workload
     }
     const bench::RunResult run =
         stages.run(fmt::format("ramp c={}", concurrency), shorts, concurrency, 2 * concurrency);
-    const ProbePoint point = summarize_point("ramp", concurrency, run);
+    const ProbePoint point = stages.summarize("ramp", concurrency, run);
     if (point.ok + point.failed == 0) {  // the budget ended before a request could start
       evidence.ramp_stop_reason = "budget";
       return;
@@ -119,47 +133,60 @@ void run_ramp(const ProbeOptions& options, Stages& stages, const bench::Workload
   }
 }
 
+// The tokens every repeated-prefix prompt starts with; 0 when the workload shares none.
+int shared_prefix_tokens(const ProbeWorkload& lengths) {
+  return static_cast<int>(std::lround(lengths.long_input_tokens * lengths.shared_prefix_fraction));
+}
+
 void run_prefix_probe(const ProbeOptions& options, Stages& stages, TelemetryRecorder& telemetry,
                       Evidence& evidence) {
-  const int shared_tokens =
-      static_cast<int>(std::lround(options.long_input_tokens * kSharedPrefixFraction));
-  const int tail_tokens = std::max(8, options.long_input_tokens - shared_tokens);
+  const ProbeWorkload& lengths = options.workload;
+  const int shared_tokens = shared_prefix_tokens(lengths);
+  const int tail_tokens = std::max(8, lengths.long_input_tokens - shared_tokens);
   const std::string shared = stages.synthetic(shared_tokens, 1, 71)->prompt(0, 0);
   SharedPrefixWorkload workload(options.target.route("/v1/completions"), shared,
-                                stages.synthetic(tail_tokens, 1, 72), options.long_output_tokens);
+                                stages.synthetic(tail_tokens, 1, 72), lengths.long_output_tokens);
   const auto before = telemetry.scrape_now();
   // The first request puts the prefix in the cache; the measured ones can reuse it.
   const bench::RunResult run = stages.run("repeated prefix", workload, 1, 2, /*warmup=*/1);
   const auto after = telemetry.scrape_now();
-  evidence.prefix = summarize_point("prefix", 1, run);
+  evidence.prefix = stages.summarize("prefix", 1, run);
   evidence.prefix_shared_fraction =
       static_cast<double>(shared_tokens) / (shared_tokens + tail_tokens);
   if (before && after && before->prefix_query_tokens_total && after->prefix_query_tokens_total) {
     evidence.metrics.prefix_query_tokens =
         *after->prefix_query_tokens_total - *before->prefix_query_tokens_total;
-    evidence.metrics.prefix_hit_tokens = after->prefix_hit_tokens_total.value_or(0) -
-                                         before->prefix_hit_tokens_total.value_or(0);
+    evidence.metrics.prefix_hit_tokens =
+        after->prefix_hit_tokens_total.value_or(0) - before->prefix_hit_tokens_total.value_or(0);
   }
 }
 
 void run_mixed_probe(const ProbeOptions& options, Stages& stages, Evidence& evidence) {
   const int concurrency = std::max(2, std::min(4, options.max_concurrency));
-  MixedWorkload workload(stages.synthetic(options.short_input_tokens,
-                                          options.mixed_short_output_tokens, 81),
-                         stages.synthetic(options.long_input_tokens, options.long_output_tokens, 82),
-                         concurrency);
-  const bench::RunResult run = stages.run("long among short", workload, concurrency,
-                                          2 * concurrency);
-  evidence.mixed_short = summarize_point("mixed_short", concurrency, run, [&](const auto& r) {
-    return !workload.is_long(r.index);
-  });
-  evidence.mixed_long = summarize_point("mixed_long", concurrency, run, [&](const auto& r) {
-    return workload.is_long(r.index);
-  });
+  const ProbeWorkload& lengths = options.workload;
+  MixedWorkload workload(
+      stages.synthetic(lengths.short_input_tokens, lengths.mixed_short_output_tokens, 81),
+      stages.synthetic(lengths.long_input_tokens, lengths.long_output_tokens, 82), concurrency);
+  const bench::RunResult run =
+      stages.run("long among short", workload, concurrency, 2 * concurrency);
+  evidence.mixed_short = stages.summarize(
+      "mixed_short", concurrency, run, [&](const auto& r) { return !workload.is_long(r.index); });
+  evidence.mixed_long = stages.summarize("mixed_long", concurrency, run,
+                                         [&](const auto& r) { return workload.is_long(r.index); });
   const ProbePoint later = summarize_point("mixed_short", concurrency, run, [&](const auto& r) {
     return !workload.is_long(r.index) && r.index >= concurrency;
   });
   if (later.measured()) evidence.mixed_short_later_ttft_ms_p50 = later.ttft_ms.p50;
+}
+
+void attach_resources(const std::vector<TelemetryReading>& timeline, Evidence& evidence) {
+  for (ProbePoint* point : {&evidence.cold, &evidence.short_baseline, &evidence.long_baseline,
+                            &evidence.prefix, &evidence.mixed_short, &evidence.mixed_long}) {
+    point->resources = resources_during(timeline, point->start_s, point->end_s);
+  }
+  for (ProbePoint& point : evidence.ramp) {
+    point.resources = resources_during(timeline, point.start_s, point.end_s);
+  }
 }
 
 }  // namespace
@@ -169,17 +196,19 @@ std::optional<ProbeOutcome> run_probe(const ProbeOptions& options, std::string& 
       bench::calibrate_tokens(options.target, options.model, std::chrono::seconds(10));
   TelemetryRecorder telemetry(options.target, options.server_pid);
   telemetry.start();
-  Stages stages(options, calibration);
+  Stages stages(options, calibration, telemetry.started_at());
   ProbeOutcome outcome;
   Evidence& evidence = outcome.evidence;
   evidence.budget_s = options.budget_s;
+  evidence.workload = options.workload;
+  const ProbeWorkload& lengths = options.workload;
 
-  const auto shorts = stages.synthetic(options.short_input_tokens, options.short_output_tokens, 1);
-  const auto longs = stages.synthetic(options.long_input_tokens, options.long_output_tokens, 2);
-  const auto cold_workload = stages.synthetic(options.short_input_tokens, 8, 3);
+  const auto shorts = stages.synthetic(lengths.short_input_tokens, lengths.short_output_tokens, 1);
+  const auto longs = stages.synthetic(lengths.long_input_tokens, lengths.long_output_tokens, 2);
+  const auto cold_workload = stages.synthetic(lengths.short_input_tokens, 8, 3);
 
   const bench::RunResult cold = stages.run("cold request", *cold_workload, 1, 1);
-  evidence.cold = summarize_point("cold", 1, cold);
+  evidence.cold = stages.summarize("cold", 1, cold);
   if (!evidence.cold.measured()) {
     telemetry.stop();
     const bench::RequestRecord& record = cold.records.back();
@@ -189,20 +218,22 @@ std::optional<ProbeOutcome> run_probe(const ProbeOptions& options, std::string& 
   }
   // A request alone costs about what the cold one did; the baselines take a third of the budget.
   const double cold_s = evidence.cold.e2e_ms.p50 / 1000;
-  const bench::RunResult alone = stages.run(
-      "short prompts c=1", *shorts, 1, fit_requests(4, cold_s, stages.remaining_s() / 3, 2));
-  evidence.short_baseline = summarize_point("short", 1, alone);
+  const bench::RunResult alone = stages.run("short prompts c=1", *shorts, 1,
+                                            fit_requests(4, cold_s, stages.remaining_s() / 3, 2));
+  evidence.short_baseline = stages.summarize("short", 1, alone);
   evidence.slo_missed = slo_misses(options.slo, alone);
   if (stages.remaining_s() > 0) {
     evidence.long_baseline =
-        summarize_point("long", 1, stages.run("long prompts c=1", *longs, 1, 2));
+        stages.summarize("long", 1, stages.run("long prompts c=1", *longs, 1, 2));
   } else {
     evidence.skipped.push_back("long prompts: the budget ran out");
   }
   const double long_request_s =
       evidence.long_baseline.measured() ? evidence.long_baseline.e2e_ms.p50 / 1000 : 0;
   run_ramp(options, stages, *shorts, kLongRequestsAfterRamp * long_request_s, evidence);
-  if (evidence.long_baseline.measured() && stages.remaining_s() > 3 * long_request_s) {
+  if (shared_prefix_tokens(lengths) < 1) {
+    evidence.skipped.push_back("repeated prefix: the workload's prompts share no prefix");
+  } else if (evidence.long_baseline.measured() && stages.remaining_s() > 3 * long_request_s) {
     run_prefix_probe(options, stages, telemetry, evidence);
   } else {
     evidence.skipped.push_back("repeated prefix: the budget ran out");
@@ -224,6 +255,7 @@ std::optional<ProbeOutcome> run_probe(const ProbeOptions& options, std::string& 
   evidence.host = telemetry.host_summary();
   evidence.gpu = telemetry.gpu_summary();
   outcome.timeline = telemetry.readings();
+  attach_resources(outcome.timeline, evidence);
   return outcome;
 }
 

@@ -167,6 +167,7 @@ void TelemetryRecorder::sample_once() {
   }
   for (const telemetry::GpuSample& gpu : gpus) {
     reading.gpu_utilization.push_back(gpu.utilization_fraction.value_or(0));
+    if (gpu.memory_used_bytes) reading.gpu_memory_used_bytes.push_back(*gpu.memory_used_bytes);
   }
   if (metrics) {
     reading.kv_usage = metrics->kv_usage_fraction;
@@ -304,6 +305,46 @@ ServerMetricsSummary TelemetryRecorder::metrics_summary() const {
 std::vector<TelemetryReading> TelemetryRecorder::readings() const {
   std::lock_guard lock(mutex_);
   return readings_;
+}
+
+TimePoint TelemetryRecorder::started_at() const {
+  std::lock_guard lock(mutex_);
+  return started_;
+}
+
+PointResources resources_during(const std::vector<TelemetryReading>& timeline, double start_s,
+                                double end_s) {
+  PointResources resources;
+  if (start_s < 0 || end_s < start_s) return resources;
+  double gpu_utilization = 0, host_cores = 0, server_cores = 0;
+  int gpu_readings = 0, server_readings = 0;
+  double interval_start_s = 0;
+  for (const TelemetryReading& reading : timeline) {
+    const bool overlaps = interval_start_s <= end_s && reading.t_s >= start_s;
+    interval_start_s = reading.t_s;
+    if (!overlaps) continue;
+    ++resources.readings;
+    host_cores += reading.host_busy_cores;
+    if (reading.server_cores >= 0) {
+      server_cores += reading.server_cores;
+      ++server_readings;
+    }
+    if (!reading.gpu_utilization.empty()) {
+      for (double fraction : reading.gpu_utilization) gpu_utilization += fraction;
+      gpu_readings += static_cast<int>(reading.gpu_utilization.size());
+    }
+    if (!reading.gpu_memory_used_bytes.empty()) {
+      double used_bytes = 0;
+      for (double bytes : reading.gpu_memory_used_bytes) used_bytes += bytes;
+      resources.gpu_memory_used_bytes_max =
+          std::max(resources.gpu_memory_used_bytes_max.value_or(0), used_bytes);
+    }
+  }
+  if (resources.readings == 0) return resources;
+  resources.host_busy_cores_mean = host_cores / resources.readings;
+  if (server_readings > 0) resources.server_cores_mean = server_cores / server_readings;
+  if (gpu_readings > 0) resources.gpu_utilization_mean = gpu_utilization / gpu_readings;
+  return resources;
 }
 
 }  // namespace brisk::doctor

@@ -26,6 +26,7 @@ struct TelemetryReading {
   double server_cores = -1;
   double doctor_cores = 0;
   std::vector<double> gpu_utilization;
+  std::vector<double> gpu_memory_used_bytes;  // per GPU, where NVML reported it
   std::optional<double> kv_usage;
   std::optional<double> waiting;
   std::optional<double> running;
@@ -50,6 +51,8 @@ class TelemetryRecorder {
   GpuSummary gpu_summary() const;
   ServerMetricsSummary metrics_summary() const;
   std::vector<TelemetryReading> readings() const;
+  // The zero of every reading's t_s.
+  TimePoint started_at() const;
   int server_pid() const { return server_pid_; }
 
  private:
@@ -92,6 +95,11 @@ class TelemetryRecorder {
 // cores, steal, iowait, the busiest core and each core's shares.
 void summarize_host_cpu(const telemetry::CpuSnapshot& first, const telemetry::CpuSnapshot& last,
                         HostSummary& host);
+
+// What `timeline` saw between `start_s` and `end_s` (seconds on its clock): the readings whose
+// interval, from the reading before (or 0) to its own t_s, overlaps that window.
+PointResources resources_during(const std::vector<TelemetryReading>& timeline, double start_s,
+                                double end_s);
 
 // True for addresses of this machine that a port lookup can trust (loopback, "localhost").
 bool is_local_host(const std::string& host);

@@ -501,6 +501,66 @@ def test_without_url_starts_brisk_serve_and_stops_it(tmp_path):
     assert "## Where the time went" in output, output
 
 
+# --- --workload: the probe's lengths from a request trace -------------------------------------
+
+
+def write_trace(path: Path) -> Path:
+    """A brisk trace of 10 requests: prompts of 24, 28, ..., 60 tokens (p50 42, p90 56.4),
+    answers of 4..13 (p50 8.5, so 9), and each odd request repeating the first 16-token block
+    of the one before: 5 x 16 of the 420 prompt tokens are shared."""
+    lines = []
+    for i in range(10):
+        tokens = 24 + 4 * i
+        hashes = [1000 * i + block for block in range((tokens + 15) // 16)]
+        if i % 2:
+            hashes[0] = 1000 * (i - 1)
+        lines.append(json.dumps({"arrival_s": 0.5 * i, "input_tokens": tokens,
+                                 "output_tokens": 4 + i, "block_tokens": 16,
+                                 "hash_ids": hashes}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_workload_trace_sets_the_probe_lengths(tmp_path_factory, tmp_path):
+    trace = write_trace(tmp_path / "traffic.jsonl")
+    with brisk_server(tmp_path_factory, "brisk-trace") as server:
+        # --long-input-tokens given explicitly wins over the trace's 56.
+        proc = run_doctor(tmp_path, "--url", server.base_url, "--workload", str(trace),
+                          "--long-input-tokens", "64", "--budget", "20", "--max-concurrency",
+                          "2", "--device", "cpu-2vcpu", "--progress", "off")
+    rep = report(tmp_path)
+    workload = rep["measurements"]["workload"]
+    assert workload["source"] == "trace" and workload["trace"] == str(trace), workload
+    assert workload["trace_format"] == "brisk" and workload["trace_requests"] == 10, workload
+    assert workload["short_input_tokens"] == 42, workload
+    assert workload["long_input_tokens"] == 64, workload
+    assert workload["flags_over_trace"] == ["--long-input-tokens"], workload
+    assert (workload["short_output_tokens"], workload["long_output_tokens"]) == (9, 9), workload
+    assert workload["trace_prefix_sharing"] == pytest.approx(80 / 420), workload
+    assert workload["shared_prefix_fraction"] == pytest.approx(80 / 420), workload
+    # The probes sent those lengths (brisk counts the prompt tokens it got; prompts are sized
+    # with its /tokenize).
+    probe = rep["measurements"]["probe"]
+    assert abs(probe["short"]["prompt_tokens_mean"] - 42) <= 2, probe["short"]
+    assert abs(probe["long"]["prompt_tokens_mean"] - 64) <= 2, probe["long"]
+    assert probe["short"]["resources"]["readings"] > 0, probe["short"]
+    markdown = (tmp_path / "doctor" / "report.md").read_text()
+    assert f"from the brisk trace {trace} (10 requests" in markdown, markdown
+    assert f"from the brisk trace {trace}" in (tmp_path / "doctor" / "report.html").read_text()
+    assert "short prompts 42 tokens in, 9 out; long prompts 64 in, 9 out" in proc.stderr
+
+
+def test_a_bad_trace_names_its_file_and_line(tmp_path):
+    trace = tmp_path / "bad.jsonl"
+    trace.write_text('{"arrival_s": 0, "input_tokens": 10, "output_tokens": 2}\n'
+                     '{"arrival_s": 1, "input_tokens": -5, "output_tokens": 2}\n')
+    # Refused before any server is contacted (nothing listens on this port).
+    proc = run_doctor(tmp_path, "--url", f"http://127.0.0.1:{free_port()}", "--workload",
+                      str(trace), check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert f"--workload: {trace}:2:" in proc.stderr and "input_tokens" in proc.stderr, proc.stderr
+
+
 # --- bad input --------------------------------------------------------------------------------
 
 

@@ -1,10 +1,13 @@
-"""brisk bench's report.html in a real browser: headless Chromium (Debian's `chromium`), driven
-over the DevTools protocol on a pipe (`--remote-debugging-pipe`: no port, no extra package).
+"""brisk bench's and brisk doctor's report.html in a real browser: headless Chromium (Debian's
+`chromium`), driven over the DevTools protocol on a pipe (`--remote-debugging-pipe`: no port, no
+extra package).
 
-The report is made by a real short `brisk bench` run against the session's brisk serve. The test
-checks that every canvas holds a Chart.js chart whose points were laid out inside its plot area
-and painted in the first series' colour, and that the page logged no error. A screenshot is
-saved under the test's tmp dir and its path printed. Offline: report.html inlines Chart.js.
+The reports are made by a real short `brisk bench` and `brisk doctor` run against the session's
+brisk serve. The tests check that every canvas of bench's report holds a Chart.js chart whose
+points were laid out inside its plot area and painted in the first series' colour, that each
+report's table of numbers shows every load point (probe point) with the values of its
+result.json (report.json), and that the page logged no error. A screenshot is saved under the
+test's tmp dir and its path printed. Offline: report.html inlines Chart.js.
 """
 
 from __future__ import annotations
@@ -285,3 +288,62 @@ def test_a_report_whose_chart_fails_is_caught(bench_report, tmp_path):
     charts, errors, _ = render(broken, tmp_path)
     assert "no Chart.js chart on canvas itl" in chart_problems(charts)
     assert errors, "the failed chart logged no error"
+
+
+@pytest.fixture(scope="module")
+def doctor_report(brisk, tmp_path_factory) -> Path:
+    require_file(BRISK_BIN, "build brisk first (make)")
+    out = tmp_path_factory.mktemp("doctor")
+    proc = subprocess.run(
+        [str(BRISK_BIN), "doctor", "--url", brisk.base_url, "--budget", "20",
+         "--max-concurrency", "2", "--short-input-tokens", "16", "--long-input-tokens", "48",
+         "--usd-per-hour", "2.5", "--progress", "off", "--out", str(out)],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out / "report.html"
+
+
+def doctor_points(measurements: dict) -> list[dict]:
+    """The probe points doctor's table lists, in its order: every one measured, the ramp's first
+    (the short baseline again) once."""
+    probe = measurements["probe"]
+    points = [probe["cold"], probe["short"], probe["long"], *probe["ramp"][1:], probe["prefix"],
+              probe["mixed_short"], probe["mixed_long"]]
+    return [point for point in points if point["ok"] > 0]
+
+
+def fixed(value, decimals: int = 1) -> str:
+    return "—" if value is None else f"{value:.{decimals}f}"
+
+
+def test_doctor_report_shows_the_numbers_of_every_probe_point_in_a_table(doctor_report, tmp_path):
+    with loaded_page(doctor_report, tmp_path) as browser:
+        rows = browser.send("Runtime.evaluate", {"expression": TABLE_PROBE,
+                                                 "returnByValue": True})["result"]["value"]
+        errors = page_errors(browser.events)
+    assert errors == [], f"the page logged errors: {errors}"
+    measurements = json.loads((doctor_report.parent / "report.json").read_text())["measurements"]
+    points = doctor_points(measurements)
+    # However far the budget let the probe go (on a shared machine, maybe only the first
+    # stages), the table lists exactly what report.json measured.
+    assert points and len(rows) == len(points), rows
+    for row, point in zip(rows, points):
+        assert row[:4] == [point["stage"], str(point["concurrency"]), str(point["ok"]),
+                           str(point["failed"])], row
+        for cells, latency in ((row[4:8], point["ttft_ms"]), (row[8:12], point["e2e_ms"]),
+                               (row[12:14], point["itl_ms"])):
+            keys = ("mean", "p50", "p95", "p99") if len(cells) == 4 else ("p50", "p99")
+            assert cells == [fixed(latency[k] if latency["count"] else None) for k in keys], row
+        assert row[14] == f"{point['output_tokens_per_s']:.1f}", row
+        used = point["resources"]
+        gpu = used["gpu_utilization_mean"]
+        memory = used["gpu_memory_used_bytes_max"]
+        assert row[15:17] == [fixed(None if gpu is None else gpu * 100),
+                              fixed(None if memory is None else memory / 2**30, 2)], row
+        # The server runs here: its CPU and the host's are known for every point.
+        assert row[17:19] == [fixed(used["server_cores_mean"], 2),
+                              fixed(used["host_busy_cores_mean"], 2)], row
+        assert "—" not in row[17:19], row
+        # --usd-per-hour 2.5 at this point's throughput.
+        assert row[19] == f"{2.5 / 3600 / point['output_tokens_per_s'] * 1e6:.3f}", row
+

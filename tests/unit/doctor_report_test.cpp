@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "doctor/attribution.h"
 #include "doctor/doctor_report.h"
 #include "doctor/telemetry_recorder.h"
 #include "doctor/verdict.h"
+#include "scratch_dir.h"
 #include "telemetry/process_finder.h"
 
 namespace brisk::doctor {
@@ -216,6 +218,138 @@ TEST(DoctorReport, NvLinkThroughputWhenNvmlMeasuredIt) {
             std::string::npos)
       << markdown;
   EXPECT_EQ(markdown.find("GPU 1 NVLink"), std::string::npos);
+}
+
+TelemetryReading reading(double t_s, double host_cores, double server_cores,
+                         std::vector<double> gpu_utilization = {},
+                         std::vector<double> gpu_memory_used_bytes = {}) {
+  TelemetryReading r;
+  r.t_s = t_s;
+  r.host_busy_cores = host_cores;
+  r.server_cores = server_cores;
+  r.gpu_utilization = std::move(gpu_utilization);
+  r.gpu_memory_used_bytes = std::move(gpu_memory_used_bytes);
+  return r;
+}
+
+TEST(DoctorPointResources, TheReadingsWhoseIntervalOverlapsThePoint) {
+  // Readings every 0.25 s, each covering the 0.25 s before it; two GPUs.
+  const std::vector<TelemetryReading> timeline = {reading(0.25, 1.0, 0.5, {0.2, 0.4}, {1e9, 2e9}),
+                                                  reading(0.50, 1.5, 1.0, {0.6, 0.8}, {2e9, 2e9}),
+                                                  reading(0.75, 2.0, 1.5, {1.0, 1.0}, {3e9, 3e9}),
+                                                  reading(1.00, 0.5, 0.1, {0.0, 0.0}, {1e9, 1e9})};
+  // 0.3..0.6 s overlaps (0.25, 0.5] and (0.5, 0.75].
+  const PointResources point = resources_during(timeline, 0.3, 0.6);
+  EXPECT_EQ(point.readings, 2);
+  EXPECT_DOUBLE_EQ(*point.host_busy_cores_mean, 1.75);
+  EXPECT_DOUBLE_EQ(*point.server_cores_mean, 1.25);
+  EXPECT_DOUBLE_EQ(*point.gpu_utilization_mean, (0.6 + 0.8 + 1.0 + 1.0) / 4);
+  EXPECT_DOUBLE_EQ(*point.gpu_memory_used_bytes_max, 6e9);
+  // A point shorter than a reading gets the one around it.
+  const PointResources short_point = resources_during(timeline, 0.8, 0.85);
+  EXPECT_EQ(short_point.readings, 1);
+  EXPECT_DOUBLE_EQ(*short_point.host_busy_cores_mean, 0.5);
+}
+
+TEST(DoctorPointResources, WhatNoReadingHadStaysUnmeasured) {
+  // No GPU, the server not on this machine (-1), and a point that did not run.
+  const std::vector<TelemetryReading> timeline = {reading(0.25, 1.0, -1), reading(0.5, 1.0, -1)};
+  const PointResources point = resources_during(timeline, 0.0, 0.5);
+  EXPECT_EQ(point.readings, 2);
+  EXPECT_FALSE(point.server_cores_mean);
+  EXPECT_FALSE(point.gpu_utilization_mean);
+  EXPECT_FALSE(point.gpu_memory_used_bytes_max);
+  EXPECT_EQ(resources_during(timeline, -1, -1).readings, 0);
+  EXPECT_FALSE(resources_during(timeline, -1, -1).host_busy_cores_mean);
+}
+
+// The rows of report.html's #numbers table, each its cells' text.
+std::vector<std::vector<std::string>> numbers_rows(const std::string& html) {
+  std::vector<std::vector<std::string>> rows;
+  const size_t table = html.find("<table id=\"numbers\">");
+  if (table == std::string::npos) return rows;
+  size_t at = html.find("<tbody>", table);
+  const size_t end = html.find("</tbody>", at);
+  while ((at = html.find("<tr>", at)) != std::string::npos && at < end) {
+    const size_t row_end = html.find("</tr>", at);
+    std::vector<std::string> cells;
+    for (size_t cell = html.find("<td>", at); cell < row_end; cell = html.find("<td>", cell + 1)) {
+      cells.push_back(html.substr(cell + 4, html.find("</td>", cell) - cell - 4));
+    }
+    rows.push_back(cells);
+    at = row_end;
+  }
+  return rows;
+}
+
+TEST(DoctorReport, HtmlTableHasARowPerProbePointWithResourcesAndCost) {
+  testing::ScratchDir dir;
+  const auto chartjs = dir.path() / "chart.js";
+  std::ofstream(chartjs) << "/* Chart.js stand-in: the page's markup is what is checked */";
+  ASSERT_EQ(setenv("BRISK_CHARTJS", chartjs.c_str(), 1), 0);
+  Evidence evidence = recorded_probe();
+  evidence.usd_per_hour = 2.5;
+  evidence.ramp[2].resources.readings = 4;
+  evidence.ramp[2].resources.host_busy_cores_mean = 1.93;
+  evidence.ramp[2].resources.server_cores_mean = 1.71;
+  evidence.ramp[2].resources.gpu_utilization_mean = 0.875;
+  evidence.ramp[2].resources.gpu_memory_used_bytes_max = 3.5 * (1 << 30);
+  std::string error;
+  const auto page = dir.path() / "report.html";
+  ASSERT_TRUE(write_doctor_html(evidence, diagnose(evidence), {}, page, error)) << error;
+  unsetenv("BRISK_CHARTJS");
+  const auto rows = numbers_rows(testing::read_file(page));
+  // The short baseline and the ramp's two doublings; the cold and long points did not run.
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0][0], "short");
+  ASSERT_EQ(rows[2].size(), 20u);
+  // ramp c=4: TTFT mean 110, p50 110, p95 121, p99 132; ITL p50 52, p99 93.6; 72 tokens/s.
+  EXPECT_EQ(std::vector<std::string>(rows[2].begin(), rows[2].begin() + 8),
+            (std::vector<std::string>{"ramp", "4", "16", "0", "110.0", "110.0", "121.0", "132.0"}));
+  EXPECT_EQ(std::vector<std::string>(rows[2].begin() + 12, rows[2].end()),
+            (std::vector<std::string>{"52.0", "93.6", "72.0", "87.5", "3.50", "1.71", "1.93",
+                                      "9.645"}));  // $2.5/h at 72 tokens/s: $9.645 per 1M
+  // Not measured on the baseline: an em dash, never 0.
+  EXPECT_EQ(rows[0][15], "—");
+  EXPECT_EQ(rows[0][16], "—");
+}
+
+TEST(DoctorReport, TheWorkloadAndEachPointsWindowAndResourcesReachJsonAndMarkdown) {
+  Evidence evidence = recorded_probe();
+  evidence.workload.trace_path = "traffic.jsonl";
+  evidence.workload.trace_format = "brisk";
+  evidence.workload.trace_requests = 120;
+  evidence.workload.short_input_tokens = 180;
+  evidence.workload.trace_prefix_sharing = 0.4;
+  evidence.workload.shared_prefix_fraction = 0.4;
+  evidence.workload.flags_over_trace = {"--long-input-tokens"};
+  evidence.short_baseline.start_s = 1.5;
+  evidence.short_baseline.end_s = 3.25;
+  evidence.short_baseline.resources.readings = 7;
+  evidence.short_baseline.resources.host_busy_cores_mean = 1.2;
+  const nlohmann::json measurements = report_json(evidence, diagnose(evidence))["measurements"];
+  const nlohmann::json& workload = measurements["workload"];
+  EXPECT_EQ(workload["source"], "trace");
+  EXPECT_EQ(workload["trace"], "traffic.jsonl");
+  EXPECT_EQ(workload["trace_format"], "brisk");
+  EXPECT_EQ(workload["trace_requests"], 120);
+  EXPECT_EQ(workload["short_input_tokens"], 180);
+  EXPECT_DOUBLE_EQ(workload["shared_prefix_fraction"].get<double>(), 0.4);
+  EXPECT_EQ(workload["flags_over_trace"], nlohmann::json::array({"--long-input-tokens"}));
+  const nlohmann::json& short_point = measurements["probe"]["short"];
+  EXPECT_DOUBLE_EQ(short_point["start_s"].get<double>(), 1.5);
+  EXPECT_DOUBLE_EQ(short_point["end_s"].get<double>(), 3.25);
+  EXPECT_EQ(short_point["resources"]["readings"], 7);
+  EXPECT_DOUBLE_EQ(short_point["resources"]["host_busy_cores_mean"].get<double>(), 1.2);
+  EXPECT_TRUE(short_point["resources"]["gpu_utilization_mean"].is_null());
+  EXPECT_TRUE(measurements["probe"]["cold"]["start_s"].is_null());  // it did not run
+  const std::string markdown = markdown_report(evidence, diagnose(evidence));
+  EXPECT_NE(markdown.find("Workload: short prompts 180 tokens in"), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find("from the brisk trace traffic.jsonl (120 requests"), std::string::npos)
+      << markdown;
+  EXPECT_NE(markdown.find("--long-input-tokens given explicitly"), std::string::npos) << markdown;
+  EXPECT_EQ(report_json(Evidence{}, Diagnosis{})["measurements"]["workload"]["source"],
+            "synthetic");
 }
 
 }  // namespace
