@@ -180,17 +180,21 @@ def page_errors(events: list[dict]) -> list[str]:
     return errors
 
 
-@pytest.fixture(scope="module")
-def bench_report(brisk, tmp_path_factory) -> Path:
+def made_report(tmp_path_factory, verb: str, *args: str) -> Path:
+    """report.html of a real `brisk VERB ARGS --out DIR` run."""
     require_file(BRISK_BIN, "build brisk first (make)")
-    out = tmp_path_factory.mktemp("bench")
-    proc = subprocess.run(
-        [str(BRISK_BIN), "bench", "--url", brisk.base_url, "--concurrency", "1,2",
-         "--num-requests", "3", "--warmup-requests", "1", "--input-tokens", "16",
-         "--output-tokens", "4", "--out", str(out)],
-        capture_output=True, text=True, timeout=300)
+    out = tmp_path_factory.mktemp(verb)
+    proc = subprocess.run([str(BRISK_BIN), verb, *args, "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out / "report.html"
+
+
+@pytest.fixture(scope="module")
+def bench_report(brisk, tmp_path_factory) -> Path:
+    return made_report(tmp_path_factory, "bench", "--url", brisk.base_url, "--concurrency", "1,2",
+                       "--num-requests", "3", "--warmup-requests", "1", "--input-tokens", "16",
+                       "--output-tokens", "4")
 
 
 def render(report: Path, work_dir: Path) -> tuple[list[dict], list[str], Path]:
@@ -292,15 +296,9 @@ def test_a_report_whose_chart_fails_is_caught(bench_report, tmp_path):
 
 @pytest.fixture(scope="module")
 def doctor_report(brisk, tmp_path_factory) -> Path:
-    require_file(BRISK_BIN, "build brisk first (make)")
-    out = tmp_path_factory.mktemp("doctor")
-    proc = subprocess.run(
-        [str(BRISK_BIN), "doctor", "--url", brisk.base_url, "--budget", "20",
-         "--max-concurrency", "2", "--short-input-tokens", "16", "--long-input-tokens", "48",
-         "--usd-per-hour", "2.5", "--progress", "off", "--out", str(out)],
-        capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out / "report.html"
+    return made_report(tmp_path_factory, "doctor", "--url", brisk.base_url, "--budget", "20",
+                       "--max-concurrency", "2", "--short-input-tokens", "16",
+                       "--long-input-tokens", "48", "--usd-per-hour", "2.5", "--progress", "off")
 
 
 def doctor_points(measurements: dict) -> list[dict]:
