@@ -429,11 +429,13 @@ std::optional<double> prefix_sharing_ratio(const std::vector<TraceRecord>& recor
     prompt_tokens += record.input_tokens;
     if (record.hash_ids.empty() || record.block_tokens <= 0) continue;
     hashed = true;
+    // A prefix cache serves the leading blocks an earlier request had, up to the first it did
+    // not: a later block seen elsewhere follows a different prefix.
     for (size_t block = 0; block < record.hash_ids.size(); ++block) {
+      if (!seen.count(record.hash_ids[block])) break;
       const double first_token = static_cast<double>(block) * record.block_tokens;
-      const double tokens =
-          std::clamp(record.input_tokens - first_token, 0.0, static_cast<double>(record.block_tokens));
-      if (seen.count(record.hash_ids[block])) shared_tokens += tokens;
+      shared_tokens += std::clamp(record.input_tokens - first_token, 0.0,
+                                  static_cast<double>(record.block_tokens));
     }
     // Only after the record: a prompt is shared with earlier requests, not with itself.
     seen.insert(record.hash_ids.begin(), record.hash_ids.end());

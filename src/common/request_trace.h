@@ -70,9 +70,10 @@ std::optional<Trace> read_trace_file(const std::string& path, TraceFormat format
 std::optional<Trace> parse_trace(const std::string& text, TraceFormat format,
                                  const std::string& source, std::string& error);
 
-// Of all prompt tokens of `records` (in arrival order), the fraction in blocks whose hash an
-// earlier request's prompt already had: what a prefix cache that forgot nothing could reuse. A
-// record's tokens past its hashed blocks count as unshared. nullopt when no record has block
+// Of all prompt tokens of `records` (in arrival order), the fraction in each prompt's leading
+// blocks whose hash an earlier request's prompt already had (up to its first unseen block; a
+// partial last block counts its own tokens): what a prefix cache that forgot nothing could
+// reuse. A record's tokens past its hashed blocks, or without hashes, count as unshared. nullopt when no record has block
 // hashes (Azure's CSV: the sharing is unknown, not zero) or no record has a prompt token.
 std::optional<double> prefix_sharing_ratio(const std::vector<TraceRecord>& records);
 

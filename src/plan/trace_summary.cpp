@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <unordered_set>
 
 #include "common/percentile.h"
 
@@ -16,29 +15,6 @@ std::optional<double> arrival_rate_per_s(const std::vector<TraceRecord>& records
   const double span_s = last->arrival_s - first->arrival_s;
   if (span_s <= 0) return std::nullopt;
   return static_cast<double>(records.size() - 1) / span_s;
-}
-
-std::optional<double> prefix_shared_fraction(const std::vector<TraceRecord>& records) {
-  std::unordered_set<uint64_t> seen;
-  double prompt_tokens = 0;
-  double shared_tokens = 0;
-  for (const TraceRecord& record : records) {
-    if (record.input_tokens == 0) continue;
-    if (record.hash_ids.empty() || record.block_tokens <= 0) return std::nullopt;
-    prompt_tokens += record.input_tokens;
-    bool hit = true;
-    for (size_t block = 0; block < record.hash_ids.size(); ++block) {
-      const double start = static_cast<double>(block) * record.block_tokens;
-      const double tokens =
-          std::clamp(record.input_tokens - start, 0.0, static_cast<double>(record.block_tokens));
-      hit = hit && seen.count(record.hash_ids[block]) > 0;
-      if (hit) shared_tokens += tokens;
-    }
-    // Only after the request: its own repeated blocks are not a hit for itself.
-    seen.insert(record.hash_ids.begin(), record.hash_ids.end());
-  }
-  if (prompt_tokens == 0) return std::nullopt;
-  return shared_tokens / prompt_tokens;
 }
 
 LengthStats length_stats(std::vector<double> values) {
@@ -67,7 +43,7 @@ TraceSummary summarize_trace(const Trace& trace, const std::string& file) {
   summary.rate_per_s = arrival_rate_per_s(trace.records);
   summary.input_tokens = length_stats(std::move(input_tokens));
   summary.output_tokens = length_stats(std::move(output_tokens));
-  summary.prefix_shared_fraction = prefix_shared_fraction(trace.records);
+  summary.prefix_shared_fraction = prefix_sharing_ratio(trace.records);
   return summary;
 }
 

@@ -40,12 +40,6 @@ struct TraceSummary {
 // than two requests or when all arrive at once.
 std::optional<double> arrival_rate_per_s(const std::vector<TraceRecord>& records);
 
-// Of all prompt tokens, the fraction a prefix cache that forgets nothing could serve: each
-// request's leading blocks (records in arrival order) whose hash an earlier request already had.
-// A block counts the tokens this request has in it (the last may be partial). A hit ends at the
-// first unseen block, as a prefix cache's does. nullopt when a prompt has no hashes (Azure).
-std::optional<double> prefix_shared_fraction(const std::vector<TraceRecord>& records);
-
 // Mean, p50, p90, p99 (linear between ranks, as brisk bench reports) and max; zeros when empty.
 LengthStats length_stats(std::vector<double> values);
 

@@ -48,21 +48,23 @@ TEST(PlanTraceSummary, SharingCountsTheLeadingBlocksAnEarlierRequestHad) {
       request(3, 6, 1, {7, 2}),      // starts new: no hit, though block 2 was seen (not a prefix)
       request(4, 2, 1, {1}),         // 2 tokens in a seen 4-token block: 2 shared, not 4
   };
-  const auto fraction = prefix_shared_fraction(records);
+  const auto fraction = prefix_sharing_ratio(records);
   ASSERT_TRUE(fraction);
   EXPECT_DOUBLE_EQ(*fraction, (0 + 8 + 4 + 0 + 2) / 32.0);
 }
 
 TEST(PlanTraceSummary, ARequestDoesNotShareWithItself) {
-  EXPECT_DOUBLE_EQ(*prefix_shared_fraction({request(0, 8, 1, {5, 5})}), 0.0);
-  EXPECT_DOUBLE_EQ(*prefix_shared_fraction({request(0, 8, 1, {5, 6}), request(1, 8, 1, {5, 6})}),
+  EXPECT_DOUBLE_EQ(*prefix_sharing_ratio({request(0, 8, 1, {5, 5})}), 0.0);
+  EXPECT_DOUBLE_EQ(*prefix_sharing_ratio({request(0, 8, 1, {5, 6}), request(1, 8, 1, {5, 6})}),
                    0.5);
 }
 
 TEST(PlanTraceSummary, SharingIsUnknownWithoutHashes) {
-  EXPECT_FALSE(prefix_shared_fraction({request(0, 8, 1, {1, 2}), request(1, 8, 1)}));
+  // A request without hashes among hashed ones shares nothing; with no hashes at all, unknown.
+  EXPECT_DOUBLE_EQ(*prefix_sharing_ratio({request(0, 8, 1, {1, 2}), request(1, 8, 1)}), 0.0);
+  EXPECT_FALSE(prefix_sharing_ratio({request(0, 8, 1), request(1, 8, 1)}));
   // An empty prompt has no block to hash and says nothing either way.
-  EXPECT_TRUE(prefix_shared_fraction({request(0, 8, 1, {1, 2}), request(1, 0, 1)}));
+  EXPECT_TRUE(prefix_sharing_ratio({request(0, 8, 1, {1, 2}), request(1, 0, 1)}));
   std::string error;
   const auto azure =
       read_trace_summary(kTraceDir + "/azure_sample.csv", TraceFormat::automatic, &error);
