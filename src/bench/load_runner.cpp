@@ -91,12 +91,14 @@ RunResult run_closed_loop(const TargetEndpoint& target, const Workload& workload
     users.push_back(std::make_unique<OpenAiConnection>(io.get_executor(), target, workload.kind(),
                                                        options.timeout));
   }
+  // Returns the index of the first request it did not start.
   auto run_phase = [&](int first, int last, TimePoint deadline, PhaseCounters* progress) {
     Phase phase{&workload, options.run_index, &requests, &records, first, last,
                 warmup,    deadline,          0,         progress};
     for (auto& user : users) net::co_spawn(io, virtual_user(*user, phase), rethrow_if_failed);
     drive(io, options.busy_poll);
     io.restart();
+    return phase.next;
   };
 
   run_phase(0, warmup, TimePoint::max(), nullptr);
@@ -112,8 +114,11 @@ RunResult run_closed_loop(const TargetEndpoint& target, const Workload& workload
       options.duration_s ? result.start + std::chrono::duration_cast<Clock::duration>(
                                               std::chrono::duration<double>(*options.duration_s))
                          : TimePoint::max());
-  run_phase(warmup, total, deadline, options.progress);
+  const int started = run_phase(warmup, total, deadline, options.progress);
   result.end = Clock::now();
+  // Requests prebuilt but never started (the deadline came first) were never sent: they are not
+  // results, and left in they would count as successes of 0 ms.
+  records.resize(std::min(records.size(), static_cast<size_t>(started)));
   result.records.assign(std::make_move_iterator(records.begin()),
                         std::make_move_iterator(records.end()));
   return result;

@@ -55,5 +55,25 @@ TEST(LoadRunner, AnExceptionInAVirtualUserEndsTheRunInsteadOfVanishing) {
   EXPECT_EQ(finished.get(), "no request for you");
 }
 
+// Seen in brisk doctor's reports: a load point its budget cut short listed the requests it never
+// sent as successes of 0 ms.
+TEST(LoadRunner, RequestsADeadlineLeftUnstartedAreNotResults) {
+  TargetEndpoint target;
+  target.host = "127.0.0.1";
+  target.port = "9";  // nothing listens; nothing is sent anyway
+  RunOptions options;
+  options.load.concurrency = 2;
+  options.warmup_requests = 0;
+  options.num_requests = 8;
+  options.stop_starting_at = Clock::now();
+  class Prompts : public Workload {
+   public:
+    CompletionRequest request(int, int) const override { return {"/v1/completions", "{}", true}; }
+    ApiKind kind() const override { return ApiKind::completions; }
+  };
+  const RunResult result = run_closed_loop(target, Prompts{}, options);
+  EXPECT_TRUE(result.records.empty());
+}
+
 }  // namespace
 }  // namespace brisk::bench
