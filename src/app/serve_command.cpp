@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <iostream>
@@ -11,14 +12,27 @@
 #include "common/log.h"
 #include "common/model_store.h"
 #include "engine/engine.h"
-#include "sched/serving_metrics.h"
 #include "sched/engine_loop.h"
+#include "sched/serving_metrics.h"
 #include "server/generation_config.h"
 #include "server/openai_server.h"
 #include "server/trace_writer.h"
 
 namespace brisk {
 namespace {
+
+// llama-server's --cache-ram default; brisk takes at most a quarter of the machine's memory.
+constexpr int64_t kDefaultCacheRamMib = 8192;
+
+size_t cache_ram_bytes(int64_t mib) {
+  if (mib >= 0) return static_cast<size_t>(mib) << 20;
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_bytes = sysconf(_SC_PAGE_SIZE);
+  const size_t quarter = pages > 0 && page_bytes > 0
+                             ? static_cast<size_t>(pages) * static_cast<size_t>(page_bytes) / 4
+                             : static_cast<size_t>(kDefaultCacheRamMib) << 20;
+  return std::min(static_cast<size_t>(kDefaultCacheRamMib) << 20, quarter);
+}
 
 // Descriptors beyond the connections: the model file, logs, llama.cpp's own, the listener.
 constexpr rlim_t kReservedFileDescriptors = 64;
@@ -60,6 +74,7 @@ struct ServeFlags {
   std::string prefix_cache = "on";
   std::string policy = "fcfs";
   int prefix_cache_seqs = -1;  // -1: as many as --max-seqs
+  int64_t cache_ram_mib = -1;  // -1: kDefaultCacheRamMib, at most a quarter of the RAM
   TraceWriter::Options trace;  // --trace-out: no trace when its path is empty
 };
 
@@ -113,17 +128,24 @@ int run_serve(ServeFlags& flags) {
   }
   flags.engine.model_path = model.path.string();
   flags.scheduler.prefix_cache.enabled = flags.prefix_cache == "on" && flags.engine.kv_unified;
+  flags.scheduler.prefix_cache.host_bytes = cache_ram_bytes(flags.cache_ram_mib);
+  if (flags.scheduler.prefix_cache.enabled && flags.scheduler.prefix_cache.host_bytes > 0) {
+    spdlog::info(
+        "prefix cache host tier: up to {} MiB of evicted prefixes in host memory "
+        "(--cache-ram)",
+        flags.scheduler.prefix_cache.host_bytes >> 20);
+  }
   flags.scheduler.queue_policy.policy = flags.policy == "priority" ? SchedulingPolicy::priority
                                         : flags.policy == "slo"    ? SchedulingPolicy::slo
                                                                    : SchedulingPolicy::fcfs;
   // Sequence ids beyond the running ones hold finished requests' cells for reuse; in one KV
   // buffer they cost no memory of their own (a sliding-window cache is capped at --ctx-size).
-  const int cache_seqs = flags.prefix_cache_seqs < 0 ? flags.scheduler.max_seqs
-                                                     : flags.prefix_cache_seqs;
+  const int cache_seqs =
+      flags.prefix_cache_seqs < 0 ? flags.scheduler.max_seqs : flags.prefix_cache_seqs;
   flags.engine.max_seqs =
-      flags.scheduler.max_seqs +
-      (flags.scheduler.prefix_cache.enabled ? std::min(cache_seqs, 256 - flags.scheduler.max_seqs)
-                                            : 0);
+      flags.scheduler.max_seqs + (flags.scheduler.prefix_cache.enabled
+                                      ? std::min(cache_seqs, 256 - flags.scheduler.max_seqs)
+                                      : 0);
   flags.engine.max_batched_tokens = flags.scheduler.max_batched_tokens;
 
   spdlog::info("loading {}", model.path.string());
@@ -154,10 +176,11 @@ int run_serve(ServeFlags& flags) {
   OpenAiServer server(*engine, engine_loop, metrics, flags.server);
   if (trace) {
     server.set_trace_writer(trace.get());
-    spdlog::info("recording every finished request to {} (prefix hashes of {} tokens{}; SIGHUP "
-                 "reopens it)",
-                 flags.trace.path, flags.trace.block_tokens,
-                 flags.trace.include_text ? ", prompts' text included" : ", no text");
+    spdlog::info(
+        "recording every finished request to {} (prefix hashes of {} tokens{}; SIGHUP "
+        "reopens it)",
+        flags.trace.path, flags.trace.block_tokens,
+        flags.trace.include_text ? ", prompts' text included" : ", no text");
   }
   if (!server.listen(&error)) {
     std::cerr << "error: " << error << "\n";
@@ -323,6 +346,11 @@ CommandRunner register_serve_command(CLI::App& app) {
                  "least recently used is evicted first, and whenever running requests need "
                  "the cells)")
       ->check(CLI::Range(1, 255));
+  app.add_option("--cache-ram", flags->cache_ram_mib,
+                 "MiB of host memory for the prefix cache's second tier: evicted prefixes' KV "
+                 "state is kept there and restored on a hit instead of recomputed (0: off; "
+                 "default: 8192, at most a quarter of the machine's memory)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   app.add_option("--max-body-bytes", flags->server.limits.max_body_bytes,
                  "Largest request body accepted (413 beyond)")
       ->check(CLI::Range(size_t{1024}, size_t{1} << 32))

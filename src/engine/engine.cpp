@@ -33,8 +33,8 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options, std::string* 
   }
   engine->vocab_ = llama_model_get_vocab(engine->model_);
   engine->grammars_ = std::make_unique<GrammarCompiler>(engine->vocab_, kCompiledGrammars);
-  engine->chat_template_ =
-      ChatTemplate::choose(engine->model_, options.chat_template, options.chat_template_file, error);
+  engine->chat_template_ = ChatTemplate::choose(engine->model_, options.chat_template,
+                                                options.chat_template_file, error);
   if (!engine->chat_template_) return nullptr;
 
   const int threads =
@@ -183,7 +183,28 @@ void Engine::copy_sequence_prefix(int source, int destination, int tokens) {
 
 int Engine::sequence_window_start(int sequence) const {
   if (sliding_window_tokens_ <= 0) return 0;
-  return std::max(0, static_cast<int>(llama_memory_seq_pos_min(llama_get_memory(context_), sequence)));
+  return std::max(0,
+                  static_cast<int>(llama_memory_seq_pos_min(llama_get_memory(context_), sequence)));
+}
+
+std::vector<uint8_t> Engine::save_sequence(int sequence) {
+  std::vector<uint8_t> state(
+      llama_state_seq_get_size_ext(context_, sequence, LLAMA_STATE_SEQ_FLAGS_NONE));
+  const size_t written = llama_state_seq_get_data_ext(context_, state.data(), state.size(),
+                                                      sequence, LLAMA_STATE_SEQ_FLAGS_NONE);
+  state.resize(written);
+  return state;
+}
+
+bool Engine::restore_sequence(int sequence, std::span<const uint8_t> state, int tokens) {
+  llama_memory_t memory = llama_get_memory(context_);
+  if (llama_state_seq_set_data_ext(context_, state.data(), state.size(), sequence,
+                                   LLAMA_STATE_SEQ_FLAGS_NONE) == 0) {
+    llama_memory_seq_rm(memory, sequence, -1, -1);
+    return false;
+  }
+  llama_memory_seq_rm(memory, sequence, tokens, -1);
+  return true;
 }
 
 }  // namespace brisk

@@ -86,6 +86,8 @@ class Engine final : public ModelRunner {
   void release_sequence(int sequence) override;
   void copy_sequence_prefix(int source, int destination, int tokens) override;
   int sequence_window_start(int sequence) const override;
+  std::vector<uint8_t> save_sequence(int sequence) override;
+  bool restore_sequence(int sequence, std::span<const uint8_t> state, int tokens) override;
 
  private:
   Engine() = default;

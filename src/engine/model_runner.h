@@ -1,6 +1,9 @@
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "engine/token.h"
 
@@ -48,6 +51,12 @@ class ModelRunner {
   // The first position the sequence still holds in its sliding-window cache (0 when it holds
   // all, or the model has none): llama.cpp reuses masked window cells when it needs room.
   virtual int sequence_window_start(int sequence) const = 0;
+  // The sequence's KV cells as bytes in host memory (the prefix cache's host tier), to restore
+  // later into any empty sequence; empty when there is nothing to save.
+  virtual std::vector<uint8_t> save_sequence(int sequence) = 0;
+  // Restores bytes of save_sequence() into the empty `sequence` and keeps its first `tokens`
+  // positions. False, with the sequence left empty, when the cache has no room for them.
+  virtual bool restore_sequence(int sequence, std::span<const uint8_t> state, int tokens) = 0;
 };
 
 }  // namespace brisk

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 
 namespace brisk {
 namespace {
@@ -18,6 +19,24 @@ uint64_t hash_tokens(std::span<const Token> tokens) {
 
 }  // namespace
 
+void EvictedPrefixes::remember(std::span<const Token> tokens) {
+  for (size_t end = kEvictedBlockTokens; end <= tokens.size(); end += kEvictedBlockTokens) {
+    const uint64_t hash = hash_tokens(tokens.first(end));
+    if (!hashes_.insert(hash).second) continue;
+    order_.push_back(hash);
+    if (order_.size() > kEvictedHashesKept) {
+      hashes_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+}
+
+bool EvictedPrefixes::had_longer(std::span<const Token> tokens, int matched) const {
+  const size_t end = (static_cast<size_t>(matched) / kEvictedBlockTokens + 1) * kEvictedBlockTokens;
+  if (end >= tokens.size()) return false;
+  return hashes_.contains(hash_tokens(tokens.first(end)));
+}
+
 const char* prefix_miss_name(PrefixMiss miss) {
   switch (miss) {
     case PrefixMiss::no_match:
@@ -28,6 +47,10 @@ const char* prefix_miss_name(PrefixMiss miss) {
       return "window_expired";
     case PrefixMiss::evicted:
       return "evicted";
+    case PrefixMiss::host_evicted:
+      return "host_evicted";
+    case PrefixMiss::restore_failed:
+      return "restore_failed";
     case PrefixMiss::disabled:
       return "disabled";
     case PrefixMiss::none:
@@ -48,11 +71,14 @@ KvManager::KvManager(ModelRunner& engine, int running_limit, int sequence_ids,
       metrics_(metrics),
       state_(static_cast<size_t>(std::min(sequence_ids, PrefixTree::kMaxSequences)), State::free),
       last_used_(state_.size(), 0),
-      reused_(state_.size(), false) {
+      reused_(state_.size(), false),
+      host_(options_.enabled ? options.host_bytes : 0) {
+  metrics_.set_host_tier(0, 0, host_.capacity_bytes());
   if (options.enabled && !options_.enabled) {
     spdlog::info(
         "prefix cache off: it needs one KV buffer for all requests (--kv-unified) and --max-seqs "
-        "below {}", PrefixTree::kMaxSequences);
+        "below {}",
+        PrefixTree::kMaxSequences);
   }
 }
 
@@ -72,26 +98,49 @@ PrefixLookup KvManager::lookup(std::span<const Token> tokens) const {
   PrefixLookup result;
   if (!options_.enabled) {
     result.miss = PrefixMiss::disabled;
-  } else if (tokens.size() > 1) {
-    const PrefixTree::Match match = tree_.match(tokens.first(tokens.size() - 1));
-    if (match.tokens >= options_.min_tokens) {
-      for (size_t id = 0; id < state_.size(); ++id) {
-        if (match.owners.test(id) && window_allows(static_cast<int>(id), match.tokens)) {
-          result.tokens = match.tokens;
-          result.source = static_cast<int>(id);
-          break;
-        }
-      }
-      if (result.source < 0) result.miss = PrefixMiss::window_expired;
-    } else if (was_evicted(tokens, match.tokens)) {
-      result.miss = PrefixMiss::evicted;
-    } else {
-      result.miss = match.tokens > 0 ? PrefixMiss::below_minimum : PrefixMiss::no_match;
-    }
-  } else {
+    return result;
+  }
+  if (tokens.size() <= 1) {
     result.miss = PrefixMiss::no_match;
+    return result;
+  }
+  // One token is always left to compute: its logits start the completion.
+  const std::span<const Token> query = tokens.first(tokens.size() - 1);
+  const PrefixTree::Match match = tree_.match(query);
+  if (match.tokens >= options_.min_tokens) {
+    for (size_t id = 0; id < state_.size(); ++id) {
+      if (match.owners.test(id) && window_allows(static_cast<int>(id), match.tokens)) {
+        result.tokens = match.tokens;
+        result.source = static_cast<int>(id);
+        break;
+      }
+    }
+  }
+  // The host tier serves what the KV cache holds less of.
+  const HostPrefixCache::Match stored = host_.match(
+      query, [&](const HostPrefixCache::Entry& entry, int n) { return host_usable(entry, n); });
+  if (stored.tokens >= options_.min_tokens && stored.tokens > result.tokens) {
+    result = {stored.tokens, -1, PrefixMiss::none, true};
+  }
+  if (result.tokens > 0) return result;
+  const int longest = std::max(match.tokens, stored.tokens);
+  if (match.tokens >= options_.min_tokens) {
+    result.miss = PrefixMiss::window_expired;
+  } else if (host_evicted_.had_longer(tokens, longest)) {
+    result.miss = PrefixMiss::host_evicted;
+  } else if (kv_evicted_.had_longer(tokens, longest)) {
+    result.miss = PrefixMiss::evicted;
+  } else {
+    result.miss = longest > 0 ? PrefixMiss::below_minimum : PrefixMiss::no_match;
   }
   return result;
+}
+
+// A host entry serves `tokens` positions when its sliding-window cells cover the window before
+// them (the same rule as a KV source's).
+bool KvManager::host_usable(const HostPrefixCache::Entry& entry, int tokens) const {
+  const int window = engine_.sliding_window_tokens();
+  return window <= 0 || entry.window_start <= std::max(0, tokens - window + 1);
 }
 
 // On a sliding-window model a new sequence reusing `tokens` cells attends, from position
@@ -103,13 +152,20 @@ bool KvManager::window_allows(int source, int tokens) const {
   return engine_.sequence_window_start(source) <= std::max(0, tokens - window + 1);
 }
 
-void KvManager::attach(int id, const PrefixLookup& hit, int query_tokens) {
+int KvManager::attach(int id, const PrefixLookup& hit, std::span<const Token> prompt) {
+  const int query_tokens = static_cast<int>(prompt.size());
+  if (hit.from_host) {
+    const int restored = restore_from_host(id, hit, prompt);
+    metrics_.observe_prefix_lookup(query_tokens, restored,
+                                   prefix_miss_name(PrefixMiss::restore_failed));
+    return restored;
+  }
   metrics_.observe_prefix_lookup(query_tokens, hit.tokens, prefix_miss_name(hit.miss));
-  if (hit.tokens <= 0) return;
+  if (hit.tokens <= 0) return 0;
   engine_.copy_sequence_prefix(hit.source, id, hit.tokens);
   tree_.share(id, hit.source, hit.tokens);
   reused_[static_cast<size_t>(hit.source)] = true;
-  if (state_[static_cast<size_t>(hit.source)] != State::cached) return;
+  if (state_[static_cast<size_t>(hit.source)] != State::cached) return hit.tokens;
   last_used_[static_cast<size_t>(hit.source)] = ++clock_;
   // A cached sequence whose every cell the newcomer now shares adds nothing: free its id.
   if (tree_.exclusive_cells(hit.source) == 0) {
@@ -117,6 +173,24 @@ void KvManager::attach(int id, const PrefixLookup& hit, int query_tokens) {
     engine_.release_sequence(hit.source);
     state_[static_cast<size_t>(hit.source)] = State::free;
   }
+  return hit.tokens;
+}
+
+// The entry is found again by the prompt: making room since the lookup may have saved a longer
+// state that replaced it.
+int KvManager::restore_from_host(int id, const PrefixLookup& hit, std::span<const Token> prompt) {
+  const HostPrefixCache::Match stored = host_.match(
+      prompt.first(static_cast<size_t>(hit.tokens)),
+      [&](const HostPrefixCache::Entry& entry, int n) { return host_usable(entry, n); });
+  if (stored.tokens < hit.tokens) return 0;
+  const auto started = std::chrono::steady_clock::now();
+  if (!engine_.restore_sequence(id, stored.entry->state, hit.tokens)) return 0;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  tree_.append(id, prompt.first(static_cast<size_t>(hit.tokens)));
+  metrics_.count_host_restore(hit.tokens, stored.entry->state.size(), seconds);
+  host_.touch(stored.entry->id);
+  return hit.tokens;
 }
 
 void KvManager::record(int id, std::span<const Token> tokens) { tree_.append(id, tokens); }
@@ -150,9 +224,7 @@ void KvManager::end_oldest_trials() {
       }
     }
     if (trials <= options_.trial_sequences) return;
-    remember_evicted(oldest);
-    release(oldest);
-    metrics_.count_prefix_eviction();
+    evict(oldest);
   }
 }
 
@@ -165,30 +237,30 @@ bool KvManager::evict_oldest(int keep) {
     }
   }
   if (oldest < 0) return false;
-  remember_evicted(oldest);
-  release(oldest);
-  metrics_.count_prefix_eviction();
+  evict(oldest);
   return true;
 }
 
-void KvManager::remember_evicted(int id) {
+void KvManager::evict(int id) {
   const TokenList tokens = tree_.tokens(id);
-  for (size_t end = kEvictedBlockTokens; end <= tokens.size(); end += kEvictedBlockTokens) {
-    const uint64_t hash = hash_tokens(std::span<const Token>(tokens).first(end));
-    if (!evicted_hashes_.insert(hash).second) continue;
-    evicted_order_.push_back(hash);
-    if (evicted_order_.size() > kEvictedHashesKept) {
-      evicted_hashes_.erase(evicted_order_.front());
-      evicted_order_.pop_front();
+  kv_evicted_.remember(tokens);
+  if (host_.enabled() && !tokens.empty()) {
+    bool stored = false;
+    const auto started = std::chrono::steady_clock::now();
+    std::vector<uint8_t> state = engine_.save_sequence(id);
+    const size_t bytes = state.size();
+    for (const TokenList& dropped :
+         host_.insert(tokens, std::move(state), engine_.sequence_window_start(id), &stored)) {
+      host_evicted_.remember(dropped);
+      metrics_.count_host_eviction();
     }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (stored) metrics_.count_host_save(bytes, seconds);
+    metrics_.set_host_tier(host_.bytes(), host_.entries(), host_.capacity_bytes());
   }
-}
-
-// Whether the cache once held a longer prefix of `tokens` than the `matched` it holds now.
-bool KvManager::was_evicted(std::span<const Token> tokens, int matched) const {
-  const size_t end = (static_cast<size_t>(matched) / kEvictedBlockTokens + 1) * kEvictedBlockTokens;
-  if (end >= tokens.size()) return false;
-  return evicted_hashes_.contains(hash_tokens(tokens.first(end)));
+  release(id);
+  metrics_.count_prefix_eviction();
 }
 
 PrefixTree::Owners KvManager::running_mask() const {

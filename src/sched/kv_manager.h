@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/model_runner.h"
+#include "sched/host_prefix_cache.h"
 #include "sched/prefix_tree.h"
 #include "sched/serving_metrics.h"
 
@@ -21,16 +22,48 @@ struct PrefixCacheOptions {
   // repeat would slow every running stream (docs/scheduling.md). A reused one stays until
   // evicted for room.
   int trial_sequences = 2;
+  // The host-memory tier (--cache-ram): evicted sequences' KV state kept in this many bytes of
+  // host memory and restored on a hit instead of recomputed; 0 turns it off.
+  size_t host_bytes = 0;
 };
 
 // Why a request's prompt found no cached prefix to reuse (brisk_prefix_cache_misses_total).
-enum class PrefixMiss { none, no_match, below_minimum, window_expired, evicted, disabled };
+// evicted: the KV cache held a longer prefix and freed it (with no host tier to keep it);
+// host_evicted: the host tier held it and evicted it for bytes; restore_failed: the host tier
+// held it but the KV cache had no room to restore it into.
+enum class PrefixMiss {
+  none,
+  no_match,
+  below_minimum,
+  window_expired,
+  evicted,
+  host_evicted,
+  restore_failed,
+  disabled
+};
 const char* prefix_miss_name(PrefixMiss miss);
 
 struct PrefixLookup {
   int tokens = 0;   // cached tokens the request reuses (0: a miss)
-  int source = -1;  // the sequence whose cells it copies
+  int source = -1;  // the sequence whose cells it copies (KV tier)
   PrefixMiss miss = PrefixMiss::none;
+  bool from_host = false;  // restored from the host tier into new cells
+
+  // KV cells the request shares instead of taking new ones.
+  int shared_cells() const { return from_host ? 0 : tokens; }
+};
+
+// Prefixes a cache tier let go of, by the hash of every kBlockTokens-token prefix (the newest
+// few thousand): a miss on a prefix the tier once held is told apart from one it never saw.
+class EvictedPrefixes {
+ public:
+  void remember(std::span<const Token> tokens);
+  // Whether a prefix of `tokens` longer than `matched` was let go of.
+  bool had_longer(std::span<const Token> tokens, int matched) const;
+
+ private:
+  std::unordered_set<uint64_t> hashes_;
+  std::deque<uint64_t> order_;
 };
 
 // The engine's KV sequence ids and cells. A running request holds one sequence id; when it
@@ -51,9 +84,10 @@ class KvManager {
   // The longest cached prefix of `tokens` a sequence may reuse, keeping at least one token to
   // compute (its logits start the completion).
   PrefixLookup lookup(std::span<const Token> tokens) const;
-  // Gives the newly acquired `id` the cells of the hit, and counts the lookup of its
-  // `query_tokens` in the metrics.
-  void attach(int id, const PrefixLookup& hit, int query_tokens);
+  // Gives the newly acquired `id` the cells of the hit of `prompt` (a host hit is restored into
+  // new cells), counts the lookup in the metrics, and returns the tokens reused: the hit's, or
+  // 0 when a host restore found no room.
+  int attach(int id, const PrefixLookup& hit, std::span<const Token> prompt);
   // After a successful decode: `id` computed `tokens` at its next positions.
   void record(int id, std::span<const Token> tokens);
   // A running sequence ends without leaving its cells to the cache (cancelled, failed,
@@ -71,13 +105,16 @@ class KvManager {
   int evictable_cells(int keep) const;
   int cached_sequences() const;
   int running_sequences() const;
+  const HostPrefixCache& host_tier() const { return host_; }
 
  private:
   enum class State { free, running, cached };
   bool window_allows(int source, int tokens) const;
   void end_oldest_trials();
-  void remember_evicted(int id);
-  bool was_evicted(std::span<const Token> tokens, int matched) const;
+  // Frees a cached sequence, first saving its state in the host tier when there is one.
+  void evict(int id);
+  int restore_from_host(int id, const PrefixLookup& hit, std::span<const Token> prompt);
+  bool host_usable(const HostPrefixCache::Entry& entry, int tokens) const;
   PrefixTree::Owners running_mask() const;
 
   ModelRunner& engine_;
@@ -88,10 +125,9 @@ class KvManager {
   std::vector<uint64_t> last_used_;  // per id: when it last finished or served a hit
   std::vector<bool> reused_;         // per id: its cells served a hit since it was acquired
   uint64_t clock_ = 0;
-  // Hashes of evicted prefixes (every kEvictedBlockTokens tokens), oldest first, so a miss
-  // on a prefix the cache once held is told apart from one it never saw.
-  std::unordered_set<uint64_t> evicted_hashes_;
-  std::deque<uint64_t> evicted_order_;
+  HostPrefixCache host_;
+  EvictedPrefixes kv_evicted_;
+  EvictedPrefixes host_evicted_;
 };
 
 }  // namespace brisk

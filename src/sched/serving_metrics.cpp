@@ -202,6 +202,25 @@ std::string ServingMetrics::render_prometheus(const SchedulerStats& stats) const
   return out;
 }
 
+void ServingMetrics::count_host_save(size_t bytes, double seconds) {
+  ++host_saves_;
+  host_saved_bytes_ += bytes;
+  host_save_microseconds_ += static_cast<uint64_t>(seconds * 1e6);
+}
+
+void ServingMetrics::count_host_restore(int tokens, size_t bytes, double seconds) {
+  ++host_restores_;
+  host_restored_tokens_ += static_cast<uint64_t>(tokens);
+  host_restored_bytes_ += bytes;
+  host_restore_microseconds_ += static_cast<uint64_t>(seconds * 1e6);
+}
+
+void ServingMetrics::set_host_tier(size_t bytes, size_t entries, size_t capacity_bytes) {
+  host_bytes_ = bytes;
+  host_entries_ = entries;
+  host_capacity_bytes_ = capacity_bytes;
+}
+
 void ServingMetrics::render_prefix_cache(const SchedulerStats& stats, std::string& out) const {
   append_header(out, "brisk_prefix_cache_queries_total", "counter",
                 "Prompts looked up in the prefix cache.");
@@ -221,7 +240,8 @@ void ServingMetrics::render_prefix_cache(const SchedulerStats& stats, std::strin
     std::lock_guard lock(counters_mutex_);
     for (const PrefixMiss miss :
          {PrefixMiss::no_match, PrefixMiss::below_minimum, PrefixMiss::window_expired,
-          PrefixMiss::evicted, PrefixMiss::disabled}) {
+          PrefixMiss::evicted, PrefixMiss::host_evicted, PrefixMiss::restore_failed,
+          PrefixMiss::disabled}) {
       const char* reason = prefix_miss_name(miss);
       const auto it = prefix_misses_by_reason_.find(reason);
       out += fmt::format("brisk_prefix_cache_misses_total{{reason=\"{}\"}} {}\n", reason,
@@ -237,6 +257,39 @@ void ServingMetrics::render_prefix_cache(const SchedulerStats& stats, std::strin
   append_header(out, "brisk_prefix_cache_sequences", "gauge",
                 "Finished requests whose KV cells are kept for reuse.");
   out += fmt::format("brisk_prefix_cache_sequences {}\n", stats.prefix_cache_sequences);
+  const auto counter = [&](const char* name, const char* help, double value) {
+    append_header(out, name, "counter", help);
+    out += fmt::format("{} {}\n", name, value);
+  };
+  const auto gauge = [&](const char* name, const char* help, double value) {
+    append_header(out, name, "gauge", help);
+    out += fmt::format("{} {}\n", name, value);
+  };
+  counter("brisk_prefix_cache_host_saves_total",
+          "Evicted sequences whose KV state was saved in the host tier (--cache-ram).",
+          host_saves_.load());
+  counter("brisk_prefix_cache_host_saved_bytes_total", "Bytes saved in the host tier.",
+          host_saved_bytes_.load());
+  counter("brisk_prefix_cache_host_save_seconds_total", "Time spent saving to the host tier.",
+          host_save_microseconds_.load() / 1e6);
+  counter("brisk_prefix_cache_host_restores_total",
+          "Prefix-cache hits restored from the host tier instead of computed.",
+          host_restores_.load());
+  counter(
+      "brisk_prefix_cache_host_hit_tokens_total",
+      "Prompt tokens restored from the host tier (also in brisk_prefix_cache_hit_tokens_total).",
+      host_restored_tokens_.load());
+  counter("brisk_prefix_cache_host_restored_bytes_total", "Bytes restored from the host tier.",
+          host_restored_bytes_.load());
+  counter("brisk_prefix_cache_host_restore_seconds_total",
+          "Time spent restoring from the host tier.", host_restore_microseconds_.load() / 1e6);
+  counter("brisk_prefix_cache_host_evictions_total",
+          "Host-tier entries evicted to stay within --cache-ram, least recently used first.",
+          host_evictions_.load());
+  gauge("brisk_prefix_cache_host_bytes", "Bytes the host tier holds.", host_bytes_.load());
+  gauge("brisk_prefix_cache_host_entries", "Sequences the host tier holds.", host_entries_.load());
+  gauge("brisk_prefix_cache_host_capacity_bytes", "The host tier's budget (--cache-ram).",
+        host_capacity_bytes_.load());
 }
 
 std::string ServingMetrics::render_vllm_compat(const SchedulerStats& stats,

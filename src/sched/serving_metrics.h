@@ -57,6 +57,12 @@ class ServingMetrics {
   // none were (`miss_reason` is "none" on a hit).
   void observe_prefix_lookup(int query_tokens, int hit_tokens, const char* miss_reason);
   void count_prefix_eviction() { ++prefix_evictions_; }
+  // The host tier (--cache-ram): an evicted sequence's state saved, a hit restored from it, an
+  // entry it evicted for bytes, and what it holds now.
+  void count_host_save(size_t bytes, double seconds);
+  void count_host_restore(int tokens, size_t bytes, double seconds);
+  void count_host_eviction() { ++host_evictions_; }
+  void set_host_tier(size_t bytes, size_t entries, size_t capacity_bytes);
 
   std::string render_prometheus(const SchedulerStats& stats) const;
   void render_prefix_cache(const SchedulerStats& stats, std::string& out) const;
@@ -90,6 +96,17 @@ class ServingMetrics {
   std::atomic<uint64_t> prefix_hits_{0};
   std::atomic<uint64_t> prefix_hit_tokens_{0};
   std::atomic<uint64_t> prefix_evictions_{0};
+  std::atomic<uint64_t> host_saves_{0};
+  std::atomic<uint64_t> host_saved_bytes_{0};
+  std::atomic<uint64_t> host_save_microseconds_{0};
+  std::atomic<uint64_t> host_restores_{0};
+  std::atomic<uint64_t> host_restored_tokens_{0};
+  std::atomic<uint64_t> host_restored_bytes_{0};
+  std::atomic<uint64_t> host_restore_microseconds_{0};
+  std::atomic<uint64_t> host_evictions_{0};
+  std::atomic<uint64_t> host_bytes_{0};
+  std::atomic<uint64_t> host_entries_{0};
+  std::atomic<uint64_t> host_capacity_bytes_{0};
   mutable std::mutex counters_mutex_;
   std::map<std::string, uint64_t> finished_by_reason_;
   std::map<std::string, uint64_t> rejected_by_reason_;

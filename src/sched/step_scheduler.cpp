@@ -297,7 +297,8 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
         auto next = waiting_.begin() + index;
         const TokenList& prompt = (*next)->prompt_tokens;
         hit = kv_.lookup(prompt);
-        if (!make_room(static_cast<int>(prompt.size()) - hit.tokens, hit.source, committed)) {
+        if (!make_room(static_cast<int>(prompt.size()) - hit.shared_cells(), hit.source,
+                       committed)) {
           return blocked(AdmissionBlock::kv_cache_full, next->get());
         }
         request = std::move(*next);
@@ -315,7 +316,7 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
       if (resumed == preempted_.end()) return;
       Sequence& next = **resumed;
       hit = kv_.lookup(next.prefill_tokens());
-      if (!make_room(next.prompt_remaining() - hit.tokens, hit.source, committed)) {
+      if (!make_room(next.prompt_remaining() - hit.shared_cells(), hit.source, committed)) {
         return blocked(AdmissionBlock::kv_cache_full, &next.request_ref());
       }
       std::unique_ptr<Sequence> sequence = std::move(*resumed);
@@ -372,8 +373,7 @@ void StepScheduler::start_sequence(std::unique_ptr<Sequence> sequence, const Pre
                                    int& budget, int& kv_free) {
   const int id = kv_.acquire(hit.source);
   sequence->assign_slot(id);
-  kv_.attach(id, hit, static_cast<int>(sequence->prefill_tokens().size()));
-  sequence->reuse_cached_prefix(hit.tokens);
+  sequence->reuse_cached_prefix(kv_.attach(id, hit, sequence->prefill_tokens()));
   Sequence& started = *sequence;
   const auto at = std::find_if(running_.begin(), running_.end(), [&](const auto& other) {
     return other->admission_order() > started.admission_order();

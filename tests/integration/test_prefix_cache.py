@@ -122,3 +122,62 @@ def test_cached_prefixes_are_reused_and_change_no_greedy_token(servers):
     assert metrics["brisk_prefix_cache_sequences"] >= 1
     assert metrics_off['brisk_prefix_cache_misses_total{reason="disabled"}'] == 4
     assert metrics_off["brisk_prefix_cache_hits_total"] == 0
+
+
+# --- the host tier (--cache-ram) ---------------------------------------------------------------
+
+def test_evicted_prefixes_come_back_from_host_memory_with_the_same_greedy_text(servers,
+                                                                                tmp_path_factory):
+    """--prefix-cache-trial-seqs 0 frees every finished request's KV cells at once: the later
+    questions then find the system prompt only in the host tier, restore it, and answer as a
+    server that computes everything."""
+    model, start = servers
+    host = _start_brisk(tmp_path_factory, f"brisk-host-tier-{model[0]}",
+                        ["--max-seqs", "4", "--prefix-cache-trial-seqs", "0", "--cache-ram", "256",
+                         "--target-itl-ms", "0"], api_key=None, model=model)
+    try:
+        answers_host, cached_host = conversation(host, model[0])
+        metrics = get_metrics(host)
+    finally:
+        _stop_and_check_clean_exit(host)
+    off = start("off")
+    try:
+        answers_off, _ = conversation(off, model[0])
+    finally:
+        _stop_and_check_clean_exit(off)
+    for i, (a, b) in enumerate(zip(answers_host, answers_off)):
+        if compare_greedy(a, b) is not None and i == len(QUESTIONS) - 1:
+            break
+    assert cached_host[0] == 0
+    assert all(c >= 150 for c in cached_host[1:]), cached_host
+    assert metrics["brisk_prefix_cache_sequences"] == 0  # nothing stays in the KV cache
+    assert metrics["brisk_prefix_cache_host_restores_total"] == 3
+    assert metrics["brisk_prefix_cache_host_hit_tokens_total"] == sum(cached_host)
+    assert metrics["brisk_prefix_cache_host_saves_total"] >= 3
+    assert 0 < metrics["brisk_prefix_cache_host_bytes"] <= 256 << 20
+
+
+def test_a_full_host_tier_evicts_and_stays_within_its_bound(tmp_path_factory):
+    """8 MiB holds two of these ~145-token SmolLM2 sequences (~38 KB a token), not three: the
+    first topic is gone from both tiers when it comes back."""
+    server = _start_brisk(tmp_path_factory, "brisk-host-tier-bound",
+                          ["--max-seqs", "2", "--prefix-cache-trial-seqs", "0", "--cache-ram", "8"],
+                          api_key=None, model=(SECOND_MODEL_NAME, SECOND_MODEL_FILE))
+    try:
+        client = OpenAI(base_url=server.base_url + "/v1", api_key="unused", timeout=120)
+        topics = ["river valleys", "mountain passes", "coastal towns", "river valleys"]
+        cached = []
+        for topic in topics:
+            reply = client.completions.create(
+                model=SECOND_MODEL_NAME, prompt=f"A long report about {topic}. " * 20,
+                max_tokens=4, temperature=0)
+            cached.append(reply.usage.prompt_tokens_details.cached_tokens)
+        metrics = get_metrics(server)
+    finally:
+        _stop_and_check_clean_exit(server)
+    assert cached == [0, 0, 0, 0], cached  # the first topic was evicted from host memory too
+    assert metrics['brisk_prefix_cache_misses_total{reason="host_evicted"}'] == 1
+    assert metrics["brisk_prefix_cache_host_evictions_total"] >= 1
+    assert 1 <= metrics["brisk_prefix_cache_host_entries"] <= 2
+    assert metrics["brisk_prefix_cache_host_bytes"] <= metrics["brisk_prefix_cache_host_capacity_bytes"]
+    assert metrics["brisk_prefix_cache_host_capacity_bytes"] == 8 << 20

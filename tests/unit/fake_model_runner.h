@@ -11,10 +11,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -82,7 +84,8 @@ class FakeModelRunner final : public ModelRunner {
       for (int v = 0; v < vocabulary_; ++v) row[v] = static_cast<float>((hash >> (v % 48)) & 3);
       row[hash % static_cast<uint64_t>(vocabulary_)] = 6.0f;
     }
-    max_sequences_in_a_step_ = std::max(max_sequences_in_a_step_, static_cast<int>(sequences.size()));
+    max_sequences_in_a_step_ =
+        std::max(max_sequences_in_a_step_, static_cast<int>(sequences.size()));
     max_cells_used_ = std::max(max_cells_used_, used + static_cast<int>(batch_.size()));
     max_batch_ = std::max(max_batch_, static_cast<int>(batch_.size()));
     const auto delay = step_delay + token_delay * static_cast<int>(batch_.size());
@@ -127,21 +130,91 @@ class FakeModelRunner final : public ModelRunner {
     return std::max(0, length - sliding_window);
   }
 
-  int decodes() const { std::lock_guard lock(mutex_); return decodes_; }
+  // The saved state is the sequence's tokens; a restore takes new cells for them (as
+  // llama.cpp's does), within usable_cells.
+  std::vector<uint8_t> save_sequence(int sequence) override {
+    std::lock_guard lock(mutex_);
+    ++saves_;
+    std::vector<uint8_t> state;
+    for (const Cell& cell : cache_[sequence]) {
+      const auto* bytes = reinterpret_cast<const uint8_t*>(&cell.token);
+      state.insert(state.end(), bytes, bytes + sizeof(Token));
+    }
+    return state;
+  }
+  bool restore_sequence(int sequence, std::span<const uint8_t> state, int tokens) override {
+    std::lock_guard lock(mutex_);
+    std::vector<Cell>& cells = cache_[sequence];
+    const int saved = static_cast<int>(state.size() / sizeof(Token));
+    if (!cells.empty() || tokens > saved ||
+        static_cast<int>(cell_owners_.size()) + saved > usable_cells_) {
+      ++failed_restores_;
+      return false;
+    }
+    ++restores_;
+    for (int i = 0; i < tokens; ++i) {
+      Token token;
+      std::memcpy(&token, state.data() + static_cast<size_t>(i) * sizeof(Token), sizeof(Token));
+      cells.push_back({token, next_cell_});
+      ++cell_owners_[next_cell_++];
+    }
+    return true;
+  }
+  int saves() const {
+    std::lock_guard lock(mutex_);
+    return saves_;
+  }
+  int restores() const {
+    std::lock_guard lock(mutex_);
+    return restores_;
+  }
+  int failed_restores() const {
+    std::lock_guard lock(mutex_);
+    return failed_restores_;
+  }
+
+  int decodes() const {
+    std::lock_guard lock(mutex_);
+    return decodes_;
+  }
   // Read after the work is done.
-  int no_kv_space_answers() const { std::lock_guard lock(mutex_); return no_kv_space_; }
-  int misplaced_tokens() const { std::lock_guard lock(mutex_); return misplaced_; }
-  int max_sequences_in_a_step() const { std::lock_guard lock(mutex_); return max_sequences_in_a_step_; }
-  int max_cells_used() const { std::lock_guard lock(mutex_); return max_cells_used_; }
-  int max_batch() const { std::lock_guard lock(mutex_); return max_batch_; }
-  void reset_max_batch() { std::lock_guard lock(mutex_); max_batch_ = 0; }
+  int no_kv_space_answers() const {
+    std::lock_guard lock(mutex_);
+    return no_kv_space_;
+  }
+  int misplaced_tokens() const {
+    std::lock_guard lock(mutex_);
+    return misplaced_;
+  }
+  int max_sequences_in_a_step() const {
+    std::lock_guard lock(mutex_);
+    return max_sequences_in_a_step_;
+  }
+  int max_cells_used() const {
+    std::lock_guard lock(mutex_);
+    return max_cells_used_;
+  }
+  int max_batch() const {
+    std::lock_guard lock(mutex_);
+    return max_batch_;
+  }
+  void reset_max_batch() {
+    std::lock_guard lock(mutex_);
+    max_batch_ = 0;
+  }
   int cells_in_use() const {
     std::lock_guard lock(mutex_);
     return static_cast<int>(cell_owners_.size());
   }
-  int prefix_copies() const { std::lock_guard lock(mutex_); return copies_; }
+  int prefix_copies() const {
+    std::lock_guard lock(mutex_);
+    return copies_;
+  }
   // Copies into a sequence that held cells, or of more cells than the source had.
-  int bad_prefix_copies() const { std::lock_guard lock(mutex_); return bad_copies_; }
+  int bad_prefix_copies() const {
+    std::lock_guard lock(mutex_);
+    return bad_copies_;
+  }
 
   Token end_token = -1;  // none: generation stops at max_tokens
   // Runs on the engine thread before decode number n (from 1): lets a test act at an exact step.
@@ -175,6 +248,9 @@ class FakeModelRunner final : public ModelRunner {
   int next_cell_ = 0;
   int copies_ = 0;
   int bad_copies_ = 0;
+  int saves_ = 0;
+  int restores_ = 0;
+  int failed_restores_ = 0;
   int decodes_ = 0;
   int no_kv_space_ = 0;
   int misplaced_ = 0;

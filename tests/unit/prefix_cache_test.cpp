@@ -7,8 +7,9 @@
 #include <numeric>
 
 #include "fake_model_runner.h"
-#include "scheduler_run.h"
+#include "sched/host_prefix_cache.h"
 #include "sched/prefix_tree.h"
+#include "scheduler_run.h"
 
 namespace brisk {
 namespace {
@@ -86,7 +87,8 @@ std::function<Job(size_t, const std::vector<Outcome>&)> shared_system_prompt(
   };
 }
 
-std::vector<Job> materialize(int count, const std::function<Job(size_t, const std::vector<Outcome>&)>& make) {
+std::vector<Job> materialize(int count,
+                             const std::function<Job(size_t, const std::vector<Outcome>&)>& make) {
   std::vector<Job> out;
   for (int i = 0; i < count; ++i) out.push_back(make(static_cast<size_t>(i), {}));
   return out;
@@ -263,6 +265,144 @@ TEST(PrefixCache, PrefixesNobodyReusesAreFewAndAReusedOneStays) {
   });
   EXPECT_EQ(reused[1].cached_prompt_tokens, 80);
   EXPECT_EQ(reused[8].cached_prompt_tokens, 80) << "the reused prefix outlived the trials";
+}
+
+// --- the host tier (--cache-ram) --------------------------------------------------------------
+
+std::vector<uint8_t> bytes(size_t count) { return std::vector<uint8_t>(count, 7); }
+
+TEST(HostPrefixCache, KeepsTheLongestStateOfAPrefixAndEvictsTheLeastRecentlyUsedByBytes) {
+  HostPrefixCache host(1000);
+  const auto any = [](const HostPrefixCache::Entry&, int) { return true; };
+  EXPECT_TRUE(host.insert(range(1, 10), bytes(300), 0).empty());
+  // One that extends it replaces it; one it extends is redundant.
+  host.insert(range(1, 20), bytes(400), 0);
+  EXPECT_EQ(host.entries(), 1u);
+  EXPECT_EQ(host.bytes(), 400u);
+  bool stored = true;
+  host.insert(range(1, 5), bytes(100), 0, &stored);
+  EXPECT_FALSE(stored);
+  EXPECT_EQ(host.match(range(1, 30), any).tokens, 20);
+  EXPECT_EQ(host.match(concat(range(1, 7), range(500, 3)), any).tokens, 7);
+
+  host.insert(range(100, 10), bytes(400), 0);           // 800 bytes held
+  host.touch(host.match(range(1, 20), any).entry->id);  // the first is now the most recent
+  const auto evicted = host.insert(range(200, 10), bytes(300), 0);  // 1100 > 1000
+  ASSERT_EQ(evicted.size(), 1u);
+  EXPECT_EQ(evicted[0], range(100, 10)) << "the least recently used went";
+  EXPECT_EQ(host.bytes(), 700u);
+  EXPECT_LE(host.bytes(), host.capacity_bytes());
+
+  host.insert(range(300, 10), bytes(1001), 0, &stored);
+  EXPECT_FALSE(stored) << "a state over the whole budget is not kept";
+  EXPECT_EQ(host.match(range(300, 10), any).tokens, 0);
+  // `usable` filters matches (a sliding window that no longer covers them).
+  EXPECT_EQ(
+      host.match(range(1, 20), [](const HostPrefixCache::Entry&, int n) { return n < 5; }).tokens,
+      0);
+}
+
+SchedulerOptions with_host_tier(int max_seqs, size_t host_bytes) {
+  SchedulerOptions out = options(max_seqs);
+  out.prefix_cache.host_bytes = host_bytes;
+  return out;
+}
+
+// The prefix the trials freed in PrefixesNobodyReusesAreFewAndAReusedOneStays comes back from
+// host memory: restored, not computed, and every stream is what it is alone.
+TEST(PrefixCache, AnEvictedPrefixIsRestoredFromTheHostTierAndStreamsAreUnchanged) {
+  for (const SamplingParams& sampling : {greedy(), seeded(5)}) {
+    const TokenList system = range(1, 80);
+    const auto make = [&](size_t i, const std::vector<Outcome>&) {
+      Job job;
+      job.max_tokens = 6;
+      job.sampling = sampling;
+      job.prompt = (i == 0 || i == 7) ? concat(system, range(5000 + 10 * static_cast<Token>(i), 4))
+                                      : range(1000 * static_cast<Token>(i) + 1, 80);
+      return job;
+    };
+    FakeModelRunner runner(100000);
+    SchedulerRun run(runner, with_host_tier(4, 1 << 20));
+    const auto outcomes = run.one_by_one(8, make);
+    expect_same_streams(outcomes, alone(materialize(8, make)));
+    EXPECT_EQ(outcomes[7].cached_prompt_tokens, 80);
+    EXPECT_EQ(runner.restores(), 1);
+    EXPECT_EQ(runner.misplaced_tokens(), 0);
+    EXPECT_EQ(run.metric("brisk_prefix_cache_host_restores_total"), 1);
+    EXPECT_EQ(run.metric("brisk_prefix_cache_host_hit_tokens_total"), 80);
+    EXPECT_EQ(run.metric("brisk_prefix_cache_misses_total{reason=\"evicted\"}"), 0);
+    EXPECT_GT(run.metric("brisk_prefix_cache_host_saves_total"), 0);
+    EXPECT_GT(run.metric("brisk_prefix_cache_host_bytes"), 0);
+  }
+}
+
+// A chat's next turn after many other requests: its history is in host memory, not recomputed.
+TEST(PrefixCache, AChatTurnAfterManyOthersFindsItsHistoryInTheHostTier) {
+  FakeModelRunner runner(100000);
+  SchedulerRun run(runner, with_host_tier(2, 1 << 20));
+  const TokenList first_turn = range(1, 40);
+  std::string first_answer;
+  const auto outcomes = run.one_by_one(8, [&](size_t i, const std::vector<Outcome>& before) {
+    Job job;
+    job.max_tokens = 8;
+    job.sampling = greedy();
+    if (i < 7) {  // the first turn, then six other conversations' first turns
+      job.prompt = i == 0 ? first_turn : range(3000 + 100 * static_cast<Token>(i), 40);
+      return job;
+    }
+    job.prompt = first_turn;
+    std::istringstream answer(before[0].text);
+    for (Token token; answer >> token;) job.prompt.push_back(token);
+    job.prompt = concat(job.prompt, range(500, 5));
+    return job;
+  });
+  EXPECT_EQ(outcomes[7].cached_prompt_tokens, 40 + 8 - 1);
+  EXPECT_EQ(runner.restores(), 1);
+
+  // Without the host tier the same turn is recomputed.
+  FakeModelRunner cold_runner(100000);
+  SchedulerRun cold(cold_runner, with_host_tier(2, 0));
+  std::vector<Job> same;
+  for (size_t i = 0; i < 7; ++i) {
+    Job job;
+    job.max_tokens = 8;
+    job.sampling = greedy();
+    job.prompt = i == 0 ? first_turn : range(3000 + 100 * static_cast<Token>(i), 40);
+    same.push_back(job);
+  }
+  const auto cold_outcomes = cold.one_by_one(8, [&](size_t i, const std::vector<Outcome>& before) {
+    if (i < 7) return same[i];
+    Job job = same[0];
+    std::istringstream answer(before[0].text);
+    for (Token token; answer >> token;) job.prompt.push_back(token);
+    job.prompt = concat(job.prompt, range(500, 5));
+    return job;
+  });
+  EXPECT_EQ(cold_outcomes[7].cached_prompt_tokens, 0);
+  EXPECT_EQ(cold_outcomes[7].text, outcomes[7].text) << "restored or computed, the same answer";
+  EXPECT_EQ(cold_runner.restores(), 0);
+}
+
+// A host tier too small for everything evicts by bytes, never grows past its bound, and a prefix
+// it let go of is a `host_evicted` miss.
+TEST(PrefixCache, AFullHostTierEvictsAndTheMissSaysHostEvicted) {
+  FakeModelRunner runner(100000);
+  // The fake saves 4 bytes per token: room for two 86-token sequences, not three.
+  SchedulerRun run(runner, with_host_tier(2, 2 * 86 * sizeof(Token) + 10));
+  const auto outcomes = run.one_by_one(9, [&](size_t i, const std::vector<Outcome>&) {
+    Job job;
+    job.max_tokens = 6;
+    job.sampling = greedy();
+    // 0..7 unique; 8 repeats 0, long gone from both tiers.
+    job.prompt = range(1000 * static_cast<Token>(i % 8) + 1, 80);
+    return job;
+  });
+  EXPECT_EQ(outcomes[8].cached_prompt_tokens, 0);
+  EXPECT_EQ(run.metric("brisk_prefix_cache_misses_total{reason=\"host_evicted\"}"), 1);
+  EXPECT_GT(run.metric("brisk_prefix_cache_host_evictions_total"), 0);
+  EXPECT_LE(run.metric("brisk_prefix_cache_host_bytes"),
+            run.metric("brisk_prefix_cache_host_capacity_bytes"));
+  EXPECT_EQ(runner.restores(), 0);
 }
 
 }  // namespace
