@@ -265,8 +265,10 @@ int run_bench(const BenchFlags& flags) {
                                       *bench::parse_think_time(flags.think_time, error),
                                       spec.input_tokens,
                                       spec.output_tokens,
+                                      flags.system_tokens,
                                       flags.seed};
     workload_description = bench::describe_sessions(*session_spec, spec.kind);
+    workload_description["sessions"] = flags.sessions;  // one load point each
     workload_description["tokenizer"] = bench::tokenizer_api_name(calibration.api);
   } else if (preset_cases) {
     workloads =
@@ -288,11 +290,11 @@ int run_bench(const BenchFlags& flags) {
   if (replay) std::cerr << replay->built.summary << "\n";
   if (session_spec) {
     std::cerr << fmt::format(
-        "sessions: {} turns each, think time {} s, each new message {} tokens ({:.2f} tokens per "
-        "filler word, {}), answers {} tokens\n",
-        session_spec->turns, session_spec->think.spec(), session_spec->user_tokens.spec(),
-        calibration.tokens_per_word, calibration.measured() ? "measured" : "assumed",
-        session_spec->output_tokens.spec());
+        "sessions: {} turns each, think time {} s, system prompt {} tokens, each new message {} "
+        "tokens ({:.2f} tokens per filler word, {}), answers {} tokens\n",
+        session_spec->turns, session_spec->think.spec(), session_spec->system_tokens,
+        session_spec->user_tokens.spec(), calibration.tokens_per_word,
+        calibration.measured() ? "measured" : "assumed", session_spec->output_tokens.spec());
   }
   const int measured_requests =
       replay ? static_cast<int>(replay->schedule.records.size()) : flags.num_requests;

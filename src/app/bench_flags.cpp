@@ -180,6 +180,12 @@ CLI::Option* add_bench_flags(CLI::App& app, BenchFlags& flags) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str()
       ->needs(sessions);
+  app.add_option("--system-tokens", flags.system_tokens,
+                 "A system prompt of about this many tokens opening each --sessions conversation "
+                 "(its own: conversations share nothing)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->needs(sessions);
   app.add_option("--think-time", flags.think_time,
                  "Seconds a --sessions user reads before the next turn: S, uniform:MIN:MAX or "
                  "exponential:MEAN")

@@ -37,6 +37,7 @@ struct BenchFlags {
   std::optional<double> max_duration_s;
   std::vector<int> sessions;  // chat sessions per load point; a list runs a sweep
   int turns = 4;
+  int system_tokens = 0;         // each --sessions conversation's own system prompt
   std::string think_time = "1";  // a ThinkTime spec, seconds
   bool replay_sessions = false;  // --trace's session ids become conversations
   std::string progress = "auto";

@@ -18,6 +18,7 @@ constexpr uint64_t kThinkStream = 0x7468696e6b;  // "think"
 constexpr uint64_t kUserStream = 0x75736572;     // "user"
 constexpr uint64_t kOutputStream = 0x6f7574;     // "out"
 constexpr uint64_t kWordStream = 0x776f7264;     // "word"
+constexpr uint64_t kSystemStream = 0x737973;     // "sys"
 
 // A double in [0, 1) from the top 53 bits of `bits`.
 double unit_interval(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
@@ -112,16 +113,24 @@ std::vector<SessionScript> synthetic_sessions(const SessionSpec& spec,
   for (int s = 0; s < spec.sessions; ++s) {
     SessionScript script;
     script.user = fmt::format("brisk-bench-{}-{}-{}", spec.seed, run_index, s);
+    const std::string unique_line =
+        fmt::format("Conversation {} of run {} (seed {}).", s, run_index, spec.seed);
+    if (spec.system_tokens > 0) {
+      script.system_text =
+          unique_line +
+          filler_text(
+              key_of(spec.seed, kSystemStream, run_index, s, 0),
+              words_for(std::max(1, spec.system_tokens - calibration.header_tokens), calibration));
+    }
     for (int t = 0; t < spec.turns; ++t) {
       SessionTurn turn;
       turn.not_before_s = t == 0 ? s * stagger_s : 0;
       turn.think_s =
           t == 0 ? 0 : spec.think.sample_s(key_of(spec.seed, kThinkStream, run_index, s, t));
       int tokens = spec.user_tokens.sample(key_of(spec.seed, kUserStream, run_index, s, t));
-      if (t == 0) {
+      if (t == 0 && script.system_text.empty()) {
         // The unique line: no two conversations share a first block.
-        turn.user_text =
-            fmt::format("Conversation {} of run {} (seed {}).", s, run_index, spec.seed);
+        turn.user_text = unique_line;
         tokens = std::max(1, tokens - calibration.header_tokens);
       }
       turn.user_text += filler_text(key_of(spec.seed, kWordStream, run_index, s, t),
@@ -133,6 +142,14 @@ std::vector<SessionScript> synthetic_sessions(const SessionSpec& spec,
     scripts.push_back(std::move(script));
   }
   return scripts;
+}
+
+void Conversation::add_system(const std::string& text) {
+  if (kind_ == ApiKind::chat) {
+    messages_.push_back({{"role", "system"}, {"content", text}});
+  } else {
+    prompt_ += text;
+  }
 }
 
 void Conversation::add_user(const std::string& text) {
@@ -172,6 +189,7 @@ json describe_sessions(const SessionSpec& spec, ApiKind kind) {
           {"sessions", spec.sessions},
           {"turns", spec.turns},
           {"think_time_s", spec.think.spec()},
+          {"system_tokens", spec.system_tokens},
           {"input_tokens", spec.user_tokens.mean()},
           {"input_tokens_dist", spec.user_tokens.spec()},
           {"output_tokens", spec.output_tokens.mean()},

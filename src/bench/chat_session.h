@@ -45,6 +45,7 @@ struct SessionScript {
   // Sent as the request's `user` field, as an OpenAI client tells a service who is asking; a
   // server that records traces (brisk serve --trace-out) keeps the conversation together.
   std::string user;
+  std::string system_text;  // the conversation's system prompt; empty: none
   std::vector<SessionTurn> turns;
 };
 
@@ -54,13 +55,15 @@ struct SessionSpec {
   ThinkTime think;
   LengthDistribution user_tokens = LengthDistribution::fixed_at(128);  // each new user message
   LengthDistribution output_tokens = LengthDistribution::fixed_at(128);
+  int system_tokens = 0;  // a system prompt of its own per conversation (0: none)
   uint64_t seed = 0;
 };
 
 // `spec.sessions` conversations of `spec.turns` turns. Their first turns are spread evenly over
-// one mean think time (a chat service's users do not all press enter at once); each first
-// message starts with a line unique to (seed, run, session), so conversations share nothing and
-// only a conversation's own history can come from a cache.
+// one mean think time (a chat service's users do not all press enter at once); each
+// conversation's first message (its system prompt, when `system_tokens` > 0) starts with a line
+// unique to (seed, run, session), so conversations share nothing and only a conversation's own
+// history can come from a cache.
 std::vector<SessionScript> synthetic_sessions(const SessionSpec& spec,
                                               const TokenCalibration& calibration, int run_index);
 
@@ -69,6 +72,7 @@ std::vector<SessionScript> synthetic_sessions(const SessionSpec& spec,
 class Conversation {
  public:
   explicit Conversation(ApiKind kind) : kind_(kind) {}
+  void add_system(const std::string& text);
   void add_user(const std::string& text);
   void add_answer(const std::string& text);
   CompletionRequest request(const std::string& model, const std::string& user, int max_tokens,

@@ -36,6 +36,7 @@ net::awaitable<void> converse(const SessionScript& script, RequestRecord* record
   auto executor = co_await net::this_coro::executor;
   OpenAiConnection connection(executor, target, phase.requests->kind, timeout);
   Conversation conversation(phase.requests->kind);
+  if (!script.system_text.empty()) conversation.add_system(script.system_text);
   net::steady_timer due_timer(executor);
   TimePoint previous_end = phase.start;
   for (size_t t = 0; t < script.turns.size(); ++t) {

@@ -142,8 +142,9 @@ std::vector<SessionScript> trace_sessions(const TraceSchedule& schedule, double 
       index = it->second;
     }
     if (index == scripts.size()) {
-      scripts.push_back(
-          {record.session.empty() ? fmt::format("brisk-replay-{}", i) : record.session, {}});
+      SessionScript script;
+      script.user = record.session.empty() ? fmt::format("brisk-replay-{}", i) : record.session;
+      scripts.push_back(std::move(script));
       previous.push_back(nullptr);
     }
     SessionTurn turn;

@@ -69,6 +69,7 @@ def test_every_turn_resends_the_history_with_the_servers_own_answers(tmp_path):
     result = json.loads((out / "result.json").read_text())
     assert result["workload"]["source"] == "sessions"
     assert result["workload"]["turns"] == 3
+    assert result["workload"]["sessions"] == [3]
     assert result["workload"]["think_time_s"] == "0.05"
     assert result["runs"][0]["load"] == {"sessions": 3}
     assert result["runs"][0]["requests"]["ok"] == 9

@@ -96,6 +96,34 @@ TEST(SyntheticSessions, StaggerFirstTurnsAndShareNoFirstLine) {
             scripts[2].turns[1].user_text);
 }
 
+TEST(SyntheticSessions, ASystemPromptOfItsOwnOpensEachConversation) {
+  SessionSpec spec;
+  spec.sessions = 2;
+  spec.turns = 2;
+  spec.system_tokens = 112;
+  spec.user_tokens = LengthDistribution::fixed_at(20);
+  TokenCalibration calibration;
+  calibration.tokens_per_word = 1.0;
+  calibration.header_tokens = 12;
+  const auto scripts = synthetic_sessions(spec, calibration, 0);
+  ASSERT_EQ(scripts.size(), 2u);
+  for (const SessionScript& script : scripts) {
+    // The unique line, then 100 filler words; the first user message is all filler.
+    EXPECT_EQ(script.system_text.rfind("Conversation ", 0), 0u) << script.system_text;
+    const std::string filler = script.system_text.substr(script.system_text.find('.') + 1);
+    EXPECT_EQ(std::count(filler.begin(), filler.end(), ' '), 100);
+    EXPECT_EQ(std::count(script.turns[0].user_text.begin(), script.turns[0].user_text.end(), ' '),
+              20);
+  }
+  EXPECT_NE(scripts[0].system_text, scripts[1].system_text);
+  Conversation chat(ApiKind::chat);
+  chat.add_system(scripts[0].system_text);
+  chat.add_user("hi");
+  const json body = json::parse(chat.request("m", "u", 4, true, SamplingOptions{}).body);
+  EXPECT_EQ(body["messages"][0]["role"], "system");
+  EXPECT_EQ(body["messages"][1]["role"], "user");
+}
+
 TEST(Conversation, ChatResendsEveryMessageAndTheAnswersInOrder) {
   Conversation chat(ApiKind::chat);
   chat.add_user("first question");
