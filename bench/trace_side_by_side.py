@@ -45,8 +45,13 @@ def parse_args() -> argparse.Namespace:
                    help="send chat sessions instead of the trace: this many conversations")
     p.add_argument("--turns", type=int, default=6)
     p.add_argument("--think-time", default="1")
+    p.add_argument("--system-tokens", type=int, default=0,
+                   help="sessions: each conversation's own system prompt")
     p.add_argument("--input-tokens", type=int, default=200, help="each new user message")
     p.add_argument("--output-tokens", type=int, default=64, help="each answer")
+    p.add_argument("--servers", default="brisk,llama-server",
+                   help="which to compare, in the first round's order: brisk, llama-server, "
+                        "brisk-cache-ram-0 (brisk without the prefix cache's host tier)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--ctx-size", type=int, default=16384)
     p.add_argument("--seqs", type=int, default=8)
@@ -57,10 +62,12 @@ def parse_args() -> argparse.Namespace:
 
 def start(args, name: str, logdir: str):
     port = free_port()
-    if name == "brisk":
+    if name.startswith("brisk"):
         argv = [str(args.brisk), "serve", "--model", args.model, "--port", str(port), "--host",
                 "127.0.0.1", "--ctx-size", str(args.ctx_size), "--threads", str(args.threads),
                 "--max-seqs", str(args.seqs)]
+        if name == "brisk-cache-ram-0":
+            argv += ["--cache-ram", "0"]
         return start_server(name, argv, port, "/ready", logdir)
     argv = [str(args.llama_server), "-m", str(args.model_file), "--host", "127.0.0.1", "--port",
             str(port), "-t", str(args.threads), "-c", str(args.ctx_size), "-np", str(args.seqs),
@@ -73,7 +80,8 @@ def start(args, name: str, logdir: str):
 def workload_args(args) -> list[str]:
     if args.sessions:
         return ["--sessions", str(args.sessions), "--turns", str(args.turns), "--think-time",
-                args.think_time, "--endpoint", "chat", "--input-tokens", str(args.input_tokens),
+                args.think_time, "--endpoint", "chat", "--system-tokens", str(args.system_tokens),
+                "--input-tokens", str(args.input_tokens),
                 "--output-tokens", str(args.output_tokens)]
     return ["--trace", str(args.trace), "--time-scale", str(args.time_scale)]
 
@@ -116,9 +124,10 @@ def main() -> int:
     logdir = tempfile.mkdtemp(prefix="trace_side-")
     workdir = Path(tempfile.mkdtemp(prefix="trace_side-work-"))
     rounds = []
+    names = args.servers.split(",")
     for r in range(args.rounds):
         row = {}
-        for name in (("brisk", "llama-server") if r % 2 == 0 else ("llama-server", "brisk")):
+        for name in (names if r % 2 == 0 else list(reversed(names))):
             server = start(args, name, logdir)
             try:
                 row[name] = figures(replay(args, server.port, workdir / f"{name}-{r}"))
@@ -127,7 +136,7 @@ def main() -> int:
             log(f"round {r} {name}: {row[name]}")
         rounds.append(row)
     medians = {}
-    for name in ("brisk", "llama-server"):
+    for name in names:
         medians[name] = {}
         for key in rounds[0][name]:
             values = [row[name][key] for row in rounds if row[name][key] is not None]

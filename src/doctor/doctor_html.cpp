@@ -148,7 +148,7 @@ bool write_doctor_html(const Evidence& evidence, const Diagnosis& diagnosis,
       << (verdict.accelerator_bound ? "The accelerator is the bottleneck."
                                     : "The accelerator is not the fix.")
       << "</b> " << html_escape(verdict.summary)
-      << "</p><p>Workload: " << html_escape(describe_probe_workload(evidence.workload)) << ".</p>"
+      << "</p><p>Workload: " << html_escape(describe_probe_lengths(evidence.workload)) << ".</p>"
       << numbers_table(evidence) << "<h2>Findings</h2><ol>";
   for (const Finding& finding : diagnosis.findings) {
     out << "<li><b class=\"" << severity_name(finding.severity) << "\">" << html_escape(finding.id)

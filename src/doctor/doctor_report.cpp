@@ -55,7 +55,7 @@ json point_json(const ProbePoint& point) {
           {"resources", resources_json(point.resources)}};
 }
 
-json workload_json(const ProbeWorkload& workload) {
+json workload_json(const ProbeLengths& workload) {
   return {{"source", workload.from_trace() ? "trace" : "synthetic"},
           {"trace", workload.from_trace() ? json(workload.trace_path) : json(nullptr)},
           {"trace_format", workload.from_trace() ? json(workload.trace_format) : json(nullptr)},
@@ -332,7 +332,7 @@ std::string markdown_report(const Evidence& evidence, const Diagnosis& diagnosis
                      verdict.accelerator_bound ? "Yes" : "No", verdict.summary);
   out += fmt::format("Target {} (model {}), probed for {:.0f} s of a {:.0f} s budget.\n\n",
                      evidence.url, evidence.model, evidence.elapsed_s, evidence.budget_s);
-  out += fmt::format("Workload: {}.\n\n", describe_probe_workload(evidence.workload));
+  out += fmt::format("Workload: {}.\n\n", describe_probe_lengths(evidence.workload));
 
   out +=
       "## Latency\n\n| probe | concurrency | requests | TTFT mean | TTFT p95 | TTFT p99 | ITL p50 "

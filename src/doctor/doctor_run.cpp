@@ -16,7 +16,7 @@
 #include "doctor/doctor_report.h"
 #include "doctor/hardware_floor.h"
 #include "doctor/probe_plan.h"
-#include "doctor/probe_workload.h"
+#include "doctor/probe_lengths.h"
 #include "doctor/served_child.h"
 #include "doctor/verdict.h"
 
@@ -56,15 +56,15 @@ bool write_text(const std::filesystem::path& path, const std::string& text, std:
 }
 
 // The probe's lengths: the trace's (--workload) or the defaults, then the flags given.
-std::optional<ProbeWorkload> probe_workload(const DoctorOptions& options, std::string& error) {
-  ProbeWorkload workload;
+std::optional<ProbeLengths> probe_lengths(const DoctorOptions& options, std::string& error) {
+  ProbeLengths workload;
   if (!options.workload.empty()) {
     const auto trace = read_trace_file(options.workload, TraceFormat::automatic, error);
     if (!trace) {
       error = "--workload: " + error;
       return std::nullopt;
     }
-    workload = probe_workload_from_trace(*trace, options.workload);
+    workload = probe_lengths_from_trace(*trace, options.workload);
   }
   auto given = [&](const char* flag, const std::optional<int>& value, int& length) {
     if (!value) return;
@@ -87,7 +87,7 @@ int run_doctor(const DoctorOptions& options) {
     slo = bench::parse_slo(options.slo, error);
     if (!slo) return fail("--slo: " + error);
   }
-  const std::optional<ProbeWorkload> workload = probe_workload(options, error);
+  const std::optional<ProbeLengths> workload = probe_lengths(options, error);
   if (!workload) return fail(error);
   if (!options.out_dir.empty()) {
     std::error_code fs_error;
@@ -131,7 +131,7 @@ int run_doctor(const DoctorOptions& options) {
   probe.seed = options.seed;
   std::cerr << fmt::format("brisk doctor: probing {} (model {}) for at most {:.0f} s; {}\n",
                            target->url(), model, options.budget_s,
-                           describe_probe_workload(*workload));
+                           describe_probe_lengths(*workload));
   auto outcome = run_probe(probe, error);
   if (!outcome) return fail(error + "; check --url and that the server is up");
   Evidence& evidence = outcome->evidence;

@@ -22,7 +22,7 @@ struct DoctorOptions {
   int server_pid = -1;
   std::vector<std::string> serve_args;  // for the child; default: the default model
   std::string workload;                 // a request trace whose lengths and sharing the probe takes
-  // Unset: the trace's, or ProbeWorkload's defaults. Set: wins over the trace.
+  // Unset: the trace's, or ProbeLengths's defaults. Set: wins over the trace.
   std::optional<int> short_input_tokens;
   std::optional<int> long_input_tokens;
   unsigned long seed = 0;

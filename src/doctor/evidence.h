@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "bench/run_statistics.h"
-#include "doctor/probe_workload.h"
+#include "doctor/probe_lengths.h"
 #include "telemetry/cpu_times.h"
 #include "telemetry/nvml_sampler.h"
 
@@ -106,7 +106,7 @@ struct HardwareFloor {
 struct Evidence {
   std::string url;
   std::string model;
-  ProbeWorkload workload;
+  ProbeLengths workload;
   ProbePoint cold;
   ProbePoint short_baseline;     // concurrency 1
   ProbePoint long_baseline;      // concurrency 1, unique long prompts

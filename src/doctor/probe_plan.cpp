@@ -134,13 +134,13 @@ void run_ramp(const ProbeOptions& options, Stages& stages, const bench::Workload
 }
 
 // The tokens every repeated-prefix prompt starts with; 0 when the workload shares none.
-int shared_prefix_tokens(const ProbeWorkload& lengths) {
+int shared_prefix_tokens(const ProbeLengths& lengths) {
   return static_cast<int>(std::lround(lengths.long_input_tokens * lengths.shared_prefix_fraction));
 }
 
 void run_prefix_probe(const ProbeOptions& options, Stages& stages, TelemetryRecorder& telemetry,
                       Evidence& evidence) {
-  const ProbeWorkload& lengths = options.workload;
+  const ProbeLengths& lengths = options.workload;
   const int shared_tokens = shared_prefix_tokens(lengths);
   const int tail_tokens = std::max(8, lengths.long_input_tokens - shared_tokens);
   const std::string shared = stages.synthetic(shared_tokens, 1, 71)->prompt(0, 0);
@@ -163,7 +163,7 @@ void run_prefix_probe(const ProbeOptions& options, Stages& stages, TelemetryReco
 
 void run_mixed_probe(const ProbeOptions& options, Stages& stages, Evidence& evidence) {
   const int concurrency = std::max(2, std::min(4, options.max_concurrency));
-  const ProbeWorkload& lengths = options.workload;
+  const ProbeLengths& lengths = options.workload;
   MixedWorkload workload(
       stages.synthetic(lengths.short_input_tokens, lengths.mixed_short_output_tokens, 81),
       stages.synthetic(lengths.long_input_tokens, lengths.long_output_tokens, 82), concurrency);
@@ -201,7 +201,7 @@ std::optional<ProbeOutcome> run_probe(const ProbeOptions& options, std::string& 
   Evidence& evidence = outcome.evidence;
   evidence.budget_s = options.budget_s;
   evidence.workload = options.workload;
-  const ProbeWorkload& lengths = options.workload;
+  const ProbeLengths& lengths = options.workload;
 
   const auto shorts = stages.synthetic(lengths.short_input_tokens, lengths.short_output_tokens, 1);
   const auto longs = stages.synthetic(lengths.long_input_tokens, lengths.long_output_tokens, 2);

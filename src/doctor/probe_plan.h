@@ -9,7 +9,7 @@
 #include "bench/slo.h"
 #include "bench/target_endpoint.h"
 #include "doctor/evidence.h"
-#include "doctor/probe_workload.h"
+#include "doctor/probe_lengths.h"
 #include "doctor/telemetry_recorder.h"
 
 namespace brisk::doctor {
@@ -22,7 +22,7 @@ struct ProbeOptions {
   int max_concurrency = 16;
   std::optional<bench::Slo> slo;
   bench::ProgressStyle progress = bench::ProgressStyle::off;
-  ProbeWorkload workload;
+  ProbeLengths workload;
   uint64_t seed = 0;
   int server_pid = -1;  // < 0: found from the port when the server runs here
   std::chrono::milliseconds request_timeout{std::chrono::minutes(2)};

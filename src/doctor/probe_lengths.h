@@ -11,7 +11,7 @@ namespace brisk::doctor {
 // The prompt and answer lengths the probe sends, in the server's tokens, and where they came
 // from: doctor's defaults (small enough for a 60 s budget on a 2-core CPU and a 270M model) and
 // its flags, or a request trace of the service's own traffic (--workload).
-struct ProbeWorkload {
+struct ProbeLengths {
   int short_input_tokens = 32;
   int short_output_tokens = 16;
   int long_input_tokens = 320;
@@ -37,9 +37,9 @@ struct ProbeWorkload {
 // probe sharing the fraction of prompt tokens the trace's requests share with earlier ones
 // (prefix_sharing_ratio; the default where the trace has no block hashes, as Azure's CSV).
 // Lengths are kept within the ranges of the matching flags.
-ProbeWorkload probe_workload_from_trace(const Trace& trace, const std::string& path);
+ProbeLengths probe_lengths_from_trace(const Trace& trace, const std::string& path);
 
 // One line for the reports: the lengths used and, with a trace, the file, its format and size.
-std::string describe_probe_workload(const ProbeWorkload& workload);
+std::string describe_probe_lengths(const ProbeLengths& workload);
 
 }  // namespace brisk::doctor

@@ -1,4 +1,4 @@
-#include "doctor/probe_workload.h"
+#include "doctor/probe_lengths.h"
 
 #include <algorithm>
 #include <cmath>
@@ -25,13 +25,13 @@ int rounded_percentile(std::vector<double> values, double q) {
 
 }  // namespace
 
-ProbeWorkload probe_workload_from_trace(const Trace& trace, const std::string& path) {
+ProbeLengths probe_lengths_from_trace(const Trace& trace, const std::string& path) {
   std::vector<double> inputs, outputs;
   for (const TraceRecord& record : trace.records) {
     inputs.push_back(record.input_tokens);
     outputs.push_back(record.output_tokens);
   }
-  ProbeWorkload workload;
+  ProbeLengths workload;
   workload.trace_path = path;
   workload.trace_format = trace_format_name(trace.format);
   workload.trace_requests = trace.records.size();
@@ -52,7 +52,7 @@ ProbeWorkload probe_workload_from_trace(const Trace& trace, const std::string& p
   return workload;
 }
 
-std::string describe_probe_workload(const ProbeWorkload& w) {
+std::string describe_probe_lengths(const ProbeLengths& w) {
   const std::string lengths = fmt::format(
       "short prompts {} tokens in, {} out; long prompts {} in, {} out; among long prompts, "
       "short ones {} out; repeated prefix {:.0f}% of each prompt",

@@ -1,5 +1,5 @@
 // brisk doctor --workload: the probe's lengths and prefix sharing taken from a request trace
-// (doctor/probe_workload.h, common/request_trace.h's prefix_sharing_ratio), on hand-made traces
+// (doctor/probe_lengths.h, common/request_trace.h's prefix_sharing_ratio), on hand-made traces
 // whose answers are worked out below, and on the samples in data/traces/.
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/request_trace.h"
-#include "doctor/probe_workload.h"
+#include "doctor/probe_lengths.h"
 
 namespace brisk::doctor {
 namespace {
@@ -73,13 +73,13 @@ TEST(PrefixSharingRatio, TheMooncakeSample) {
   EXPECT_NEAR(*ratio, 24349.0 / 33532.0, 1e-12);
 }
 
-TEST(DoctorProbeWorkload, LengthsAreTheTracesMedianAndNinetiethPercentile) {
+TEST(DoctorProbeLengths, LengthsAreTheTracesMedianAndNinetiethPercentile) {
   // Inputs 10, 20, ..., 100: p50 55, p90 91 (numpy's linear percentile). Outputs 1..10: p50 5.5,
   // rounded away from zero to 6.
   Trace trace;
   trace.format = TraceFormat::brisk;
   for (int i = 1; i <= 10; ++i) trace.records.push_back(request(10 * i, i));
-  const ProbeWorkload workload = probe_workload_from_trace(trace, "hand.jsonl");
+  const ProbeLengths workload = probe_lengths_from_trace(trace, "hand.jsonl");
   EXPECT_EQ(workload.short_input_tokens, 55);
   EXPECT_EQ(workload.long_input_tokens, 91);
   EXPECT_EQ(workload.short_output_tokens, 6);
@@ -91,43 +91,43 @@ TEST(DoctorProbeWorkload, LengthsAreTheTracesMedianAndNinetiethPercentile) {
   EXPECT_EQ(workload.trace_requests, 10u);
   // No hashes: the sharing is unknown and the probe keeps its default.
   EXPECT_FALSE(workload.trace_prefix_sharing);
-  EXPECT_DOUBLE_EQ(workload.shared_prefix_fraction, ProbeWorkload{}.shared_prefix_fraction);
+  EXPECT_DOUBLE_EQ(workload.shared_prefix_fraction, ProbeLengths{}.shared_prefix_fraction);
 }
 
-TEST(DoctorProbeWorkload, TheRepeatedPrefixProbeSharesWhatTheTraceShares) {
+TEST(DoctorProbeLengths, TheRepeatedPrefixProbeSharesWhatTheTraceShares) {
   Trace trace;
   trace.records = {request(40, 4, {1, 2, 3}), request(40, 4, {1, 2, 9}), request(40, 4, {1, 2, 3})};
-  const ProbeWorkload workload = probe_workload_from_trace(trace, "shared.jsonl");
+  const ProbeLengths workload = probe_lengths_from_trace(trace, "shared.jsonl");
   ASSERT_TRUE(workload.trace_prefix_sharing);
   EXPECT_DOUBLE_EQ(*workload.trace_prefix_sharing, 0.6);
   EXPECT_DOUBLE_EQ(workload.shared_prefix_fraction, 0.6);
 
   // A trace whose prompts share nothing: the probe skips the repeated prefix (fraction 0).
   trace.records = {request(40, 4, {1, 2, 3}), request(40, 4, {4, 5, 6})};
-  EXPECT_DOUBLE_EQ(probe_workload_from_trace(trace, "unique.jsonl").shared_prefix_fraction, 0.0);
+  EXPECT_DOUBLE_EQ(probe_lengths_from_trace(trace, "unique.jsonl").shared_prefix_fraction, 0.0);
 }
 
-TEST(DoctorProbeWorkload, LengthsStayWithinWhatTheFlagsAccept) {
+TEST(DoctorProbeLengths, LengthsStayWithinWhatTheFlagsAccept) {
   // Prompts of 2 tokens and answers of 0 (cancelled requests): the short probe still sends 4
   // tokens (--short-input-tokens' least), the long one 16, and every answer asks for 1.
   Trace trace;
   trace.records = {request(2, 0), request(2, 0), request(3, 0)};
-  const ProbeWorkload workload = probe_workload_from_trace(trace, "tiny.jsonl");
+  const ProbeLengths workload = probe_lengths_from_trace(trace, "tiny.jsonl");
   EXPECT_EQ(workload.short_input_tokens, 4);
   EXPECT_EQ(workload.long_input_tokens, 16);
   EXPECT_EQ(workload.short_output_tokens, 1);
 }
 
-TEST(DoctorProbeWorkload, TheMooncakeSampleAndWhatTheReportSays) {
+TEST(DoctorProbeLengths, TheMooncakeSampleAndWhatTheReportSays) {
   // Its 24 inputs sorted hold 901 and 1089 at the middle (p50 995) and 2686 and 2955 around rank
   // 20.7 (p90 2874.3); its outputs 16 and 17 at the middle (p50 16.5, rounded to 17).
-  const ProbeWorkload workload =
-      probe_workload_from_trace(read_sample("mooncake_sample.jsonl"), "mooncake_sample.jsonl");
+  const ProbeLengths workload =
+      probe_lengths_from_trace(read_sample("mooncake_sample.jsonl"), "mooncake_sample.jsonl");
   EXPECT_EQ(workload.short_input_tokens, 995);
   EXPECT_EQ(workload.long_input_tokens, 2874);
   EXPECT_EQ(workload.short_output_tokens, 17);
   EXPECT_NEAR(workload.shared_prefix_fraction, 24349.0 / 33532.0, 1e-12);
-  const std::string line = describe_probe_workload(workload);
+  const std::string line = describe_probe_lengths(workload);
   EXPECT_NE(line.find("mooncake trace mooncake_sample.jsonl (24 requests"), std::string::npos)
       << line;
   EXPECT_NE(line.find("short prompts 995 tokens in, 17 out; long prompts 2874 in"),
@@ -136,8 +136,8 @@ TEST(DoctorProbeWorkload, TheMooncakeSampleAndWhatTheReportSays) {
   EXPECT_NE(line.find("repeated prefix 73%"), std::string::npos) << line;
 }
 
-TEST(DoctorProbeWorkload, WithoutATraceTheLineSaysSynthetic) {
-  EXPECT_EQ(describe_probe_workload(ProbeWorkload{})
+TEST(DoctorProbeLengths, WithoutATraceTheLineSaysSynthetic) {
+  EXPECT_EQ(describe_probe_lengths(ProbeLengths{})
                 .rfind("synthetic prompts: short prompts 32 "
                        "tokens in, 16 out; long prompts 320 in",
                        0),
