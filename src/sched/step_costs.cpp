@@ -63,6 +63,10 @@ void StepCosts::learn_hold(double held_steps) {
   mean_hold_steps_ = blend(mean_hold_steps_, std::max(1.0, held_steps), kWeight);
 }
 
+int StepCosts::chunk_floor(int decode_tokens) const {
+  return std::max(kMinChunkTokens, min_prefill_step_tokens_ - decode_tokens);
+}
+
 int StepCosts::prefill_budget(int decode_tokens) const {
   const int token_budget = max_batched_tokens_ - decode_tokens;
   if (target_step_ms_ <= 0 || decode_tokens == 0 || prefill_ms_per_token_ <= 0) {
@@ -70,7 +74,7 @@ int StepCosts::prefill_budget(int decode_tokens) const {
   }
   const double spare_ms = target_step_ms_ - decode_step_ms(decode_tokens);
   const int timed_budget = static_cast<int>(spare_ms / prefill_ms_per_token_);
-  return std::min(token_budget, std::max(kMinChunkTokens, timed_budget));
+  return std::min(token_budget, std::max(chunk_floor(decode_tokens), timed_budget));
 }
 
 int StepCosts::long_chunk_budget(int decode_tokens) const {
@@ -83,7 +87,7 @@ int StepCosts::long_chunk_budget(int decode_tokens) const {
   }
   const int timed_budget = static_cast<int>((target_step_ms_ - fixed_ms) / prefill_ms_per_token_);
   const int floor = std::max(
-      kMinChunkTokens,
+      chunk_floor(0),
       static_cast<int>(std::ceil(kMinAloneChunkOverFixedCost * fixed_ms / prefill_ms_per_token_)));
   return std::min(max_batched_tokens_, std::max(floor, timed_budget));
 }

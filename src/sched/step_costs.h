@@ -11,8 +11,12 @@ namespace brisk {
 // finished requests held their sequence. Engine thread only; no clock, so tests feed it times.
 class StepCosts {
  public:
-  StepCosts(double target_step_ms, int max_batched_tokens)
-      : target_step_ms_(target_step_ms), max_batched_tokens_(max_batched_tokens) {}
+  // `min_prefill_step_tokens`: a step that carries prompt tokens carries at least this many
+  // tokens in all, decodes included, whatever the target says (SchedulerOptions).
+  StepCosts(double target_step_ms, int max_batched_tokens, int min_prefill_step_tokens = 0)
+      : target_step_ms_(target_step_ms),
+        max_batched_tokens_(max_batched_tokens),
+        min_prefill_step_tokens_(min_prefill_step_tokens) {}
 
   // A step of `decode_tokens` decodes and `prefill_tokens` prompt tokens took `step_ms`.
   void learn_step(int decode_tokens, int prefill_tokens, double step_ms);
@@ -21,7 +25,8 @@ class StepCosts {
 
   // Prompt tokens that fit beside `decode_tokens` decodes in one step of the target: the whole
   // token budget while the costs are unknown, the target is off or nothing decodes (no stream
-  // to protect); never under a floor that keeps prompts moving when decodes alone use it up.
+  // to protect); never under a floor that keeps prompts moving when decodes alone use it up, nor
+  // so small that the step falls under min_prefill_step_tokens.
   int prefill_budget(int decode_tokens) const;
   // Tokens of a long prompt's chunk beside `decode_tokens` decodes. While nothing decodes it is
   // still cut to the target: a newcomer's first token waits for the step, and a 320-token
@@ -55,8 +60,13 @@ class StepCosts {
   static constexpr int kSettledDecodeSteps = 16;
 
  private:
+  // The least of the chunk floors: kMinChunkTokens, and what brings the step to
+  // min_prefill_step_tokens beside `decode_tokens` decodes.
+  int chunk_floor(int decode_tokens) const;
+
   const double target_step_ms_;
   const int max_batched_tokens_;
+  const int min_prefill_step_tokens_;
   std::map<int, double> decode_ms_by_batch_;  // steps of decodes alone, by batch
   int last_decode_batch_ = 0;
   int decode_steps_measured_ = 0;

@@ -19,7 +19,7 @@ StepScheduler::StepScheduler(ModelRunner& engine, SchedulerOptions options, Serv
       kv_(engine, options.max_seqs, engine.sequence_ids(), options.prefix_cache, metrics),
       policy_(options.queue_policy),
       sampling_pool_(options.sampling_threads),
-      costs_(options.max_step_ms, options.max_batched_tokens) {}
+      costs_(options.max_step_ms, options.max_batched_tokens, options.min_prefill_step_tokens) {}
 
 void StepScheduler::enqueue(std::shared_ptr<Request> request) {
   queued_prompt_tokens_ += static_cast<int>(request->prompt_tokens.size());

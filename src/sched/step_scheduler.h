@@ -33,6 +33,12 @@ struct SchedulerOptions {
   // (0: only max_batched_tokens limits them). Trades a later first token for newcomers
   // against smaller inter-token stalls for running streams.
   double max_step_ms = 150;
+  // A step that carries prompt tokens carries at least this many tokens in all (decodes
+  // included) when the prompts have them, whatever max_step_ms says: ggml's CPU flash attention
+  // takes its tiled path from 64 query rows (GGML_FA_TILE_Q) and below it a per-row path that
+  // costs several times more per prompt token. 1 (no floor) by default: 64 bought throughput
+  // and first tokens at twice the p99 inter-token gap (docs/scheduling.md, "Chunk sizes").
+  int min_prefill_step_tokens = 1;
   // A prompt with more than this many tokens still to prefill is long: short prompts get a
   // step's budget first, so one long prompt does not hold back every short one behind it
   // (0: no distinction, oldest first). At most max_long_prefills long prompts progress at once.

@@ -37,6 +37,23 @@ TEST(StepCosts, ChunksConvergeToStepsOfTheTarget) {
   EXPECT_NEAR(step_ms(4, chunk), 150, 3) << "chunk of " << chunk << " tokens";
 }
 
+// --min-prefill-step-tokens: a step carrying prompt tokens is never under the floor in all,
+// however tight the target (llama.cpp's CPU flash attention is tiled from 64 rows).
+TEST(StepCosts, AFloorKeepsPromptStepsAtLeastThatLarge) {
+  StepCosts tight(40, 512);  // 8 decodes alone take 38 ms: the target leaves ~1 prompt token
+  StepCosts floored(40, 512, 64);
+  for (StepCosts* costs : {&tight, &floored}) {
+    costs->learn_step(8, 0, step_ms(8, 0));
+    costs->learn_step(8, 40, step_ms(8, 40));
+    costs->learn_step(1, 0, step_ms(1, 0));
+  }
+  EXPECT_EQ(tight.prefill_budget(8), StepCosts::kMinChunkTokens);
+  EXPECT_EQ(floored.prefill_budget(8), 64 - 8);
+  EXPECT_EQ(floored.prefill_budget(60), StepCosts::kMinChunkTokens) << "decodes fill most of it";
+  EXPECT_GE(floored.long_chunk_budget(0), 64);
+  EXPECT_EQ(StepCosts(40, 48, 64).prefill_budget(8), 40) << "never past the token budget";
+}
+
 // A long prompt prefilled while nothing decodes: its chunks converge to steps of the target
 // too (a short request arriving meanwhile waits for the step), and what any step costs is not
 // charged to the chunk's tokens (that made small chunks look dearer step after step).
