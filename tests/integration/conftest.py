@@ -13,6 +13,7 @@ does not build (default: BRISK_BIN_DIR).
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import os
 import re
@@ -439,3 +440,29 @@ def get_metrics(server: Server) -> dict[str, float]:
     r = httpx.get(server.base_url + "/metrics", headers=server.headers, timeout=10)
     assert r.status_code == 200, f"/metrics: {r.status_code} {r.text[:300]}"
     return parse_metrics(r.text)
+
+
+def run_bench_args(*args, check: bool = True) -> subprocess.CompletedProcess:
+    """`brisk bench --progress off ARGS...`; asserts it succeeded unless `check` is False."""
+    proc = subprocess.run([str(BRISK_BIN), "bench", "--progress", "off", *map(str, args)],
+                          capture_output=True, text=True, timeout=300)
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def read_requests_csv(out_dir: Path) -> list[dict]:
+    """A bench --out directory's requests.csv: the measured requests only."""
+    with open(out_dir / "requests.csv") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    """brisk serve recording to a trace (--trace-out), one per test module; yields (server, trace
+    path)."""
+    path = tmp_path_factory.mktemp("trace") / "trace.jsonl"
+    server = _start_brisk(tmp_path_factory, "brisk-traced",
+                          ["--max-seqs", "4", "--trace-out", str(path)], api_key=None)
+    yield server, path
+    _stop_and_check_clean_exit(server)

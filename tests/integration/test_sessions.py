@@ -4,32 +4,16 @@ trace's conversations the same way. requests.csv carries each request's HTTP pha
 
 from __future__ import annotations
 
-import csv
 import json
-import subprocess
 from collections import defaultdict
-from pathlib import Path
 
 import httpx
 import pytest
 
-from conftest import BRISK_BIN, _start_brisk, _stop_and_check_clean_exit, scripted_stream_server
+from conftest import read_requests_csv, run_bench_args, scripted_stream_server
 
 # Servers of their own and the session ones; only lower bounds on time: runs beside another test.
 pytestmark = pytest.mark.parallel
-
-
-def run_bench(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([str(BRISK_BIN), "bench", "--progress", "off", *map(str, args)],
-                          capture_output=True, text=True, timeout=300)
-    if check:
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc
-
-
-def read_requests_csv(out_dir: Path) -> list[dict]:
-    with open(out_dir / "requests.csv") as f:
-        return list(csv.DictReader(f))
 
 
 def by_session(rows: list[dict]) -> dict[int, list[dict]]:
@@ -43,7 +27,7 @@ def test_every_turn_resends_the_history_with_the_servers_own_answers(tmp_path):
     """The scripted server streams a different text for every request and logs each history."""
     with scripted_stream_server(["--ttft-ms", "1", "--itl-ms", "1"]) as url:
         out = tmp_path / "out"
-        proc = run_bench("--url", url, "--endpoint", "chat", "--sessions", "3", "--turns", "3",
+        proc = run_bench_args("--url", url, "--endpoint", "chat", "--sessions", "3", "--turns", "3",
                          "--think-time", "0.05", "--input-tokens", "24", "--output-tokens", "4",
                          "--warmup-requests", "1", "--out", out)
         streams = httpx.get(url + "/script-log", timeout=10).json()["streams"]
@@ -94,7 +78,7 @@ def test_every_turn_resends_the_history_with_the_servers_own_answers(tmp_path):
 def test_a_failed_turn_ends_its_conversation_and_is_counted(tmp_path):
     """Nothing listens: each conversation's first turn fails and its later turns are not sent."""
     out = tmp_path / "out"
-    proc = run_bench("--url", "http://127.0.0.1:9", "--model", "m", "--endpoint", "chat",
+    proc = run_bench_args("--url", "http://127.0.0.1:9", "--model", "m", "--endpoint", "chat",
                      "--sessions", "2", "--turns", "3", "--think-time", "0",
                      "--warmup-requests", "0", "--out", out, check=False)
     assert proc.returncode == 1
@@ -110,28 +94,19 @@ def test_a_failed_turn_ends_its_conversation_and_is_counted(tmp_path):
     (["--replay-sessions"], "--replay-sessions requires --trace"),
 ])
 def test_session_flags_that_cannot_work_are_refused(flags, says):
-    proc = run_bench("--url", "http://127.0.0.1:9", *flags, check=False)
+    proc = run_bench_args("--url", "http://127.0.0.1:9", *flags, check=False)
     assert proc.returncode != 0
     assert says in proc.stderr, proc.stderr
 
 
-@pytest.fixture(scope="module")
-def traced_server(tmp_path_factory):
-    path = tmp_path_factory.mktemp("sessions") / "trace.jsonl"
-    server = _start_brisk(tmp_path_factory, "brisk-sessions",
-                          ["--max-seqs", "4", "--trace-out", str(path)], api_key=None)
-    yield server, path
-    _stop_and_check_clean_exit(server)
-
-
-def test_sessions_against_brisk_reuse_the_history_and_replay_from_its_trace(traced_server,
+def test_sessions_against_brisk_reuse_the_history_and_replay_from_its_trace(traced,
                                                                              tmp_path):
     """A real model: each turn's prompt holds the last prompt and answer, the prefix cache serves
     the history, the trace keeps the conversations apart, and --replay-sessions sends them again
     turn after turn."""
-    server, trace = traced_server
+    server, trace = traced
     out = tmp_path / "sessions"
-    run_bench("--url", server.base_url, "--endpoint", "chat", "--sessions", "2", "--turns", "3",
+    run_bench_args("--url", server.base_url, "--endpoint", "chat", "--sessions", "2", "--turns", "3",
               "--think-time", "0", "--input-tokens", "40", "--output-tokens", "8",
               "--warmup-requests", "1", "--out", out)
     rows = read_requests_csv(out)
@@ -152,7 +127,7 @@ def test_sessions_against_brisk_reuse_the_history_and_replay_from_its_trace(trac
     session_trace.write_text("".join(json.dumps(line) + "\n" for line in recorded))
 
     replay = tmp_path / "replay"
-    proc = run_bench("--url", server.base_url, "--trace", session_trace, "--replay-sessions",
+    proc = run_bench_args("--url", server.base_url, "--trace", session_trace, "--replay-sessions",
                      "--warmup-requests", "0", "--out", replay)
     assert "the trace's 2 conversations" in proc.stderr
     result = json.loads((replay / "result.json").read_text())

@@ -3,7 +3,6 @@ replays it, and Mooncake's and Azure's formats, against real servers (docs/trace
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import signal
@@ -15,7 +14,7 @@ import httpx
 import pytest
 
 from conftest import (BRISK_BIN, MODEL_NAME, REPO_ROOT, _start_brisk, _stop_and_check_clean_exit,
-                      assert_openai_error, get_metrics)
+                      assert_openai_error, get_metrics, read_requests_csv, run_bench_args)
 
 # Servers of their own and the session ones, no time measured: runs beside another test.
 pytestmark = pytest.mark.parallel
@@ -37,29 +36,6 @@ def wait_for_lines(path: Path, count: int, timeout_s: float = 10) -> list[dict]:
         if len(lines) >= count or time.monotonic() > deadline:
             return lines
         time.sleep(0.05)
-
-
-def run_bench(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([str(BRISK_BIN), "bench", "--progress", "off", *map(str, args)],
-                          capture_output=True, text=True, timeout=300)
-    if check:
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc
-
-
-def read_requests_csv(out_dir: Path) -> list[dict]:
-    with open(out_dir / "requests.csv") as f:
-        return list(csv.DictReader(f))  # measured requests only
-
-
-@pytest.fixture(scope="module")
-def traced(tmp_path_factory):
-    """brisk serve recording to a trace; yields (server, trace path)."""
-    path = tmp_path_factory.mktemp("trace") / "trace.jsonl"
-    server = _start_brisk(tmp_path_factory, "brisk-traced",
-                          ["--max-seqs", "4", "--trace-out", str(path)], api_key=None)
-    yield server, path
-    _stop_and_check_clean_exit(server)
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +166,7 @@ def test_a_recorded_trace_replays_with_its_schedule_and_exact_lengths(traced, re
                           api_key=None)
     try:
         out = tmp_path / "replay"
-        proc = run_bench("--url", target.base_url, "--trace", trace, "--out", out)
+        proc = run_bench_args("--url", target.base_url, "--trace", trace, "--out", out)
     finally:
         _stop_and_check_clean_exit(target)
     assert "prompts as token ids (exact lengths)" in proc.stderr
@@ -214,7 +190,7 @@ def test_the_mooncake_sample_replays_with_its_prefix_sharing(brisk, tmp_path):
     first 0.95 s of it, where request 6 starts with request 4's block."""
     before = get_metrics(brisk)
     out = tmp_path / "mooncake"
-    proc = run_bench("--url", brisk.base_url, "--trace", TRACES_DIR / "mooncake_sample.jsonl",
+    proc = run_bench_args("--url", brisk.base_url, "--trace", TRACES_DIR / "mooncake_sample.jsonl",
                      "--time-scale", "0.2", "--max-duration", "0.19", "--warmup-requests", "0",
                      "--out", out)
     assert "(mooncake)" in proc.stderr
@@ -242,7 +218,7 @@ def test_the_mooncake_sample_replays_with_its_prefix_sharing(brisk, tmp_path):
 
 def test_the_azure_sample_replays_against_llama_server(llama_server, tmp_path):
     out = tmp_path / "azure"
-    proc = run_bench("--url", llama_server.base_url, "--trace", TRACES_DIR / "azure_sample.csv",
+    proc = run_bench_args("--url", llama_server.base_url, "--trace", TRACES_DIR / "azure_sample.csv",
                      "--max-duration", "0.5", "--out", out)
     assert "(azure)" in proc.stderr
     # This llama-server has no /metrics (no --metrics): the replay runs, its deltas are null.
@@ -261,14 +237,14 @@ def test_bad_traces_and_conflicting_flags_are_refused(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"arrival_s": 0, "input_tokens": 5, "output_tokens": 1}\n'
                    '{"arrival_s": 1, "input_tokens": "many", "output_tokens": 1}\n')
-    proc = run_bench("--url", "http://127.0.0.1:9", "--model", "m", "--trace", bad, check=False)
+    proc = run_bench_args("--url", "http://127.0.0.1:9", "--model", "m", "--trace", bad, check=False)
     assert proc.returncode == 2
     assert f'{bad}:2: "input_tokens" must be a whole number, got "many"' in proc.stderr
-    proc = run_bench("--url", "http://127.0.0.1:9", "--model", "m", "--trace",
+    proc = run_bench_args("--url", "http://127.0.0.1:9", "--model", "m", "--trace",
                      TRACES_DIR / "azure_sample.csv", "--rate", "5", check=False)
     assert proc.returncode != 0
     assert "--rate excludes --trace" in proc.stderr
-    proc = run_bench("--url", "http://127.0.0.1:9", "--model", "m", "--time-scale", "2",
+    proc = run_bench_args("--url", "http://127.0.0.1:9", "--model", "m", "--time-scale", "2",
                      check=False)
     assert proc.returncode != 0
     assert "--time-scale requires --trace" in proc.stderr + proc.stdout
