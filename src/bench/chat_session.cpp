@@ -20,9 +20,6 @@ constexpr uint64_t kOutputStream = 0x6f7574;     // "out"
 constexpr uint64_t kWordStream = 0x776f7264;     // "word"
 constexpr uint64_t kSystemStream = 0x737973;     // "sys"
 
-// A double in [0, 1) from the top 53 bits of `bits`.
-double unit_interval(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
-
 uint64_t key_of(uint64_t seed, uint64_t stream, int run, int session, int turn) {
   uint64_t key = mix_bits(seed ^ stream);
   for (const int part : {run, session, turn}) key = mix_bits(key ^ static_cast<uint64_t>(part));

@@ -12,9 +12,6 @@ namespace brisk::bench {
 
 namespace {
 
-// A double in [0, 1) from the top 53 bits of `bits`.
-double unit_interval(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
-
 std::optional<int> parse_positive_int(std::string_view text) {
   int value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);

@@ -32,5 +32,7 @@ std::optional<LengthDistribution> parse_length_distribution(const std::string& s
 
 // SplitMix64: a fixed, portable mix so the same seed gives the same workload everywhere.
 uint64_t mix_bits(uint64_t x);
+// A double in [0, 1) from the top 53 bits of `bits`.
+inline double unit_interval(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
 
 }  // namespace brisk::bench

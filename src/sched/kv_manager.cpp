@@ -116,9 +116,13 @@ PrefixLookup KvManager::lookup(std::span<const Token> tokens) const {
       }
     }
   }
-  // The host tier serves what the KV cache holds less of.
-  const HostPrefixCache::Match stored = host_.match(
-      query, [&](const HostPrefixCache::Entry& entry, int n) { return host_usable(entry, n); });
+  // The host tier serves what the KV cache holds less of (nothing when it holds all of it).
+  const HostPrefixCache::Match stored =
+      result.tokens == static_cast<int>(query.size())
+          ? HostPrefixCache::Match{}
+          : host_.match(query, [&](const HostPrefixCache::Entry& entry, int n) {
+              return host_usable(entry, n);
+            });
   if (stored.tokens >= options_.min_tokens && stored.tokens > result.tokens) {
     result = {stored.tokens, -1, PrefixMiss::none, true};
   }
