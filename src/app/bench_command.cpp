@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -18,6 +19,7 @@
 #include "bench/length_distribution.h"
 #include "bench/load_runner.h"
 #include "bench/progress.h"
+#include "bench/rate_search.h"
 #include "bench/result_comparison.h"
 #include "bench/run_statistics.h"
 #include "bench/slo.h"
@@ -109,34 +111,6 @@ void print_failure_samples(const bench::RunResult& run) {
     std::cerr << fmt::format("  {} (request {}): {}\n", bench::error_name(record.error),
                              record.index, record.error_detail);
   }
-}
-
-// Bisection over open-loop rates for the highest one whose run still meets every SLO limit,
-// between 0 and the capacity measured by sending everything at once. Returns 0 when even the
-// lowest probed rate misses, infinity when a saturating burst already meets the SLO.
-template <class MakePoint, class RunPoint>
-double find_max_rate(const bench::Slo& slo, int steps, MakePoint make_point, RunPoint run_point) {
-  const bench::RunStatistics& burst =
-      run_point(make_point(std::numeric_limits<double>::infinity()));
-  if (slo.run_meets(burst)) return std::numeric_limits<double>::infinity();
-  // A limit the run cannot measure would be "missed" at every rate.
-  if (const auto unmeasured = slo.unmeasured(burst); burst.ok > 0 && !unmeasured.empty()) {
-    std::cerr << "  --find-max-rate stops: " << unmeasured.front()
-              << " not measured (no samples)\n";
-    return 0;
-  }
-  double meets = 0, misses = burst.request_throughput;
-  for (int step = 0; step < steps && misses > 0; ++step) {
-    const double rate = (meets + misses) / 2;
-    const bench::RunStatistics& stats = run_point(make_point(rate));
-    const std::vector<std::string> missed = slo.misses(stats);
-    std::cerr << fmt::format("  rate {:.3g} req/s: {}\n", rate,
-                             missed.empty()
-                                 ? std::string("meets the SLO")
-                                 : "misses: " + fmt::format("{}", fmt::join(missed, ", ")));
-    (missed.empty() ? meets : misses) = rate;
-  }
-  return meets;
 }
 
 // Flags that cannot be combined, with what to change; empty when the combination is fine.
@@ -448,7 +422,18 @@ int run_bench(const BenchFlags& flags) {
       std::cerr << "error: --find-max-rate needs --slo (the limits the rate must still meet)\n";
       return 2;
     }
-    report.max_rate_meeting_slo = find_max_rate(*slo, flags.search_steps, open_point, run_point);
+    const bench::RateSearch search = bench::find_max_rate(
+        *slo, flags.search_steps,
+        [&](double rate) { return run_point(open_point(rate)); },
+        [](const bench::RateTrial& trial) {
+          if (std::isinf(trial.rate)) return;
+          std::cerr << fmt::format(
+              "  rate {:.3g} req/s: {}\n", trial.rate,
+              trial.meets() ? std::string("meets the SLO")
+                            : "misses: " + fmt::format("{}", fmt::join(trial.misses, ", ")));
+        });
+    if (!search.stopped.empty()) std::cerr << "  --find-max-rate stops: " << search.stopped << "\n";
+    report.max_rate_meeting_slo = search.max_rate;
   } else if (!flags.rates.empty()) {
     for (const std::string& rate : flags.rates) {
       run_point(

@@ -1,5 +1,7 @@
 #include "app/bench_flags.h"
 
+#include "app/duration_flag.h"
+
 #include "bench/chat_session.h"
 #include "bench/length_distribution.h"
 #include "bench/workload_preset.h"
@@ -52,6 +54,7 @@ CLI::Option* add_bench_flags(CLI::App& app, BenchFlags& flags) {
   app.add_option("--duration", flags.duration_s,
                  "Seconds of measured load per load point, instead of --num-requests (requests "
                  "in flight at the end still finish)")
+      ->transform(duration_seconds())
       ->check(CLI::PositiveNumber)
       ->excludes(num_requests);
   app.add_option("--warmup-requests", flags.warmup_requests,
@@ -97,6 +100,7 @@ CLI::Option* add_bench_flags(CLI::App& app, BenchFlags& flags) {
                  "arrivals")
       ->capture_default_str();
   app.add_option("--timeout", flags.timeout_s, "Per-request timeout in seconds")
+      ->transform(duration_seconds())
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_flag("--no-stream", flags.no_stream,
@@ -155,6 +159,7 @@ CLI::Option* add_bench_flags(CLI::App& app, BenchFlags& flags) {
   app.add_option("--max-duration", flags.max_duration_s,
                  "Replay only the requests that arrive within this many seconds (after "
                  "--time-scale)")
+      ->transform(duration_seconds())
       ->check(CLI::PositiveNumber)
       ->needs(trace);
   app.add_flag("--replay-sessions", flags.replay_sessions,

@@ -1,4 +1,5 @@
 #include "app/commands.h"
+#include "app/duration_flag.h"
 #include "doctor/doctor_run.h"
 
 namespace brisk {
@@ -18,7 +19,8 @@ CommandRunner register_doctor_command(CLI::App& app) {
                  "GPU NVML finds)")
       ->capture_default_str();
   app.add_option("--api-key", options->api_key, "Sent as 'Authorization: Bearer KEY'");
-  app.add_option("--budget", options->budget_s, "Seconds the whole probe may take")
+  app.add_option("--budget", options->budget_s, "How long the whole probe may take: 90s, 5m (a bare number is seconds)")
+      ->transform(duration_seconds())
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--max-concurrency", options->max_concurrency,

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "app/commands.h"
+#include "app/duration_flag.h"
 #include "common/log.h"
 #include "common/model_store.h"
 #include "engine/engine.h"
@@ -373,18 +374,22 @@ CommandRunner register_serve_command(CLI::App& app) {
   app.add_option("--read-timeout", flags->read_timeout_s,
                  "Seconds a connection has to send a whole request (header and body) from its "
                  "first byte; 100-continue does not extend it")
+      ->transform(duration_seconds())
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
   app.add_option("--keep-alive-timeout", flags->keep_alive_timeout_s,
                  "Seconds an idle keep-alive connection waits for its next request")
+      ->transform(duration_seconds())
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
   app.add_option("--write-timeout", flags->write_timeout_s,
                  "Seconds a client may stop reading a response before it is dropped")
+      ->transform(duration_seconds())
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
   app.add_option("--drain-timeout", flags->drain_timeout_s,
                  "Seconds to finish in-flight requests on SIGTERM/SIGINT before cancelling them")
+      ->transform(duration_seconds())
       ->check(CLI::Range(0, 3600))
       ->capture_default_str();
   app.add_option("--metrics-compat", flags->metrics_compat,

@@ -10,6 +10,7 @@
 
 #include "bench/http_fetch.h"
 #include "bench/progress.h"
+#include "bench/server_process.h"
 #include "bench/slo.h"
 #include "bench/target_endpoint.h"
 #include "common/request_trace.h"
@@ -17,7 +18,6 @@
 #include "doctor/hardware_floor.h"
 #include "doctor/probe_plan.h"
 #include "doctor/probe_lengths.h"
-#include "doctor/served_child.h"
 #include "doctor/verdict.h"
 
 namespace brisk::doctor {
@@ -94,14 +94,16 @@ int run_doctor(const DoctorOptions& options) {
     std::filesystem::create_directories(options.out_dir, fs_error);
     if (fs_error) return fail("--out " + options.out_dir + ": " + fs_error.message());
   }
-  std::unique_ptr<ServedChild> child;
+  std::unique_ptr<bench::ServerProcess> child;
   std::string url = options.url;
   if (url.empty()) {
     std::vector<std::string> serve_args = options.serve_args;
     if (serve_args.empty()) serve_args = {"--model", "gemma3-270m"};
     std::cerr << "brisk doctor: no --url, starting brisk serve "
               << fmt::format("{}", fmt::join(serve_args, " ")) << "\n";
-    child = std::make_unique<ServedChild>(serve_args, 180, error);
+    bench::ServerLaunch launch = bench::brisk_serve_launch(serve_args, "doctor-serve");
+    launch.ready_timeout_s = 180;
+    child = std::make_unique<bench::ServerProcess>(std::move(launch), error);
     if (!child->running()) return fail(error);
     url = child->url();
   }
