@@ -83,25 +83,6 @@ int run_compare(const BenchFlags& flags) {
 }
 
 // The first model the server lists: what a single-model server is serving.
-std::optional<std::string> discover_model(const bench::TargetEndpoint& target,
-                                          std::chrono::milliseconds timeout, std::string& error) {
-  const bench::FetchResult result = bench::fetch(target, "/v1/models", "", timeout);
-  if (!result.ok()) {
-    error = result.error.empty() ? fmt::format("GET /v1/models answered {}", result.status)
-                                 : result.error;
-    return std::nullopt;
-  }
-  const auto reply = nlohmann::json::parse(result.body, nullptr, /*allow_exceptions=*/false);
-  // Every type is checked before it is read: a server's odd answer is an error, not an abort.
-  if (reply.is_object() && reply.contains("data") && reply["data"].is_array() &&
-      !reply["data"].empty() && reply["data"][0].is_object() && reply["data"][0].contains("id") &&
-      reply["data"][0]["id"].is_string()) {
-    return reply["data"][0]["id"].get<std::string>();
-  }
-  error = "GET /v1/models listed no model";
-  return std::nullopt;
-}
-
 // A few distinct failure messages, so a broken setup (wrong model, auth) is obvious at once.
 void print_failure_samples(const bench::RunResult& run) {
   std::map<std::string, int> seen;
@@ -187,7 +168,7 @@ int run_bench(const BenchFlags& flags) {
 
   std::string model = flags.model;
   if (model.empty()) {
-    auto discovered = discover_model(*target, setup_timeout, error);
+    auto discovered = bench::first_served_model(*target, setup_timeout, error);
     if (!discovered) {
       std::cerr << "error: cannot find the model to use (" << error << "); pass --model\n";
       return 2;

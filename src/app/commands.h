@@ -13,5 +13,6 @@ CommandRunner register_bench_command(CLI::App& app);
 CommandRunner register_plan_command(CLI::App& app);
 CommandRunner register_quant_command(CLI::App& app);
 CommandRunner register_doctor_command(CLI::App& app);
+CommandRunner register_tune_command(CLI::App& app);
 
 }  // namespace brisk

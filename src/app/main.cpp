@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
       brisk::register_quant_command);
   add("doctor", "Name the bottleneck of an inference endpoint, with evidence and a prescription",
       brisk::register_doctor_command);
+  add("tune", "Find, by measuring, the serve configuration that meets an SLO with the most goodput",
+      brisk::register_tune_command);
   CLI11_PARSE(app, argc, argv);
   for (auto& [command, run] : runners) {
     if (!command->parsed()) continue;

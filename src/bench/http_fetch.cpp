@@ -1,5 +1,7 @@
 #include "bench/http_fetch.h"
 
+#include <nlohmann/json.hpp>
+
 // clang-format off
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
 // clang-format on
@@ -62,6 +64,25 @@ FetchResult fetch(const TargetEndpoint& target, const std::string& route, const 
   result.status = static_cast<int>(response.result_int());
   result.body = std::move(response.body());
   return result;
+}
+
+std::optional<std::string> first_served_model(const TargetEndpoint& target,
+                                              std::chrono::milliseconds timeout,
+                                              std::string& error) {
+  const FetchResult result = fetch(target, target.route("/v1/models"), "", timeout);
+  if (!result.ok()) {
+    error = result.status == 0 ? result.error
+                               : "GET /v1/models answered HTTP " + std::to_string(result.status);
+    return std::nullopt;
+  }
+  const auto reply = nlohmann::json::parse(result.body, nullptr, /*allow_exceptions=*/false);
+  if (reply.is_object() && reply.contains("data") && reply["data"].is_array() &&
+      !reply["data"].empty() && reply["data"][0].is_object() && reply["data"][0].contains("id") &&
+      reply["data"][0]["id"].is_string()) {
+    return reply["data"][0]["id"].get<std::string>();
+  }
+  error = "GET /v1/models listed no model";
+  return std::nullopt;
 }
 
 }  // namespace brisk::bench

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 
 #include "bench/target_endpoint.h"
@@ -18,5 +19,11 @@ struct FetchResult {
 // measured load; `body` empty means GET, otherwise POST with a JSON body.
 FetchResult fetch(const TargetEndpoint& target, const std::string& route, const std::string& body,
                   std::chrono::milliseconds timeout);
+
+// The first model id of GET /v1/models: what a server serves when the user named none. nullopt
+// with `error` when it cannot be read (every JSON type is checked: an odd answer is an error).
+std::optional<std::string> first_served_model(const TargetEndpoint& target,
+                                              std::chrono::milliseconds timeout,
+                                              std::string& error);
 
 }  // namespace brisk::bench

@@ -29,25 +29,6 @@ int fail(const std::string& message) {
   return 2;
 }
 
-std::optional<std::string> first_served_model(const bench::TargetEndpoint& target,
-                                              std::string& error) {
-  const bench::FetchResult result =
-      bench::fetch(target, target.route("/v1/models"), "", std::chrono::seconds(10));
-  if (!result.ok()) {
-    error = result.status == 0 ? result.error
-                               : fmt::format("GET /v1/models answered HTTP {}", result.status);
-    return std::nullopt;
-  }
-  const auto reply = nlohmann::json::parse(result.body, nullptr, false);
-  if (reply.is_object() && reply.contains("data") && reply["data"].is_array() &&
-      !reply["data"].empty() && reply["data"][0].is_object() && reply["data"][0].contains("id") &&
-      reply["data"][0]["id"].is_string()) {
-    return reply["data"][0]["id"].get<std::string>();
-  }
-  error = "GET /v1/models listed no model";
-  return std::nullopt;
-}
-
 bool write_text(const std::filesystem::path& path, const std::string& text, std::string& error) {
   std::ofstream out(path);
   out << text;
@@ -112,7 +93,7 @@ int run_doctor(const DoctorOptions& options) {
   target->api_key = options.api_key;
   std::string model = options.model;
   if (model.empty()) {
-    auto served = first_served_model(*target, error);
+    auto served = bench::first_served_model(*target, std::chrono::seconds(10), error);
     if (!served) {
       return fail(
           fmt::format("cannot reach an OpenAI-compatible server at {} ({}); check --url "

@@ -249,6 +249,16 @@ bool meets(const std::vector<SloLimit>& slo, const LoadPrediction& prediction,
   return all;
 }
 
+double predict_max_rate(const PlanRequest& request, const DeviceSpec& device, int max_sequences) {
+  const Deployment deployment = deployment_for(request, device, 1);
+  const MemoryBreakdown one =
+      memory_for(deployment, 1, sequence_tokens(request.workload), request.headroom);
+  if (!one.fits) return 0;
+  const int users = max_sequences > 0 ? std::min(max_sequences, one.max_sequences)
+                                      : one.max_sequences;
+  return max_rate(request, deployment, users);
+}
+
 std::optional<Plan> make_plan(const PlanRequest& request, const HardwareCatalog& catalog,
                               std::string* error) {
   for (const SloLimit& limit : request.slo) {

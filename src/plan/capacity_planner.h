@@ -60,6 +60,12 @@ struct Plan {
 std::optional<Plan> make_plan(const PlanRequest& request, const HardwareCatalog& catalog,
                               std::string* error);
 
+// The highest Poisson rate one replica of `request`'s model on one `device` serves within the
+// SLO (request.workload's lengths; its rate is ignored), with at most `max_sequences` requests in
+// flight at p99 (brisk serve --max-seqs; 0: as many as the device's memory holds). 0 when even
+// the lowest rate misses or the model does not fit.
+double predict_max_rate(const PlanRequest& request, const DeviceSpec& device, int max_sequences);
+
 // Whether a prediction meets every limit; `misses` lists the ones it does not.
 bool meets(const std::vector<SloLimit>& slo, const LoadPrediction& prediction,
            std::vector<std::string>* misses = nullptr);

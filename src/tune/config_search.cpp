@@ -1,0 +1,247 @@
+#include "tune/config_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace brisk::tune {
+
+namespace {
+
+// Student's t at 97.5% for 1..6 degrees of freedom; the normal quantile beyond.
+double t_quantile_975(size_t degrees) {
+  static constexpr double kTable[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447};
+  return degrees >= 1 && degrees <= 6 ? kTable[degrees - 1] : 1.96;
+}
+
+class Search {
+ public:
+  Search(const std::vector<Knob>& knobs, const PredictFn& predict, const MeasureFn& measure,
+         Budget& budget, const SearchOptions& options, const EventFn& on_event)
+      : knobs_(knobs),
+        predict_(predict),
+        measure_(measure),
+        budget_(budget),
+        options_(options),
+        on_event_(on_event) {}
+
+  SearchResult run(const Setting& baseline) {
+    GoodputSearchOptions first;
+    first.growth = 2;
+    first.refine_steps = 3;
+    first.max_runs = 12;
+    Candidate& base = consider(baseline, "baseline");
+    if (base.predicted_rps && *base.predicted_rps > 0) first.start_rate = *base.predicted_rps;
+    measure(0, first);
+    for (const Knob* knob : knobs_by_predicted_spread()) {
+      if (!challenge_with(*knob)) break;
+    }
+    confirm();
+    result_.best = best_measured();
+    return std::move(result_);
+  }
+
+ private:
+  Candidate& consider(const Setting& setting, const std::string& stage) {
+    Candidate candidate;
+    candidate.setting = setting;
+    candidate.stage = stage;
+    if (predict_) candidate.predicted_rps = predict_(setting);
+    result_.candidates.push_back(std::move(candidate));
+    return result_.candidates.back();
+  }
+
+  bool considered(const Setting& setting) const {
+    return std::any_of(result_.candidates.begin(), result_.candidates.end(),
+                       [&](const Candidate& candidate) { return candidate.setting == setting; });
+  }
+
+  void measure(size_t index, const GoodputSearchOptions& options) {
+    if (on_event_) on_event_(result_.candidates[index].stage, result_.candidates[index].setting);
+    const double started_s = budget_.elapsed_s();
+    Goodput goodput = measure_(result_.candidates[index].setting, options, result_.candidates[index]);
+    goodput.seconds = budget_.elapsed_s() - started_s;
+    measure_seconds_.push_back(goodput.seconds);
+    result_.candidates[index].measurements.push_back(std::move(goodput));
+  }
+
+  // Whether another measurement fits the budget, keeping `reserve_s` for later stages.
+  bool fits(double reserve_s) const {
+    const double estimate_s =
+        measure_seconds_.empty() ? 0
+                                 : std::accumulate(measure_seconds_.begin(), measure_seconds_.end(),
+                                                   0.0) /
+                                       static_cast<double>(measure_seconds_.size());
+    return !budget_.spent() && budget_.left_s() - reserve_s >= estimate_s;
+  }
+
+  std::optional<double> predicted_with(const Setting& base, const Knob& knob,
+                                       const std::string& label) const {
+    if (!predict_ || !knob.predicted) return std::nullopt;
+    Setting setting = base;
+    setting[knob.name] = label;
+    return predict_(setting);
+  }
+
+  // The knobs whose values the prediction spreads most first; unpredicted ones after, in order.
+  std::vector<const Knob*> knobs_by_predicted_spread() const {
+    std::vector<std::pair<double, const Knob*>> ranked;
+    for (const Knob& knob : knobs_) {
+      double low = INFINITY, high = 0;
+      for (const KnobValue& value : knob.values) {
+        if (const auto rps = predicted_with(result_.candidates[0].setting, knob, value.label)) {
+          low = std::min(low, *rps);
+          high = std::max(high, *rps);
+        }
+      }
+      ranked.push_back({high > 0 ? high - low : -1, &knob});
+    }
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::vector<const Knob*> order;
+    for (const auto& [spread, knob] : ranked) order.push_back(knob);
+    return order;
+  }
+
+  // Challenges the best configuration so far with each other value of `knob`. False when the
+  // budget ends the search.
+  bool challenge_with(const Knob& knob) {
+    std::vector<std::pair<std::optional<double>, std::string>> values;
+    for (const KnobValue& value : knob.values) {
+      values.push_back({predicted_with(result_.candidates[best_].setting, knob, value.label),
+                        value.label});
+    }
+    std::stable_sort(values.begin(), values.end(), [](const auto& a, const auto& b) {
+      return a.first.value_or(0) > b.first.value_or(0);
+    });
+    const double best_predicted = values.empty() ? 0 : values.front().first.value_or(0);
+    for (const auto& [predicted, label] : values) {
+      Setting setting = result_.candidates[best_].setting;
+      setting[knob.name] = label;
+      if (considered(setting)) continue;
+      if (predicted && best_predicted > 0 && *predicted < options_.prune_below * best_predicted) {
+        Candidate& pruned = consider(setting, "pruned");
+        pruned.note = "predicted goodput under " +
+                      std::to_string(static_cast<int>(options_.prune_below * 100)) +
+                      "% of this knob's best prediction";
+        continue;
+      }
+      if (!fits(options_.confirm_share * budget_.total_s())) {
+        result_.stopped = "budget";
+        return false;
+      }
+      const Candidate& incumbent = result_.candidates[best_];
+      const double to_beat = incumbent.measured() ? incumbent.measurements.front().rate : 0;
+      GoodputSearchOptions challenge;
+      if (to_beat > 0) {
+        challenge.start_rate = to_beat * (1 + options_.margin);
+        challenge.give_up_at_or_below = challenge.start_rate;
+        challenge.growth = 1.25;
+        challenge.refine_steps = 1;
+      } else {  // nothing met the SLO yet: any rate that meets it wins
+        challenge.start_rate = lowest_rate_tried();
+        challenge.growth = 2;
+      }
+      consider(setting, "search");
+      const size_t index = result_.candidates.size() - 1;
+      measure(index, challenge);
+      if (result_.candidates[index].measurements.front().rate > to_beat) best_ = index;
+    }
+    return true;
+  }
+
+  double lowest_rate_tried() const {
+    double lowest = 1;
+    for (const Candidate& candidate : result_.candidates) {
+      for (const Goodput& goodput : candidate.measurements) {
+        for (const bench::RateTrial& trial : goodput.trials) lowest = std::min(lowest, trial.rate);
+      }
+    }
+    return lowest;
+  }
+
+  // Re-measures the baseline and the best few, interleaved, while the budget lasts.
+  void confirm() {
+    std::vector<size_t> chosen;
+    for (size_t i = 1; i < result_.candidates.size(); ++i) {
+      if (result_.candidates[i].measured() && result_.candidates[i].goodput_rps() > 0) {
+        chosen.push_back(i);
+      }
+    }
+    std::stable_sort(chosen.begin(), chosen.end(), [&](size_t a, size_t b) {
+      return result_.candidates[a].goodput_rps() > result_.candidates[b].goodput_rps();
+    });
+    if (chosen.size() > static_cast<size_t>(options_.confirm_top)) {
+      chosen.resize(options_.confirm_top);
+    }
+    if (chosen.empty()) return;
+    chosen.insert(chosen.begin(), 0);
+    for (int repeat = 0; repeat < options_.confirm_repeats; ++repeat) {
+      for (const size_t index : chosen) {
+        if (!fits(0)) {
+          if (result_.stopped.empty()) result_.stopped = "budget";
+          return;
+        }
+        const Candidate& candidate = result_.candidates[index];
+        GoodputSearchOptions again;
+        again.start_rate = candidate.goodput_rps() > 0 ? candidate.goodput_rps() : lowest_rate_tried();
+        again.growth = 1.25;
+        again.refine_steps = 2;
+        result_.candidates[index].stage += "+confirm";
+        measure(index, again);
+      }
+    }
+  }
+
+  size_t best_measured() const {
+    size_t best = 0;
+    for (size_t i = 1; i < result_.candidates.size(); ++i) {
+      if (result_.candidates[i].measured() &&
+          result_.candidates[i].goodput_rps() > result_.candidates[best].goodput_rps()) {
+        best = i;
+      }
+    }
+    return best;
+  }
+
+  const std::vector<Knob>& knobs_;
+  const PredictFn& predict_;
+  const MeasureFn& measure_;
+  Budget& budget_;
+  const SearchOptions& options_;
+  const EventFn& on_event_;
+  SearchResult result_;
+  size_t best_ = 0;
+  std::vector<double> measure_seconds_;
+};
+
+}  // namespace
+
+Budget::Budget(double seconds, std::function<double()> now)
+    : total_s_(seconds), now_(std::move(now)), start_s_(now_()) {}
+
+double Candidate::goodput_rps() const {
+  if (measurements.empty()) return 0;
+  double sum = 0;
+  for (const Goodput& goodput : measurements) sum += goodput.rate;
+  return sum / static_cast<double>(measurements.size());
+}
+
+double Candidate::goodput_ci95_rps() const {
+  const size_t n = measurements.size();
+  if (n < 2) return 0;
+  const double mean = goodput_rps();
+  double squares = 0;
+  for (const Goodput& goodput : measurements) squares += (goodput.rate - mean) * (goodput.rate - mean);
+  return t_quantile_975(n - 1) * std::sqrt(squares / static_cast<double>(n - 1)) /
+         std::sqrt(static_cast<double>(n));
+}
+
+SearchResult search_configurations(const std::vector<Knob>& knobs, const Setting& baseline,
+                                   const PredictFn& predict, const MeasureFn& measure,
+                                   Budget& budget, const SearchOptions& options,
+                                   const EventFn& on_event) {
+  return Search(knobs, predict, measure, budget, options, on_event).run(baseline);
+}
+
+}  // namespace brisk::tune

@@ -1,0 +1,83 @@
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tune/goodput_search.h"
+#include "tune/knob.h"
+
+namespace brisk::tune {
+
+// Wall-clock budget of a whole tune: a hard cap every stage asks before it starts a run.
+class Budget {
+ public:
+  // `now` returns seconds on any steady clock (a fake one in tests).
+  Budget(double seconds, std::function<double()> now);
+  double total_s() const { return total_s_; }
+  double elapsed_s() const { return now_() - start_s_; }
+  double left_s() const { return total_s_ - elapsed_s(); }
+  bool spent() const { return left_s() <= 0; }
+
+ private:
+  double total_s_;
+  std::function<double()> now_;
+  double start_s_;
+};
+
+// One configuration the search considered.
+struct Candidate {
+  Setting setting;
+  std::optional<double> predicted_rps;  // brisk plan's goodput, where it models the knobs
+  std::vector<Goodput> measurements;    // the search's, then the confirmation's repeats
+  std::string stage;                    // baseline, search or pruned
+  std::string note;                     // why it was pruned, or why it failed to run
+  std::string command;
+  double peak_memory_bytes = 0;  // the server's peak resident memory, when known
+
+  bool measured() const { return !measurements.empty(); }
+  // Mean of the measured goodputs; a measurement that gave up counts as its missed rate's
+  // lower neighbour, so it is never taken for a win.
+  double goodput_rps() const;
+  // Half-width of the 95% confidence interval of goodput_rps() (Student's t over the repeats);
+  // 0 with one measurement.
+  double goodput_ci95_rps() const;
+};
+
+struct SearchOptions {
+  // A challenger must meet the SLO at the best goodput so far times (1 + margin) to win: less is
+  // within the noise of one run.
+  double margin = 0.08;
+  // Knob values whose predicted goodput is below this share of the best prediction are not
+  // measured (pruned), where brisk plan models the knob.
+  double prune_below = 0.5;
+  int confirm_top = 2;      // configurations re-measured besides the baseline
+  int confirm_repeats = 1;  // re-measurements of each, interleaved
+  double confirm_share = 0.3;  // of the budget kept for the confirmation
+};
+
+// What to do with a configuration: start its server, search its goodput, stop the server.
+using MeasureFn = std::function<Goodput(const Setting&, const GoodputSearchOptions&,
+                                        Candidate& candidate)>;
+using PredictFn = std::function<std::optional<double>(const Setting&)>;
+// Progress: the stage and the candidate about to be measured.
+using EventFn = std::function<void(const std::string& stage, const Setting&)>;
+
+struct SearchResult {
+  std::vector<Candidate> candidates;  // in the order they were considered; [0] is the baseline
+  size_t best = 0;
+  std::string stopped;  // "budget", or empty when every knob was searched
+};
+
+// Greedy coordinate search guided by the prediction: measure the baseline; then, one knob at a
+// time (the knobs the prediction says matter most first), challenge the best configuration so
+// far with each of the knob's other values, most promising first, and keep a challenger that
+// meets the SLO at a rate the best could not (its goodput times 1 + margin); finally re-measure
+// the best few and the baseline, interleaved, and pick the best mean.
+SearchResult search_configurations(const std::vector<Knob>& knobs, const Setting& baseline,
+                                   const PredictFn& predict, const MeasureFn& measure,
+                                   Budget& budget, const SearchOptions& options,
+                                   const EventFn& on_event = {});
+
+}  // namespace brisk::tune

@@ -1,0 +1,66 @@
+#include "tune/goodput_search.h"
+
+#include <cmath>
+
+namespace brisk::tune {
+
+const bench::RateTrial* Goodput::at_goodput() const {
+  for (const bench::RateTrial& trial : trials) {
+    if (trial.meets() && trial.rate == rate) return &trial;
+  }
+  return nullptr;
+}
+
+Goodput search_goodput(const bench::Slo& slo, const GoodputSearchOptions& options,
+                       const std::function<bench::RunStatistics(double rate)>& run_at,
+                       const std::function<bool()>& out_of_time) {
+  Goodput result;
+  auto run = [&](double rate) {
+    bench::RateTrial trial;
+    trial.rate = rate;
+    trial.stats = run_at(rate);
+    trial.misses = slo.misses(trial.stats);
+    const bool meets = trial.meets();
+    result.trials.push_back(std::move(trial));
+    if (meets) {
+      result.rate = std::max(result.rate, rate);
+    } else {
+      result.missed_at = std::min(result.missed_at, rate);
+    }
+    return meets;
+  };
+  auto stop_here = [&]() {
+    if (result.missed_at <= options.give_up_at_or_below) {
+      result.gave_up = true;
+      return true;
+    }
+    if (static_cast<int>(result.trials.size()) >= options.max_runs) {
+      result.stopped = "run limit";
+      return true;
+    }
+    if (out_of_time && out_of_time()) {
+      result.stopped = "out of time";
+      return true;
+    }
+    return false;
+  };
+  double rate = std::max(options.start_rate, options.min_rate);
+  // Bracket: up while it meets, down while it misses.
+  while (true) {
+    run(rate);
+    if (result.rate > 0 && std::isfinite(result.missed_at)) break;
+    if (stop_here()) return result;
+    rate = result.rate > 0 ? rate * options.growth : rate / options.growth;
+    if (rate < options.min_rate) {
+      result.stopped = "missed the SLO even at the lowest rate tried";
+      return result;
+    }
+  }
+  for (int step = 0; step < options.refine_steps; ++step) {
+    if (stop_here()) return result;
+    run(std::sqrt(result.rate * result.missed_at));
+  }
+  return result;
+}
+
+}  // namespace brisk::tune

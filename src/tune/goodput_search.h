@@ -1,0 +1,44 @@
+#pragma once
+
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "bench/rate_search.h"
+#include "bench/run_statistics.h"
+#include "bench/slo.h"
+
+namespace brisk::tune {
+
+// The rate back-off that measures one configuration's goodput: the highest open-loop request
+// rate whose run still meets every SLO limit (its P99s), as vLLM's auto_tune measures it.
+struct GoodputSearchOptions {
+  double start_rate = 1;  // requests/s: a prediction, or the rate to beat
+  double growth = 1.5;    // rate factor while bracketing
+  int refine_steps = 2;   // geometric bisections once a met and a missed rate bracket it
+  int max_runs = 8;
+  // Stop as soon as a rate at or below this misses: the configuration cannot beat the one that
+  // met it (0: measure it whatever it is).
+  double give_up_at_or_below = 0;
+  double min_rate = 0.005;
+};
+
+struct Goodput {
+  double rate = 0;  // highest rate that met the SLO; 0: none did
+  double missed_at = std::numeric_limits<double>::infinity();  // lowest rate that missed
+  std::vector<bench::RateTrial> trials;
+  bool gave_up = false;  // stopped below give_up_at_or_below
+  std::string stopped;   // why it ended before bracketing and refining, in words
+  double seconds = 0;    // wall time it took, server start included
+  // The trial at the highest met rate, when one met.
+  const bench::RateTrial* at_goodput() const;
+};
+
+// Runs `run_at(rate)` from options.start_rate up by `growth` while it meets the SLO, down while
+// it misses, then bisects the bracket. `out_of_time` is asked before every run after the first.
+Goodput search_goodput(const bench::Slo& slo, const GoodputSearchOptions& options,
+                       const std::function<bench::RunStatistics(double rate)>& run_at,
+                       const std::function<bool()>& out_of_time = {});
+
+}  // namespace brisk::tune

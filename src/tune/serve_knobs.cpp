@@ -1,0 +1,88 @@
+#include "tune/serve_knobs.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "tune/command_line.h"
+
+namespace brisk::tune {
+
+namespace {
+
+double number(const std::string& label) { return std::strtod(label.c_str(), nullptr); }
+
+// A knob set by one numeric flag; `defaults` is brisk serve's own default.
+Knob numeric_knob(std::vector<std::string>& base_flags, const std::string& flag,
+                  const std::vector<std::string>& aliases, std::vector<std::string> labels,
+                  const std::string& default_label, std::string effect, bool predicted) {
+  std::vector<std::string> names = aliases;
+  names.insert(names.begin(), "--" + flag);
+  const std::optional<std::string> given = take_flag(base_flags, names);
+  Knob knob;
+  knob.name = flag;
+  knob.baseline = given.value_or(default_label);
+  knob.effect = std::move(effect);
+  knob.predicted = predicted;
+  if (std::find(labels.begin(), labels.end(), knob.baseline) == labels.end()) {
+    labels.push_back(knob.baseline);
+  }
+  std::sort(labels.begin(), labels.end(), [](const std::string& a, const std::string& b) {
+    return number(a) < number(b);
+  });
+  for (const std::string& label : labels) knob.values.push_back({label, {"--" + flag, label}});
+  return knob;
+}
+
+}  // namespace
+
+ServeKnobs brisk_serve_knobs(std::vector<std::string> base_flags, int cores) {
+  ServeKnobs serve;
+  std::vector<Knob>& knobs = serve.knobs;
+  knobs.push_back(numeric_knob(
+      base_flags, "max-seqs", {}, {"4", "8", "16", "32"}, "16",
+      "requests running at once: more batch more tokens per step until the step (each stream's "
+      "token gap) grows too long; fewer keep TPOT short and make the rest wait in the queue",
+      true));
+  knobs.push_back(numeric_knob(
+      base_flags, "max-batched-tokens", {}, {"256", "512", "1024", "2048"}, "512",
+      "tokens one step may carry: more prefill a prompt in fewer steps (shorter TTFT under "
+      "load), at the price of longer gaps for the streams that decode beside it",
+      true));
+  knobs.push_back(numeric_knob(
+      base_flags, "target-itl-ms", {"--max-step-ms"}, {"0", "75", "150", "300"}, "150",
+      "cuts prompt chunks so a step stays under it: lower protects ITL and TPOT, higher (or 0, "
+      "off) gives prompts whole steps: shorter TTFT and more throughput",
+      true));
+  knobs.push_back(numeric_knob(
+      base_flags, "long-prefill-tokens", {}, {"0", "256", "1024"}, "256",
+      "prompts longer than this are prefilled after the short ones, so one long prompt does not "
+      "hold back every short one (0: oldest first)",
+      true));
+  knobs.push_back(numeric_knob(
+      base_flags, "min-prefill-step-tokens", {}, {"1", "64"}, "1",
+      "a step carrying prompt tokens carries at least this many: on CPU ggml's flash attention "
+      "is several times cheaper per prompt token from 64 rows a step",
+      false));
+  Knob layout;
+  layout.name = "kv-layout";
+  const bool per_sequence = take_switch(base_flags, "--no-kv-unified");
+  take_switch(base_flags, "--kv-unified");
+  layout.baseline = per_sequence ? "per-sequence" : "unified";
+  layout.values = {{"unified", {"--kv-unified"}}, {"per-sequence", {"--no-kv-unified"}}};
+  layout.effect =
+      "unified: one KV buffer, a request may use the whole context, but every step attends "
+      "over all cells in use; per-sequence: each step's cost follows each stream's own context";
+  knobs.push_back(std::move(layout));
+  if (cores >= 4) {
+    std::vector<std::string> threads = {std::to_string(cores / 2), std::to_string(cores)};
+    knobs.push_back(numeric_knob(
+        base_flags, "threads", {"-t"}, threads, std::to_string(cores),
+        "llama.cpp's compute threads: all cores, or half of them when the HTTP threads and the "
+        "sampler compete for the rest",
+        false));
+  }
+  serve.fixed_args = std::move(base_flags);
+  return serve;
+}
+
+}  // namespace brisk::tune

@@ -1,0 +1,245 @@
+#include "tune/tune_report.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "common/duration.h"
+
+namespace brisk::tune {
+
+namespace {
+
+std::string rate_text(double rps) {
+  if (std::isinf(rps)) return "every request at once";
+  return fmt::format("{:.3g} req/s", rps);
+}
+
+std::string goodput_text(const Candidate& candidate) {
+  if (!candidate.measured()) return "-";
+  const Goodput& first = candidate.measurements.front();
+  if (candidate.goodput_rps() <= 0) {
+    return std::isfinite(first.missed_at) ? "< " + rate_text(first.missed_at) : "0";
+  }
+  std::string text = fmt::format("{:.3g}", candidate.goodput_rps());
+  if (candidate.measurements.size() > 1) {
+    text += fmt::format(" ± {:.2g} (n={})", candidate.goodput_ci95_rps(),
+                        candidate.measurements.size());
+  }
+  return text;
+}
+
+// Measured candidates best first, then the rest in the order they were considered.
+std::vector<size_t> ranking(const SearchResult& search) {
+  std::vector<size_t> order(search.candidates.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const Candidate& x = search.candidates[a];
+    const Candidate& y = search.candidates[b];
+    if (x.measured() != y.measured()) return x.measured();
+    return x.goodput_rps() > y.goodput_rps();
+  });
+  return order;
+}
+
+nlohmann::json trial_json(const bench::RateTrial& trial) {
+  const bench::RunStatistics& stats = trial.stats;
+  return {{"rate_rps", std::isinf(trial.rate) ? nlohmann::json("inf") : nlohmann::json(trial.rate)},
+          {"meets_slo", trial.meets()},
+          {"misses", trial.misses},
+          {"ok", stats.ok},
+          {"failed", stats.failed},
+          {"ttft_p99_ms", stats.ttft_ms.p99},
+          {"tpot_p99_ms", stats.tpot_ms.p99},
+          {"itl_p99_ms", stats.itl_ms.p99},
+          {"e2e_p99_ms", stats.e2e_ms.p99},
+          {"request_throughput_rps", stats.request_throughput},
+          {"output_tokens_per_s", stats.output_token_throughput},
+          {"goodput_rps", stats.goodput}};
+}
+
+nlohmann::json candidate_json(const TuneReport& report, const Candidate& candidate) {
+  nlohmann::json measurements = nlohmann::json::array();
+  for (const Goodput& goodput : candidate.measurements) {
+    nlohmann::json trials = nlohmann::json::array();
+    for (const bench::RateTrial& trial : goodput.trials) trials.push_back(trial_json(trial));
+    measurements.push_back(
+        {{"goodput_rps", goodput.rate},
+         {"missed_at_rps", std::isfinite(goodput.missed_at) ? nlohmann::json(goodput.missed_at)
+                                                             : nlohmann::json(nullptr)},
+         {"gave_up", goodput.gave_up},
+         {"stopped", goodput.stopped},
+         {"seconds", goodput.seconds},
+         {"trials", std::move(trials)}});
+  }
+  const Setting& baseline = report.search.candidates.front().setting;
+  return {{"setting", candidate.setting},
+          {"change", describe_change(report.knobs, baseline, candidate.setting)},
+          {"stage", candidate.stage},
+          {"predicted_goodput_rps", candidate.predicted_rps ? nlohmann::json(*candidate.predicted_rps)
+                                                            : nlohmann::json(nullptr)},
+          {"goodput_rps", candidate.goodput_rps()},
+          {"goodput_ci95_rps", candidate.goodput_ci95_rps()},
+          {"measurements", std::move(measurements)},
+          {"command", candidate.command},
+          {"peak_memory_bytes", candidate.peak_memory_bytes},
+          {"note", candidate.note}};
+}
+
+// The trial of `goodput` nearest above `rate` that met the SLO, if any.
+const bench::RateTrial* met_at_or_above(const Candidate& candidate, double rate) {
+  const bench::RateTrial* found = nullptr;
+  for (const Goodput& goodput : candidate.measurements) {
+    for (const bench::RateTrial& trial : goodput.trials) {
+      if (trial.meets() && trial.rate >= rate && (!found || trial.rate < found->rate)) {
+        found = &trial;
+      }
+    }
+  }
+  return found;
+}
+
+}  // namespace
+
+std::vector<std::string> why_it_wins(const TuneReport& report) {
+  const SearchResult& search = report.search;
+  const Candidate& baseline = search.candidates.front();
+  const Candidate& best = search.candidates[search.best];
+  if (search.best == 0) {
+    return {"No challenger met the SLO at a higher rate than the baseline: the baseline stays."};
+  }
+  std::vector<std::string> why;
+  for (const Knob& knob : report.knobs) {
+    const std::string& from = baseline.setting.at(knob.name);
+    const std::string& to = best.setting.at(knob.name);
+    if (from != to) why.push_back(fmt::format("{} {} (was {}): {}.", knob.name, to, from, knob.effect));
+  }
+  if (!baseline.measured()) return why;
+  const Goodput& base = baseline.measurements.front();
+  if (std::isfinite(base.missed_at)) {
+    for (const bench::RateTrial& trial : base.trials) {
+      if (trial.rate != base.missed_at) continue;
+      std::string line = fmt::format("At {} the baseline missed {}", rate_text(trial.rate),
+                                     fmt::join(trial.misses, ", "));
+      if (const bench::RateTrial* met = met_at_or_above(best, trial.rate)) {
+        line += fmt::format("; the best met the SLO at {} (TTFT p99 {:.0f} ms, TPOT p99 {:.0f} ms)",
+                            rate_text(met->rate), met->stats.ttft_ms.p99, met->stats.tpot_ms.p99);
+      }
+      why.push_back(line + ".");
+      break;
+    }
+  }
+  if (baseline.goodput_rps() > 0) {
+    why.push_back(fmt::format("Goodput {:.3g} → {:.3g} req/s ({:.2f}×).", baseline.goodput_rps(),
+                              best.goodput_rps(), best.goodput_rps() / baseline.goodput_rps()));
+  }
+  return why;
+}
+
+std::string ranked_table(const TuneReport& report) {
+  std::string table =
+      "| rank | change from baseline | predicted req/s | goodput req/s | TTFT p99 ms | TPOT p99 "
+      "ms | peak memory MiB | stage |\n|---|---|---|---|---|---|---|---|\n";
+  const Setting& baseline = report.search.candidates.front().setting;
+  int rank = 0;
+  for (const size_t index : ranking(report.search)) {
+    const Candidate& candidate = report.search.candidates[index];
+    const bench::RateTrial* at = nullptr;
+    if (candidate.measured()) at = candidate.measurements.front().at_goodput();
+    table += fmt::format(
+        "| {} | {} | {} | {} | {} | {} | {} | {}{} |\n",
+        candidate.measured() ? std::to_string(++rank) : "-",
+        describe_change(report.knobs, baseline, candidate.setting),
+        candidate.predicted_rps ? fmt::format("{:.3g}", *candidate.predicted_rps) : "-",
+        goodput_text(candidate), at ? fmt::format("{:.0f}", at->stats.ttft_ms.p99) : "-",
+        at ? fmt::format("{:.0f}", at->stats.tpot_ms.p99) : "-",
+        candidate.peak_memory_bytes > 0
+            ? fmt::format("{:.0f}", candidate.peak_memory_bytes / (1 << 20))
+            : "-",
+        candidate.stage, candidate.note.empty() ? "" : " (" + candidate.note + ")");
+  }
+  return table;
+}
+
+nlohmann::json report_json(const TuneReport& report) {
+  const SearchResult& search = report.search;
+  nlohmann::json knobs = nlohmann::json::array();
+  for (const Knob& knob : report.knobs) {
+    nlohmann::json values = nlohmann::json::array();
+    for (const KnobValue& value : knob.values) values.push_back(value.label);
+    knobs.push_back({{"name", knob.name},
+                     {"values", values},
+                     {"baseline", knob.baseline},
+                     {"predicted", knob.predicted},
+                     {"effect", knob.effect}});
+  }
+  nlohmann::json candidates = nlohmann::json::array();
+  for (const size_t index : ranking(search)) {
+    candidates.push_back(candidate_json(report, search.candidates[index]));
+  }
+  const Candidate& baseline = search.candidates.front();
+  const Candidate& best = search.candidates[search.best];
+  return {{"server", report.server},
+          {"model", report.model},
+          {"slo", report.slo},
+          {"budget_s", report.budget_s},
+          {"elapsed_s", report.elapsed_s},
+          {"stopped", search.stopped},
+          {"requests_per_run", report.requests_per_run},
+          {"workload", report.workload},
+          {"prediction",
+           report.prediction_origin.empty()
+               ? nlohmann::json(nullptr)
+               : nlohmann::json{{"origin", report.prediction_origin},
+                                {"unpredicted_limits", report.unpredicted_limits}}},
+          {"knobs", std::move(knobs)},
+          {"baseline", candidate_json(report, baseline)},
+          {"best", candidate_json(report, best)},
+          {"improvement", baseline.goodput_rps() > 0
+                              ? nlohmann::json(best.goodput_rps() / baseline.goodput_rps())
+                              : nlohmann::json(nullptr)},
+          {"why", why_it_wins(report)},
+          {"candidates", std::move(candidates)}};
+}
+
+std::string report_markdown(const TuneReport& report) {
+  const SearchResult& search = report.search;
+  const Candidate& best = search.candidates[search.best];
+  std::string text = fmt::format(
+      "# brisk tune\n\n{} on {}, SLO `{}`, budget {} (used {}{}), {} measured requests per "
+      "rate trial.\n\n",
+      report.server, report.model, report.slo, format_duration(report.budget_s),
+      format_duration(std::round(report.elapsed_s)),
+      search.stopped.empty() ? "" : ", stopped: " + search.stopped, report.requests_per_run);
+  if (!report.prediction_origin.empty()) {
+    text += "Predictions: brisk plan, " + report.prediction_origin + ".\n\n";
+  }
+  text += ranked_table(report) + "\n## Why it wins\n\n";
+  for (const std::string& line : why_it_wins(report)) text += "- " + line + "\n";
+  text += "\n## Command\n\n```\n" + best.command + "\n```\n";
+  return text;
+}
+
+bool write_report_files(const TuneReport& report, const std::string& dir, std::string& error) {
+  std::error_code fs_error;
+  std::filesystem::create_directories(dir, fs_error);
+  if (fs_error) {
+    error = "--out " + dir + ": " + fs_error.message();
+    return false;
+  }
+  std::ofstream json(std::filesystem::path(dir) / "report.json");
+  json << report_json(report).dump(2) << "\n";
+  std::ofstream markdown(std::filesystem::path(dir) / "report.md");
+  markdown << report_markdown(report);
+  if (!json || !markdown) {
+    error = "cannot write the report into " + dir;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace brisk::tune

@@ -1,0 +1,322 @@
+#include "tune/tune_run.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "bench/http_fetch.h"
+#include "bench/load_runner.h"
+#include "bench/progress.h"
+#include "bench/run_statistics.h"
+#include "bench/server_process.h"
+#include "bench/slo.h"
+#include "bench/workload_builder.h"
+#include "common/clock.h"
+#include "common/duration.h"
+#include "common/subprocess.h"
+#include "tune/command_line.h"
+#include "tune/config_search.h"
+#include "tune/goodput_prediction.h"
+#include "tune/serve_knobs.h"
+#include "tune/server_template.h"
+#include "tune/tune_report.h"
+
+namespace brisk::tune {
+
+namespace {
+
+int fail(const std::string& message) {
+  std::cerr << "error: " << message << "\n";
+  return 2;
+}
+
+double steady_seconds() {
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+// Peak resident memory of a process (VmHWM), in bytes; 0 when it cannot be read.
+double peak_resident_bytes(int pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) * 1024;
+  }
+  return 0;
+}
+
+// How each candidate's server is started: brisk serve with knob flags, or a template.
+class ServerFactory {
+ public:
+  virtual ~ServerFactory() = default;
+  virtual bench::ServerLaunch launch(const Setting& setting) const = 0;
+  virtual std::string name() const = 0;
+  // The command as a user would run it for good: without the port tune picked.
+  virtual std::string display_command(const Setting& setting) const = 0;
+};
+
+class BriskServeFactory : public ServerFactory {
+ public:
+  BriskServeFactory(const ServeKnobs& serve) : serve_(serve) {}
+  std::vector<std::string> args_for(const Setting& setting) const {
+    std::vector<std::string> args = serve_.fixed_args;
+    const std::vector<std::string> knob_args = setting_args(serve_.knobs, setting);
+    args.insert(args.end(), knob_args.begin(), knob_args.end());
+    return args;
+  }
+  bench::ServerLaunch launch(const Setting& setting) const override {
+    return bench::brisk_serve_launch(args_for(setting), "tune-serve");
+  }
+  std::string display_command(const Setting& setting) const override {
+    std::vector<std::string> argv = {"brisk", "serve"};
+    const std::vector<std::string> args = args_for(setting);
+    argv.insert(argv.end(), args.begin(), args.end());
+    return describe_command(argv);
+  }
+  std::string name() const override { return "brisk serve"; }
+
+ private:
+  const ServeKnobs& serve_;
+};
+
+class TemplateFactory : public ServerFactory {
+ public:
+  TemplateFactory(ServerTemplate server, std::string model, std::string command)
+      : server_(std::move(server)), model_(std::move(model)), command_(std::move(command)) {}
+  bench::ServerLaunch launch(const Setting& setting) const override {
+    bench::ServerLaunch launch;
+    launch.port = bench::free_loopback_port();
+    launch.argv = render_command(
+        server_, setting,
+        {{"port", std::to_string(launch.port)}, {"host", "127.0.0.1"}, {"model", model_}});
+    launch.log_path = "/tmp/brisk-tune-server-" + std::to_string(getpid()) + ".log";
+    return launch;
+  }
+  std::string name() const override { return command_; }
+  std::string display_command(const Setting& setting) const override {
+    return describe_command(render_command(
+        server_, setting, {{"port", "{port}"}, {"host", "127.0.0.1"}, {"model", model_}}));
+  }
+
+ private:
+  ServerTemplate server_;
+  std::string model_;
+  std::string command_;
+};
+
+// Measures candidates: starts each one's server, sends the workload at the rates the goodput
+// search asks for, and stops the server again.
+class CandidateMeasurer {
+ public:
+  CandidateMeasurer(const TuneOptions& options, const bench::Slo& slo,
+                    const ServerFactory& servers, Budget& budget)
+      : options_(options), slo_(slo), servers_(servers), budget_(budget) {}
+
+  Goodput measure(const Setting& setting, const GoodputSearchOptions& search,
+                  Candidate& candidate) {
+    bench::ServerLaunch launch = servers_.launch(setting);
+    launch.ready_timeout_s = std::max(1.0, std::min(options_.ready_timeout_s, budget_.left_s()));
+    std::string error;
+    bench::ServerProcess server(launch, error);
+    candidate.command = servers_.display_command(setting);
+    Goodput goodput;
+    if (!server.running()) {
+      candidate.note = "did not start: " + error.substr(0, error.find('\n'));
+      std::cerr << "  " << error << "\n";
+      goodput.stopped = "server did not start";
+      return goodput;
+    }
+    bench::TargetEndpoint target;
+    target.host = "127.0.0.1";
+    target.port = std::to_string(server.port());
+    if (!workload_ && !build_workload(target, error)) {
+      candidate.note = error;
+      goodput.stopped = error;
+      return goodput;
+    }
+    goodput = search_goodput(
+        slo_, search,
+        [&](double rate) { return run_at(target, rate, setting); },
+        [&] { return budget_.spent(); });
+    candidate.peak_memory_bytes = peak_resident_bytes(server.pid());
+    return goodput;
+  }
+
+  const nlohmann::json& workload_description() const { return description_; }
+
+ private:
+  bool build_workload(const bench::TargetEndpoint& target, std::string& error) {
+    const auto timeout = std::chrono::milliseconds(30'000);
+    const auto model = bench::first_served_model(target, timeout, error);
+    if (!model) {
+      error = "the server lists no model: " + error;
+      return false;
+    }
+    bench::WorkloadSpec spec;
+    spec.kind = options_.endpoint == "chat" ? bench::ApiKind::chat : bench::ApiKind::completions;
+    spec.model = *model;
+    spec.input_tokens = options_.input_tokens;
+    spec.output_tokens = options_.output_tokens;
+    spec.output_tokens_given = true;
+    spec.jsonl_path = options_.dataset;
+    spec.seed = options_.seed;
+    const bench::TokenCalibration calibration = bench::calibrate_tokens(target, *model, timeout);
+    auto built = bench::build_workload(spec, target, calibration, timeout, error);
+    if (!built) return false;
+    description_ = built->description;
+    workload_ = std::move(built->workload);
+    return true;
+  }
+
+  bench::RunStatistics run_at(const bench::TargetEndpoint& target, double rate,
+                              const Setting& setting) {
+    bench::RunOptions run;
+    run.load.concurrency = 0;  // open loop, nothing held back by the client
+    run.load.rate = rate;
+    run.num_requests = options_.requests_per_run;
+    run.warmup_requests = 2;
+    // Every arrival after the budget's end is dropped, and no request outlives it by much.
+    run.schedule_s = bench::arrival_offsets_s(run.load, run.num_requests, options_.seed);
+    while (!run.schedule_s.empty() && run.schedule_s.back() > budget_.left_s()) {
+      run.schedule_s.pop_back();
+    }
+    if (run.schedule_s.empty()) run.schedule_s.push_back(0);
+    run.timeout = std::chrono::milliseconds(
+        static_cast<long>(std::clamp(budget_.left_s(), 10.0, 600.0) * 1000));
+    bench::ProgressDisplay progress(
+        bench::progress_style_for(options_.progress),
+        fmt::format("{} left · {} @ {:.3g} req/s", format_duration(std::round(budget_.left_s())),
+                    describe_setting_short(setting), rate),
+        static_cast<int>(run.schedule_s.size()), 0);
+    run.progress = &progress.counters();
+    const bench::RunResult result = bench::run_open_loop(target, *workload_, run, options_.seed);
+    progress.stop();
+    bench::RunStatistics stats = bench::compute_run_statistics(
+        result.records, result.start, result.end, bench::LatencyOrigin::scheduled, &slo_);
+    const std::vector<std::string> misses = slo_.misses(stats);
+    std::cerr << fmt::format("  {} @ {:.3g} req/s: {} (TTFT p99 {:.0f} ms, TPOT p99 {:.0f} ms, "
+                             "{} ok, {} failed)\n",
+                             describe_setting_short(setting), rate,
+                             misses.empty() ? "meets the SLO"
+                                            : "misses " + fmt::format("{}", fmt::join(misses, ", ")),
+                             stats.ttft_ms.p99, stats.tpot_ms.p99, stats.ok, stats.failed);
+    return stats;
+  }
+
+  std::string describe_setting_short(const Setting& setting) const {
+    std::string text;
+    for (const auto& [name, value] : setting) text += (text.empty() ? "" : " ") + name + "=" + value;
+    return text;
+  }
+
+  const TuneOptions& options_;
+  const bench::Slo& slo_;
+  const ServerFactory& servers_;
+  Budget& budget_;
+  std::unique_ptr<bench::Workload> workload_;
+  nlohmann::json description_;
+};
+
+}  // namespace
+
+int run_tune(const TuneOptions& options) {
+  std::string error;
+  if (options.slo.empty()) {
+    return fail("--slo is required: the limits a configuration must meet, e.g. "
+                "ttft_p99=2s,tpot_p99=200ms");
+  }
+  const auto slo = bench::parse_slo(options.slo, error);
+  if (!slo) return fail("--slo: " + error);
+  if (!options.base_flags.empty() && !options.server_cmd.empty()) {
+    return fail("--base-flags are brisk serve's; --server-cmd starts another server: give one");
+  }
+  if (options.server_cmd.empty() && !options.grid.empty()) {
+    return fail("--grid lists the values of --server-cmd's placeholders: give --server-cmd too");
+  }
+
+  TuneReport report;
+  report.model = options.model;
+  report.slo = options.slo;
+  report.budget_s = options.budget_s;
+  report.requests_per_run = options.requests_per_run;
+  std::unique_ptr<ServerFactory> servers;
+  ServeKnobs serve;
+  std::optional<GoodputPrediction> prediction;
+  if (options.server_cmd.empty()) {
+    auto base = split_command_line(options.base_flags, error);
+    if (!base) return fail("--base-flags: " + error);
+    std::vector<std::string> probe = *base;
+    const bool has_model = take_flag(probe, {"--model", "-m"}).has_value();
+    if (!has_model) base->insert(base->begin(), {"--model", options.model});
+    serve = brisk_serve_knobs(std::move(*base), static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+    report.knobs = serve.knobs;
+    servers = std::make_unique<BriskServeFactory>(serve);
+    prediction = GoodputPrediction::make(
+        options.model, options.device, static_cast<int>(std::lround(options.input_tokens.mean())),
+        static_cast<int>(std::lround(options.output_tokens.mean())), slo->limits, error);
+    if (prediction) {
+      report.prediction_origin = prediction->origin();
+      report.unpredicted_limits = prediction->unpredicted();
+    } else {
+      std::cerr << "note: no predictions (" << error << "): every candidate is measured\n";
+    }
+  } else {
+    auto server = parse_server_template(options.server_cmd, error);
+    if (!server) return fail(error);
+    auto knobs = parse_grid(options.grid, *server, error);
+    if (!knobs) return fail(error);
+    report.knobs = std::move(*knobs);
+    servers = std::make_unique<TemplateFactory>(std::move(*server), options.model,
+                                                options.server_cmd);
+  }
+  report.server = servers->name();
+
+  bench::stop_servers_on_signals();
+  Budget budget(options.budget_s, steady_seconds);
+  CandidateMeasurer measurer(options, *slo, *servers, budget);
+  SearchOptions search;
+  search.margin = options.margin;
+  search.confirm_top = options.confirm_top;
+  search.confirm_repeats = options.confirm_repeats;
+  std::cerr << fmt::format("brisk tune: {} on {}, SLO {}, budget {}, {} knobs\n", report.server,
+                           options.model, options.slo, format_duration(options.budget_s),
+                           report.knobs.size());
+  PredictFn predict;
+  if (prediction) predict = [&](const Setting& setting) { return prediction->predict(setting); };
+  int index = 0;
+  report.search = search_configurations(
+      report.knobs, baseline_setting(report.knobs), predict,
+      [&](const Setting& setting, const GoodputSearchOptions& goodput, Candidate& candidate) {
+        return measurer.measure(setting, goodput, candidate);
+      },
+      budget, search,
+      [&](const std::string& stage, const Setting& setting) {
+        std::cerr << fmt::format("[{} left] candidate {} ({}): {}\n",
+                                 format_duration(std::max(0.0, std::round(budget.left_s()))),
+                                 ++index, stage,
+                                 describe_change(report.knobs, baseline_setting(report.knobs),
+                                                 setting));
+      });
+  report.elapsed_s = budget.elapsed_s();
+  report.workload = measurer.workload_description();
+
+  std::cout << ranked_table(report) << "\n";
+  for (const std::string& line : why_it_wins(report)) std::cout << "- " << line << "\n";
+  const Candidate& best = report.search.candidates[report.search.best];
+  std::cout << "\nbest: " << best.command << "\n";
+  if (!options.out_dir.empty()) {
+    if (!write_report_files(report, options.out_dir, error)) return fail(error);
+    std::cerr << "wrote " << options.out_dir << "/report.json and report.md\n";
+  }
+  return report.search.candidates.front().measured() &&
+                 !report.search.candidates.front().measurements.front().trials.empty()
+             ? 0
+             : 1;
+}
+
+}  // namespace brisk::tune

@@ -1,0 +1,40 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "bench/length_distribution.h"
+
+namespace brisk::tune {
+
+// Everything `brisk tune` was asked (app/tune_command.cpp fills it from the flags).
+struct TuneOptions {
+  std::string model = "gemma3-270m";  // brisk serve --model, and {model} of --server-cmd
+  std::string slo;                    // "ttft_p99=2s,tpot_p99=200ms"
+  double budget_s = 1200;
+  std::string base_flags;  // brisk serve's flags to start from and compare against
+  std::string server_cmd;  // any server instead, with {placeholders}
+  std::vector<std::string> grid;  // --grid NAME=V1,V2 | NAME=LOW..HIGH, one per placeholder
+  std::string out_dir;
+  std::string device = "cpu-2vcpu";  // brisk plan catalog entry of this machine, for predictions
+  // The workload, as brisk bench takes it.
+  std::string endpoint = "completions";
+  bench::LengthDistribution input_tokens = bench::LengthDistribution::fixed_at(128);
+  bench::LengthDistribution output_tokens = bench::LengthDistribution::fixed_at(64);
+  std::string dataset;  // JSONL prompts
+  uint64_t seed = 1;
+  int requests_per_run = 24;  // measured requests of one rate trial (plus 2 warm-up requests)
+  // Search tuning.
+  double margin = 0.08;
+  int confirm_top = 2;
+  int confirm_repeats = 1;
+  double ready_timeout_s = 300;
+  std::string progress = "auto";
+};
+
+// Runs the whole search and writes DIR/report.json and DIR/report.md; prints the ranked table
+// and the winning command. Returns the process exit code: 0 with a report, 1 when nothing could
+// be measured, 2 on bad flags.
+int run_tune(const TuneOptions& options);
+
+}  // namespace brisk::tune
