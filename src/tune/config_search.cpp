@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 namespace brisk::tune {
 
@@ -61,17 +60,16 @@ class Search {
     const double started_s = budget_.elapsed_s();
     Goodput goodput = measure_(result_.candidates[index].setting, options, result_.candidates[index]);
     goodput.seconds = budget_.elapsed_s() - started_s;
-    measure_seconds_.push_back(goodput.seconds);
+    measured_s_ += goodput.seconds;
+    trials_ += static_cast<double>(std::max<size_t>(1, goodput.trials.size()));
     result_.candidates[index].measurements.push_back(std::move(goodput));
   }
 
-  // Whether another measurement fits the budget, keeping `reserve_s` for later stages.
+  // Whether another measurement fits the budget, keeping `reserve_s` for later stages. A
+  // challenger that loses takes one rate trial and a winner a few more, so the estimate is two
+  // trials at the mean trial time so far (a server's start included).
   bool fits(double reserve_s) const {
-    const double estimate_s =
-        measure_seconds_.empty() ? 0
-                                 : std::accumulate(measure_seconds_.begin(), measure_seconds_.end(),
-                                                   0.0) /
-                                       static_cast<double>(measure_seconds_.size());
+    const double estimate_s = trials_ > 0 ? 2 * measured_s_ / trials_ : 0;
     return !budget_.spent() && budget_.left_s() - reserve_s >= estimate_s;
   }
 
@@ -212,7 +210,8 @@ class Search {
   const EventFn& on_event_;
   SearchResult result_;
   size_t best_ = 0;
-  std::vector<double> measure_seconds_;
+  double measured_s_ = 0;  // time spent measuring so far
+  double trials_ = 0;      // rate trials run so far (a server that failed to start counts one)
 };
 
 }  // namespace

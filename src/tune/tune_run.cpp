@@ -114,8 +114,8 @@ class TemplateFactory : public ServerFactory {
 class CandidateMeasurer {
  public:
   CandidateMeasurer(const TuneOptions& options, const bench::Slo& slo,
-                    const ServerFactory& servers, Budget& budget)
-      : options_(options), slo_(slo), servers_(servers), budget_(budget) {}
+                    const ServerFactory& servers, const std::vector<Knob>& knobs, Budget& budget)
+      : options_(options), slo_(slo), servers_(servers), knobs_(knobs), budget_(budget) {}
 
   Goodput measure(const Setting& setting, const GoodputSearchOptions& search,
                   Candidate& candidate) {
@@ -209,14 +209,13 @@ class CandidateMeasurer {
   }
 
   std::string describe_setting_short(const Setting& setting) const {
-    std::string text;
-    for (const auto& [name, value] : setting) text += (text.empty() ? "" : " ") + name + "=" + value;
-    return text;
+    return describe_change(knobs_, baseline_setting(knobs_), setting);
   }
 
   const TuneOptions& options_;
   const bench::Slo& slo_;
   const ServerFactory& servers_;
+  const std::vector<Knob>& knobs_;
   Budget& budget_;
   std::unique_ptr<bench::Workload> workload_;
   nlohmann::json description_;
@@ -278,7 +277,7 @@ int run_tune(const TuneOptions& options) {
 
   bench::stop_servers_on_signals();
   Budget budget(options.budget_s, steady_seconds);
-  CandidateMeasurer measurer(options, *slo, *servers, budget);
+  CandidateMeasurer measurer(options, *slo, *servers, report.knobs, budget);
   SearchOptions search;
   search.margin = options.margin;
   search.confirm_top = options.confirm_top;

@@ -1,0 +1,260 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "tune/command_line.h"
+#include "tune/config_search.h"
+#include "tune/goodput_search.h"
+#include "tune/serve_knobs.h"
+#include "tune/server_template.h"
+#include "tune/tune_report.h"
+
+namespace brisk::tune {
+namespace {
+
+bench::Slo ttft_slo() {
+  std::string error;
+  return *bench::parse_slo("ttft_p99=1s", error);
+}
+
+// One run of a server that serves up to `capacity` requests/s within the SLO, and no more.
+bench::RunStatistics run_against(double capacity, double rate) {
+  bench::RunStatistics stats;
+  stats.ok = 10;
+  stats.ttft_ms.count = 10;
+  stats.ttft_ms.p99 = rate <= capacity ? 200 : 5000;
+  return stats;
+}
+
+TEST(TuneCommandLine, SplitsAsAShellWouldAndRefusesAnUnclosedQuote) {
+  std::string error;
+  const auto words = split_command_line(R"(serve -m 'a b.gguf' --x "c \"d\"" e\ f)", error);
+  ASSERT_TRUE(words) << error;
+  EXPECT_EQ(*words,
+            (std::vector<std::string>{"serve", "-m", "a b.gguf", "--x", "c \"d\"", "e f"}));
+  EXPECT_FALSE(split_command_line("serve 'open", error));
+  EXPECT_NE(error.find("unclosed single quote"), std::string::npos) << error;
+}
+
+TEST(TuneServerTemplate, FindsThePlaceholdersAndRendersACandidate) {
+  std::string error;
+  const auto server = parse_server_template(
+      "llama-server -m {model} --host {host} --port={port} -np {slots} -b {batch} -ub {batch}",
+      error);
+  ASSERT_TRUE(server) << error;
+  EXPECT_EQ(server->placeholders, (std::vector<std::string>{"slots", "batch"}));
+  const auto knobs = parse_grid({"slots=4,1,8", "batch=256..2048"}, *server, error);
+  ASSERT_TRUE(knobs) << error;
+  ASSERT_EQ(knobs->size(), 2u);
+  EXPECT_EQ((*knobs)[0].baseline, "4");  // the first value listed
+  std::vector<std::string> batches;
+  for (const KnobValue& value : (*knobs)[1].values) batches.push_back(value.label);
+  EXPECT_EQ(batches, (std::vector<std::string>{"256", "512", "1024", "2048"}));
+  const auto argv = render_command(*server, {{"slots", "8"}, {"batch", "512"}},
+                                   {{"port", "9001"}, {"host", "127.0.0.1"}, {"model", "m.gguf"}});
+  EXPECT_EQ(argv, (std::vector<std::string>{"llama-server", "-m", "m.gguf", "--host", "127.0.0.1",
+                                            "--port=9001", "-np", "8", "-b", "512", "-ub",
+                                            "512"}));
+  const auto stepped = parse_grid({"slots=2..8:3", "batch=64"}, *server, error);
+  ASSERT_TRUE(stepped) << error;
+  EXPECT_EQ((*stepped)[0].values.size(), 3u);  // 2, 5, 8
+}
+
+TEST(TuneServerTemplate, BadTemplatesAndGridsSayWhatToChange) {
+  struct Case {
+    std::string command;
+    std::vector<std::string> grid;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"llama-server -np {slots}", {"slots=1"}, "has no {port}"},
+      {"srv --port {port} -np {slots", {}, "'{' without '}'"},
+      {"srv --port {port} -np slots}", {}, "'}' without '{'"},
+      {"srv --port {port} -np {sl.ots}", {}, "not a placeholder"},
+      {"", {}, "empty"},
+      {"srv --port {port} -np {slots}", {}, "{slots} has no values"},
+      {"srv --port {port} -np {slots}", {"slots=1", "batch=2"}, "has no {batch}"},
+      {"srv --port {port} -np {slots}", {"slots=8..2"}, "not a range"},
+      {"srv --port {port} -np {slots}", {"slots=0..8"}, "not a range"},
+      {"srv --port {port} -np {slots}", {"slots=1,,2"}, "an empty value"},
+      {"srv --port {port} -np {slots}", {"slots"}, "NAME=V1,V2"},
+  };
+  for (const Case& test : cases) {
+    std::string error;
+    const auto server = parse_server_template(test.command, error);
+    if (server) parse_grid(test.grid, *server, error);
+    EXPECT_NE(error.find(test.expected), std::string::npos)
+        << test.command << " → " << (error.empty() ? "(accepted)" : error);
+  }
+}
+
+TEST(TuneServeKnobs, BaseFlagsSetTheBaselinesAndLeaveTheRest) {
+  const ServeKnobs serve = brisk_serve_knobs(
+      {"--model", "smollm2-135m", "--max-seqs", "6", "--no-kv-unified", "--ctx-size", "8192"}, 2);
+  EXPECT_EQ(serve.fixed_args,
+            (std::vector<std::string>{"--model", "smollm2-135m", "--ctx-size", "8192"}));
+  const Setting baseline = baseline_setting(serve.knobs);
+  EXPECT_EQ(baseline.at("max-seqs"), "6");
+  EXPECT_EQ(baseline.at("kv-layout"), "per-sequence");
+  EXPECT_EQ(baseline.at("max-batched-tokens"), "512");  // brisk serve's default
+  const auto& max_seqs = *std::find_if(serve.knobs.begin(), serve.knobs.end(),
+                                       [](const Knob& knob) { return knob.name == "max-seqs"; });
+  EXPECT_TRUE(max_seqs.find("6"));  // the base value is among the values tried
+  const std::vector<std::string> args = setting_args(serve.knobs, baseline);
+  EXPECT_NE(std::find(args.begin(), args.end(), "--no-kv-unified"), args.end());
+  EXPECT_EQ(std::count(args.begin(), args.end(), "--max-seqs"), 1);
+}
+
+TEST(TuneGoodputSearch, BracketsAndRefinesTheRateWhereTheSloStartsToMiss) {
+  const Goodput found = search_goodput(ttft_slo(), {.start_rate = 1, .growth = 2, .refine_steps = 3},
+                                       [](double rate) { return run_against(5.0, rate); });
+  EXPECT_LE(found.rate, 5.0);
+  EXPECT_GT(found.rate, 5.0 / std::pow(2.0, 1.0 / 8) - 1e-9);  // 3 geometric halvings of 2x
+  EXPECT_GT(found.missed_at, 5.0);
+  EXPECT_FALSE(found.gave_up);
+  // Down from above, too.
+  const Goodput from_above = search_goodput(
+      ttft_slo(), {.start_rate = 40, .growth = 2, .refine_steps = 0},
+      [](double rate) { return run_against(5.0, rate); });
+  EXPECT_DOUBLE_EQ(from_above.rate, 5.0);
+}
+
+TEST(TuneGoodputSearch, AChallengerThatMissesTheRateToBeatTakesOneRun) {
+  int runs = 0;
+  const Goodput found = search_goodput(
+      ttft_slo(), {.start_rate = 6, .growth = 1.25, .give_up_at_or_below = 6},
+      [&](double rate) {
+        ++runs;
+        return run_against(5.0, rate);
+      });
+  EXPECT_TRUE(found.gave_up);
+  EXPECT_EQ(runs, 1);
+  EXPECT_EQ(found.rate, 0);
+}
+
+// A server whose goodput is known per setting: slots=8 and batch=1024 is the optimum, and each
+// knob matters on its own.
+double true_goodput(const Setting& setting) {
+  const std::map<std::string, double> slots = {{"1", 1}, {"4", 3}, {"8", 4}, {"16", 2}};
+  const std::map<std::string, double> batch = {{"256", 0.5}, {"512", 1}, {"1024", 1.5}};
+  return slots.at(setting.at("slots")) * batch.at(setting.at("batch"));
+}
+
+std::vector<Knob> fake_knobs() {
+  auto knob = [](std::string name, std::vector<std::string> labels, std::string baseline) {
+    Knob made;
+    made.name = std::move(name);
+    made.baseline = std::move(baseline);
+    for (const std::string& label : labels) made.values.push_back({label, {}});
+    made.effect = "the fake's " + made.name;
+    return made;
+  };
+  return {knob("slots", {"1", "4", "8", "16"}, "1"), knob("batch", {"256", "512", "1024"}, "512")};
+}
+
+struct FakeClock {
+  double now_s = 0;
+  double seconds_per_run = 10;
+};
+
+MeasureFn fake_measure(FakeClock& clock, int& runs) {
+  return [&clock, &runs](const Setting& setting, const GoodputSearchOptions& options,
+                         Candidate& candidate) {
+    candidate.command = "fake " + setting.at("slots") + " " + setting.at("batch");
+    return search_goodput(ttft_slo(), options, [&](double rate) {
+      ++runs;
+      clock.now_s += clock.seconds_per_run;
+      return run_against(true_goodput(setting), rate);
+    });
+  };
+}
+
+TEST(TuneSearch, FindsTheTrueOptimumOfAServerWithKnownGoodput) {
+  FakeClock clock;
+  int runs = 0;
+  Budget budget(1e6, [&] { return clock.now_s; });
+  const std::vector<Knob> knobs = fake_knobs();
+  const SearchResult result = search_configurations(knobs, baseline_setting(knobs), {},
+                                                    fake_measure(clock, runs), budget, {});
+  const Candidate& best = result.candidates[result.best];
+  EXPECT_EQ(best.setting.at("slots"), "8");
+  EXPECT_EQ(best.setting.at("batch"), "1024");
+  EXPECT_NEAR(best.goodput_rps(), 6.0, 6.0 * 0.1);
+  EXPECT_TRUE(result.stopped.empty());
+  EXPECT_EQ(result.candidates.front().stage.rfind("baseline", 0), 0u);
+  EXPECT_GT(result.candidates.front().measurements.size(), 1u);  // re-measured to confirm
+  // Every other value of every knob was tried against the best so far: 3 + 2 challengers.
+  EXPECT_EQ(result.candidates.size(), 6u);
+}
+
+TEST(TuneSearch, TheBudgetStopsItAndTheBestMeasuredSoFarWins) {
+  FakeClock clock;
+  int runs = 0;
+  Budget budget(150, [&] { return clock.now_s; });
+  const std::vector<Knob> knobs = fake_knobs();
+  const SearchResult result = search_configurations(knobs, baseline_setting(knobs), {},
+                                                    fake_measure(clock, runs), budget, {});
+  EXPECT_EQ(result.stopped, "budget");
+  // Runs start only while the budget lasts; the one running when it ends may finish.
+  EXPECT_LE(clock.now_s, 150 + clock.seconds_per_run);
+  EXPECT_LT(result.candidates.size(), 6u);
+  EXPECT_GE(result.candidates[result.best].goodput_rps(),
+            result.candidates.front().goodput_rps());
+}
+
+TEST(TuneSearch, PredictionOrdersTheKnobsAndPrunesHopelessValues) {
+  FakeClock clock;
+  int runs = 0;
+  Budget budget(1e6, [&] { return clock.now_s; });
+  std::vector<Knob> knobs = fake_knobs();
+  for (Knob& knob : knobs) knob.predicted = true;
+  const PredictFn predict = [](const Setting& setting) -> std::optional<double> {
+    return true_goodput(setting);
+  };
+  const SearchResult result = search_configurations(knobs, baseline_setting(knobs), predict,
+                                                    fake_measure(clock, runs), budget, {});
+  ASSERT_GE(result.candidates.size(), 2u);
+  EXPECT_EQ(result.candidates[1].setting.at("slots"), "8");  // widest predicted spread, best first
+  const bool pruned = std::any_of(result.candidates.begin(), result.candidates.end(),
+                                  [](const Candidate& candidate) {
+                                    return candidate.stage == "pruned" && !candidate.measured();
+                                  });
+  EXPECT_TRUE(pruned);
+  EXPECT_EQ(result.candidates[result.best].setting.at("batch"), "1024");
+}
+
+TEST(TuneReport, HoldsBaselineBestEveryCandidateAndWhyItWins) {
+  FakeClock clock;
+  int runs = 0;
+  Budget budget(1e6, [&] { return clock.now_s; });
+  TuneReport report;
+  report.server = "fake";
+  report.model = "m";
+  report.slo = "ttft_p99=1s";
+  report.knobs = fake_knobs();
+  report.search = search_configurations(report.knobs, baseline_setting(report.knobs), {},
+                                        fake_measure(clock, runs), budget, {});
+  const nlohmann::json json = report_json(report);
+  for (const char* key : {"server", "model", "slo", "budget_s", "elapsed_s", "stopped", "knobs",
+                          "baseline", "best", "improvement", "why", "candidates"}) {
+    EXPECT_TRUE(json.contains(key)) << key;
+  }
+  for (const char* key : {"setting", "change", "stage", "predicted_goodput_rps", "goodput_rps",
+                          "goodput_ci95_rps", "measurements", "command", "peak_memory_bytes"}) {
+    EXPECT_TRUE(json["best"].contains(key)) << key;
+  }
+  EXPECT_EQ(json["best"]["command"], "fake 8 1024");
+  EXPECT_EQ(json["baseline"]["change"], "(baseline)");
+  EXPECT_GT(json["improvement"].get<double>(), 2);
+  EXPECT_EQ(json["candidates"].size(), report.search.candidates.size());
+  EXPECT_EQ(json["candidates"][0]["command"], "fake 8 1024");  // ranked, best first
+  const std::string why = json["why"].dump();
+  EXPECT_NE(why.find("slots 8 (was 1)"), std::string::npos) << why;
+  EXPECT_NE(why.find("the baseline missed ttft_p99"), std::string::npos) << why;
+  EXPECT_NE(ranked_table(report).find("| 1 | slots=8 batch=1024 |"), std::string::npos)
+      << ranked_table(report);
+}
+
+}  // namespace
+}  // namespace brisk::tune
