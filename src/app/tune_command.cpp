@@ -60,6 +60,10 @@ CommandRunner register_tune_command(CLI::App& app) {
   app.add_option("--output-tokens", *output, "Answer lengths, as brisk bench takes them")
       ->check(length_distribution())
       ->capture_default_str();
+  app.add_option("--arrival", options->arrival,
+                 "Arrivals of each rate trial: poisson (as users send) or constant (evenly spaced)")
+      ->check(CLI::IsMember({"poisson", "constant"}))
+      ->capture_default_str();
   app.add_option("--dataset", options->dataset, "JSONL prompts instead of synthetic ones");
   app.add_option("--seed", options->seed, "Seed of the prompts and the arrivals")
       ->capture_default_str();

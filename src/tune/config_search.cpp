@@ -130,15 +130,22 @@ class Search {
       }
       const Candidate& incumbent = result_.candidates[best_];
       const double to_beat = incumbent.measured() ? incumbent.measurements.front().rate : 0;
+      if (std::isinf(to_beat)) {
+        result_.stopped =
+            "the baseline meets the SLO even with every request at once: nothing to beat (send "
+            "more: --requests-per-run, longer prompts or answers, or a stricter --slo)";
+        return false;
+      }
       GoodputSearchOptions challenge;
       if (to_beat > 0) {
         challenge.start_rate = to_beat * (1 + options_.margin);
         challenge.give_up_at_or_below = challenge.start_rate;
         challenge.growth = 1.25;
         challenge.refine_steps = 1;
-      } else {  // nothing met the SLO yet: any rate that meets it wins
+      } else {  // nothing met the SLO yet: any rate that meets it wins, if it is not too slow
         challenge.start_rate = lowest_rate_tried();
         challenge.growth = 2;
+        challenge.max_backoff = 4;
       }
       consider(setting, "search");
       const size_t index = result_.candidates.size() - 1;
@@ -181,6 +188,7 @@ class Search {
           return;
         }
         const Candidate& candidate = result_.candidates[index];
+        if (std::isinf(candidate.goodput_rps())) continue;
         GoodputSearchOptions again;
         again.start_rate = candidate.goodput_rps() > 0 ? candidate.goodput_rps() : lowest_rate_tried();
         again.growth = 1.25;

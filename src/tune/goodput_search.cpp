@@ -44,14 +44,28 @@ Goodput search_goodput(const bench::Slo& slo, const GoodputSearchOptions& option
     }
     return false;
   };
-  double rate = std::max(options.start_rate, options.min_rate);
+  double rate = options.start_rate;
+  if (rate <= 0) {
+    if (run(std::numeric_limits<double>::infinity())) {
+      result.stopped = "met the SLO with every request at once";
+      return result;
+    }
+    const bench::RateTrial& burst = result.trials.back();
+    rate = burst.stats.request_throughput / 2;
+    if (rate <= 0) {
+      result.stopped = "no request of a burst succeeded";
+      return result;
+    }
+    if (stop_here()) return result;
+  }
+  const double lowest_rate = rate / options.max_backoff;
   // Bracket: up while it meets, down while it misses.
   while (true) {
     run(rate);
     if (result.rate > 0 && std::isfinite(result.missed_at)) break;
     if (stop_here()) return result;
     rate = result.rate > 0 ? rate * options.growth : rate / options.growth;
-    if (rate < options.min_rate) {
+    if (rate < lowest_rate) {
       result.stopped = "missed the SLO even at the lowest rate tried";
       return result;
     }

@@ -14,14 +14,18 @@ namespace brisk::tune {
 // The rate back-off that measures one configuration's goodput: the highest open-loop request
 // rate whose run still meets every SLO limit (its P99s), as vLLM's auto_tune measures it.
 struct GoodputSearchOptions {
-  double start_rate = 1;  // requests/s: a prediction, or the rate to beat
+  // Requests/s: a prediction, or the rate to beat. 0: unknown; the search first sends every
+  // request at once and starts from half the throughput that burst achieved.
+  double start_rate = 0;
   double growth = 1.5;    // rate factor while bracketing
   int refine_steps = 2;   // geometric bisections once a met and a missed rate bracket it
   int max_runs = 8;
   // Stop as soon as a rate at or below this misses: the configuration cannot beat the one that
   // met it (0: measure it whatever it is).
   double give_up_at_or_below = 0;
-  double min_rate = 0.005;
+  // The search stops going down below start_rate / this (a configuration that misses even
+  // there is not worth the minutes a slow run takes).
+  double max_backoff = 16;
 };
 
 struct Goodput {
@@ -36,7 +40,7 @@ struct Goodput {
 };
 
 // Runs `run_at(rate)` from options.start_rate up by `growth` while it meets the SLO, down while
-// it misses, then bisects the bracket. `out_of_time` is asked before every run after the first.
+// it misses, then bisects the bracket; a rate of infinity sends every request at once. `out_of_time` is asked before every run after the first.
 Goodput search_goodput(const bench::Slo& slo, const GoodputSearchOptions& options,
                        const std::function<bench::RunStatistics(double rate)>& run_at,
                        const std::function<bool()>& out_of_time = {});

@@ -178,11 +178,19 @@ class CandidateMeasurer {
     bench::RunOptions run;
     run.load.concurrency = 0;  // open loop, nothing held back by the client
     run.load.rate = rate;
+    run.load.arrival = options_.arrival == "constant" ? bench::ArrivalProcess::constant
+                                                      : bench::ArrivalProcess::poisson;
     run.num_requests = options_.requests_per_run;
     run.warmup_requests = 2;
     // Every arrival after the budget's end is dropped, and no request outlives it by much.
     run.schedule_s = bench::arrival_offsets_s(run.load, run.num_requests, options_.seed);
-    while (!run.schedule_s.empty() && run.schedule_s.back() > budget_.left_s()) {
+    // A slow trial is cut short: arrivals past a twentieth of the budget (at least 30 s) are
+    // dropped, keeping 4; and none comes after the budget's end.
+    const double longest_s = std::max(30.0, budget_.total_s() / 20);
+    while (run.schedule_s.size() > 4 && run.schedule_s.back() > longest_s) {
+      run.schedule_s.pop_back();
+    }
+    while (run.schedule_s.size() > 1 && run.schedule_s.back() > budget_.left_s()) {
       run.schedule_s.pop_back();
     }
     if (run.schedule_s.empty()) run.schedule_s.push_back(0);

@@ -23,6 +23,9 @@ struct TuneOptions {
   bench::LengthDistribution output_tokens = bench::LengthDistribution::fixed_at(64);
   std::string dataset;  // JSONL prompts
   uint64_t seed = 1;
+  // Open-loop arrivals of every rate trial: "poisson" (what users send) or "constant" (evenly
+  // spaced: a server's capacity shows as a sharp edge).
+  std::string arrival = "poisson";
   int requests_per_run = 24;  // measured requests of one rate trial (plus 2 warm-up requests)
   // Search tuning.
   double margin = 0.08;

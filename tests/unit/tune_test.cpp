@@ -24,6 +24,7 @@ bench::RunStatistics run_against(double capacity, double rate) {
   stats.ok = 10;
   stats.ttft_ms.count = 10;
   stats.ttft_ms.p99 = rate <= capacity ? 200 : 5000;
+  stats.request_throughput = std::min(rate, 2 * capacity);  // a burst: twice the capacity
   return stats;
 }
 
@@ -120,6 +121,18 @@ TEST(TuneGoodputSearch, BracketsAndRefinesTheRateWhereTheSloStartsToMiss) {
   EXPECT_DOUBLE_EQ(from_above.rate, 5.0);
 }
 
+TEST(TuneGoodputSearch, WithoutAStartRateABurstMeasuresTheCapacityFirst) {
+  std::vector<double> rates;
+  const Goodput found = search_goodput(ttft_slo(), {.refine_steps = 2}, [&](double rate) {
+    rates.push_back(rate);
+    return run_against(5.0, rate);
+  });
+  ASSERT_GE(rates.size(), 3u);
+  EXPECT_TRUE(std::isinf(rates[0]));
+  EXPECT_DOUBLE_EQ(rates[1], 5.0);  // half of what the burst achieved
+  EXPECT_DOUBLE_EQ(found.rate, 5.0);
+}
+
 TEST(TuneGoodputSearch, AChallengerThatMissesTheRateToBeatTakesOneRun) {
   int runs = 0;
   const Goodput found = search_goodput(
@@ -158,15 +171,19 @@ struct FakeClock {
   double seconds_per_run = 10;
 };
 
-MeasureFn fake_measure(FakeClock& clock, int& runs) {
-  return [&clock, &runs](const Setting& setting, const GoodputSearchOptions& options,
-                         Candidate& candidate) {
+// Measures as tune_run does: each run takes the clock forward, none starts past the budget.
+MeasureFn fake_measure(FakeClock& clock, int& runs, const Budget& budget) {
+  return [&clock, &runs, &budget](const Setting& setting, const GoodputSearchOptions& options,
+                                  Candidate& candidate) {
     candidate.command = "fake " + setting.at("slots") + " " + setting.at("batch");
-    return search_goodput(ttft_slo(), options, [&](double rate) {
-      ++runs;
-      clock.now_s += clock.seconds_per_run;
-      return run_against(true_goodput(setting), rate);
-    });
+    return search_goodput(
+        ttft_slo(), options,
+        [&](double rate) {
+          ++runs;
+          clock.now_s += clock.seconds_per_run;
+          return run_against(true_goodput(setting), rate);
+        },
+        [&] { return budget.spent(); });
   };
 }
 
@@ -176,7 +193,7 @@ TEST(TuneSearch, FindsTheTrueOptimumOfAServerWithKnownGoodput) {
   Budget budget(1e6, [&] { return clock.now_s; });
   const std::vector<Knob> knobs = fake_knobs();
   const SearchResult result = search_configurations(knobs, baseline_setting(knobs), {},
-                                                    fake_measure(clock, runs), budget, {});
+                                                    fake_measure(clock, runs, budget), budget, {});
   const Candidate& best = result.candidates[result.best];
   EXPECT_EQ(best.setting.at("slots"), "8");
   EXPECT_EQ(best.setting.at("batch"), "1024");
@@ -194,7 +211,7 @@ TEST(TuneSearch, TheBudgetStopsItAndTheBestMeasuredSoFarWins) {
   Budget budget(150, [&] { return clock.now_s; });
   const std::vector<Knob> knobs = fake_knobs();
   const SearchResult result = search_configurations(knobs, baseline_setting(knobs), {},
-                                                    fake_measure(clock, runs), budget, {});
+                                                    fake_measure(clock, runs, budget), budget, {});
   EXPECT_EQ(result.stopped, "budget");
   // Runs start only while the budget lasts; the one running when it ends may finish.
   EXPECT_LE(clock.now_s, 150 + clock.seconds_per_run);
@@ -213,7 +230,7 @@ TEST(TuneSearch, PredictionOrdersTheKnobsAndPrunesHopelessValues) {
     return true_goodput(setting);
   };
   const SearchResult result = search_configurations(knobs, baseline_setting(knobs), predict,
-                                                    fake_measure(clock, runs), budget, {});
+                                                    fake_measure(clock, runs, budget), budget, {});
   ASSERT_GE(result.candidates.size(), 2u);
   EXPECT_EQ(result.candidates[1].setting.at("slots"), "8");  // widest predicted spread, best first
   const bool pruned = std::any_of(result.candidates.begin(), result.candidates.end(),
@@ -234,7 +251,7 @@ TEST(TuneReport, HoldsBaselineBestEveryCandidateAndWhyItWins) {
   report.slo = "ttft_p99=1s";
   report.knobs = fake_knobs();
   report.search = search_configurations(report.knobs, baseline_setting(report.knobs), {},
-                                        fake_measure(clock, runs), budget, {});
+                                        fake_measure(clock, runs, budget), budget, {});
   const nlohmann::json json = report_json(report);
   for (const char* key : {"server", "model", "slo", "budget_s", "elapsed_s", "stopped", "knobs",
                           "baseline", "best", "improvement", "why", "candidates"}) {
