@@ -46,6 +46,10 @@ CommandRunner register_tune_command(CLI::App& app) {
                  "Values of a --server-cmd placeholder: NAME=V1,V2 (the first is the baseline), "
                  "NAME=LOW..HIGH (powers of two) or NAME=LOW..HIGH:STEP; one per placeholder")
       ->needs(server_cmd);
+  app.add_option("--verify", options->verify,
+                 "A brisk doctor report.json (or its --out directory): measure each finding's "
+                 "prescribed brisk serve flags against --base-flags instead of searching")
+      ->excludes(server_cmd);
   app.add_option("--out", options->out_dir, "Directory for report.json and report.md");
   app.add_option("--device", options->device,
                  "brisk plan catalog id of this machine, for the predictions (its calibration "

@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "doctor/attribution.h"
 #include "doctor/rules.h"
@@ -280,6 +281,7 @@ json report_json(const Evidence& evidence, const Diagnosis& diagnosis) {
                         {"summary", finding.summary},
                         {"evidence", items},
                         {"prescription", finding.prescription},
+                        {"serve_flags", finding.serve_flags},
                         {"impact", finding.impact}});
   }
   json ramp = json::array();
@@ -436,6 +438,10 @@ std::string markdown_report(const Evidence& evidence, const Diagnosis& diagnosis
       out += fmt::format("   - {}: {} — {}\n", item.name, evidence_value(item), item.source);
     }
     out += fmt::format("   - Fix: {}.\n", finding.prescription);
+    if (!finding.serve_flags.empty()) {
+      out += fmt::format("   - Measure it: brisk tune --verify report.json (brisk serve {}).\n",
+                         fmt::join(finding.serve_flags, " "));
+    }
   }
   return out;
 }

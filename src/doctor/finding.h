@@ -26,6 +26,9 @@ struct Finding {
   // Share of the affected requests' latency (or of lost throughput) the problem accounts for,
   // in [0, 1]: ranks findings of equal severity.
   double impact = 0;
+  // The prescription as brisk serve flags with their values ({"--max-seqs", "16"}), where it is
+  // one: `brisk tune --verify report.json` measures each against the current configuration.
+  std::vector<std::string> serve_flags;
 };
 
 }  // namespace brisk::doctor

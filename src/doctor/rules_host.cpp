@@ -29,7 +29,7 @@ std::optional<Finding> check_cpu_contention(const Evidence& evidence) {
   const bool stolen = host.steal_fraction >= kStealFractionMin;
   if (!others_busy && !stolen) return std::nullopt;
   Finding finding{"cpu_contention", other_share >= 0.5 ? Severity::critical : Severity::warning,
-                  "", {}, "", 0};
+                  "", {}, "", 0, {}};
   finding.summary =
       others_busy
           ? fmt::format("other processes took {:.1f} of {} cores while the server ran{}",
@@ -64,7 +64,7 @@ std::optional<Finding> check_cpu_bound_frontend(const Evidence& evidence) {
   if (!evidence.gpu.present() || host.server_cores_mean < kFrontendCoresMin) return std::nullopt;
   const double gpu_busy = busiest_gpu_mean(evidence.gpu);
   if (gpu_busy >= kGpuStarvedMax || gpu_busy <= kGpuIdleMax) return std::nullopt;
-  Finding finding{"cpu_bound_frontend", Severity::warning, "", {}, "", 0};
+  Finding finding{"cpu_bound_frontend", Severity::warning, "", {}, "", 0, {}};
   finding.summary = fmt::format(
       "the accelerator waits for the CPU: {:.0f}% GPU utilization while the server process "
       "uses {:.1f} cores (HTTP, tokenization, scheduling, detokenization)",
@@ -86,7 +86,7 @@ std::optional<Finding> check_model_on_cpu(const Evidence& evidence) {
   if (!evidence.gpu.present() || host.server_cores_mean < 1.0) return std::nullopt;
   const double gpu_busy = busiest_gpu_mean(evidence.gpu);
   if (gpu_busy > kGpuIdleMax) return std::nullopt;
-  Finding finding{"model_on_cpu", Severity::critical, "", {}, "", 0};
+  Finding finding{"model_on_cpu", Severity::critical, "", {}, "", 0, {}};
   finding.summary = fmt::format(
       "the model runs on the CPU: the GPU stayed idle ({:.0f}% utilization) while the server "
       "used {:.1f} cores",
@@ -109,7 +109,7 @@ std::optional<Finding> check_model_on_cpu(const Evidence& evidence) {
 }
 
 std::optional<Finding> check_memory_headroom_low(const Evidence& evidence) {
-  Finding finding{"memory_headroom_low", Severity::warning, "", {}, "", 0};
+  Finding finding{"memory_headroom_low", Severity::warning, "", {}, "", 0, {}};
   double worst = 0;
   for (const telemetry::GpuSample& gpu : evidence.gpu.peak) {
     if (!gpu.memory_used_bytes || !gpu.memory_total_bytes || *gpu.memory_total_bytes <= 0) continue;
@@ -144,7 +144,7 @@ std::optional<Finding> check_interconnect_limited(const Evidence& evidence) {
   int busy = 0;
   for (double value : gpu.utilization_mean) busy += value >= 0.3 ? 1 : 0;
   if (busy < 2) return std::nullopt;  // one GPU working: nothing crosses the link
-  Finding finding{"interconnect_limited", Severity::warning, "", {}, "", 0};
+  Finding finding{"interconnect_limited", Severity::warning, "", {}, "", 0, {}};
   for (const telemetry::GpuLink& link : gpu.links) {
     if (link.kind == "NVLink" || link.kind == "unknown") continue;
     const double pcie = gpu.peak[link.first].pcie_rx_bytes_per_s.value_or(0) +

@@ -17,7 +17,7 @@ std::optional<Finding> check_network_overhead(const Evidence& evidence) {
   if (outside < kOutsideMsMin || outside < kOutsideShareOfTtft * alone.ttft_ms.p50) {
     return std::nullopt;
   }
-  Finding finding{"network_overhead", Severity::warning, "", {}, "", 0};
+  Finding finding{"network_overhead", Severity::warning, "", {}, "", 0, {}};
   finding.summary = fmt::format(
       "{:.0f} ms of each request is spent outside the server's engine (network, proxies, HTTP "
       "frontend): {:.0f}% of the time to first token",
@@ -44,7 +44,7 @@ std::optional<Finding> check_cold_start(const Evidence& evidence) {
       cold.ttft_ms.p50 <= warm.ttft_ms.max) {
     return std::nullopt;
   }
-  Finding finding{"cold_start", Severity::warning, "", {}, "", 0};
+  Finding finding{"cold_start", Severity::warning, "", {}, "", 0, {}};
   finding.summary = fmt::format(
       "the first request waited {:.0f} ms for its first token, warm ones {:.0f} ms: the server "
       "was cold",
@@ -74,7 +74,7 @@ std::optional<Finding> check_tail_latency_spikes(const Evidence& evidence) {
     if (!worst || itl.p99 / itl.p50 > worst->itl_ms.p99 / worst->itl_ms.p50) worst = point;
   }
   if (!worst) return std::nullopt;
-  Finding finding{"tail_latency_spikes", Severity::warning, "", {}, "", 0};
+  Finding finding{"tail_latency_spikes", Severity::warning, "", {}, "", 0, {}};
   finding.summary = fmt::format(
       "streams pause now and then: ITL p99 {:.0f} ms against p50 {:.0f} ms at {} concurrent",
       worst->itl_ms.p99, worst->itl_ms.p50, worst->concurrency);

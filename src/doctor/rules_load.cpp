@@ -57,7 +57,7 @@ std::optional<Finding> check_no_batching(const Evidence& evidence) {
   const bool serialized = !has_running_gauge && requests_wait_for_requests &&
                           streams_do_not_share_steps && gain < kBatchingGainMax;
   if (!server_runs_one && !serialized) return std::nullopt;
-  Finding finding{"no_batching", Severity::critical, "", {}, "", 0};
+  Finding finding{"no_batching", Severity::critical, "", {}, "", 0, {}};
   finding.summary = fmt::format(
       "requests run one after another: at {} concurrent a request waits {:.0f} ms for its first "
       "token (alone a whole request takes {:.0f} ms) and streams do not share steps (ITL {:.0f} "
@@ -77,6 +77,7 @@ std::optional<Finding> check_no_batching(const Evidence& evidence) {
   finding.prescription =
       "let the server batch: brisk serve --max-seqs N (e.g. 16; each running request needs KV "
       "room in --ctx-size); llama-server -np N; vLLM --max-num-seqs; TGI --max-batch-size";
+  finding.serve_flags = {"--max-seqs", "16"};
   // What batching would give back: about the concurrency's worth of throughput.
   finding.impact = 1.0 - static_cast<double>(first->concurrency) / top->concurrency;
   return finding;
@@ -95,7 +96,7 @@ std::optional<Finding> check_queueing(const Evidence& evidence) {
   const bool metrics_queue = evidence.metrics.waiting_max &&
                              *evidence.metrics.waiting_max >= std::max(1.0, top->concurrency / 2.0);
   if (!server_queue && !(top->server_queue_ms_p50 < 0 && metrics_queue)) return std::nullopt;
-  Finding finding{"queueing", Severity::warning, "", {}, "", 0};
+  Finding finding{"queueing", Severity::warning, "", {}, "", 0, {}};
   const double queue_ms = std::max(0.0, top->server_queue_ms_p50);
   finding.summary = fmt::format(
       "requests wait in the server's queue at {} concurrent: {:.0f} ms of a {:.0f} ms TTFT "
@@ -114,6 +115,10 @@ std::optional<Finding> check_queueing(const Evidence& evidence) {
       "more requests arrive than run at once: raise brisk serve --max-seqs if memory allows, "
       "or add replicas; keep the queue short with --max-queued-requests / --max-queue-delay-ms "
       "so overload is refused (429) instead of waiting";
+  if (evidence.metrics.running_max && *evidence.metrics.running_max >= 1) {
+    finding.serve_flags = {"--max-seqs",
+                           std::to_string(2 * static_cast<int>(*evidence.metrics.running_max))};
+  }
   finding.impact = top->ttft_ms.p50 > 0 ? std::min(1.0, queue_ms / top->e2e_ms.p50) : 0;
   return finding;
 }
@@ -129,7 +134,7 @@ std::optional<Finding> check_kv_cache_exhausted(const Evidence& evidence) {
                       metrics.waiting_max && *metrics.waiting_max >= 1;
   const bool critical = preempted || capped || kv_waits;
   Finding finding{
-      "kv_cache_exhausted", critical ? Severity::critical : Severity::warning, "", {}, "", 0};
+      "kv_cache_exhausted", critical ? Severity::critical : Severity::warning, "", {}, "", 0, {}};
   const std::string source = "/metrics (" + metrics.dialect + ")";
   finding.summary = fmt::format(
       "the KV cache is full ({:.0f}% at peak){}{}{}", metrics.kv_usage_max.value_or(0) * 100,
@@ -188,7 +193,7 @@ std::optional<Finding> check_head_of_line_blocking(const Evidence& evidence) {
       (itl_alone > 0 && stall_ms < kStallOverItl * itl_alone)) {
     return std::nullopt;
   }
-  Finding finding{"head_of_line_blocking", Severity::warning, "", {}, "", 0};
+  Finding finding{"head_of_line_blocking", Severity::warning, "", {}, "", 0, {}};
   finding.summary = fmt::format(
       "a long prompt stops short requests: they stalled {:.0f} ms while a {:.0f}-token prompt "
       "was prefilled (its prefill alone: {:.0f} ms)",
@@ -206,6 +211,8 @@ std::optional<Finding> check_head_of_line_blocking(const Evidence& evidence) {
       "prefill long prompts in chunks between decode steps: brisk serve --target-itl-ms 150 "
       "--long-prefill-tokens 256 --max-batched-tokens 512 (the defaults); vLLM "
       "--enable-chunked-prefill --max-num-batched-tokens 512; llama-server -b/-ub 256";
+  finding.serve_flags = {"--target-itl-ms", "150", "--long-prefill-tokens", "256",
+                         "--max-batched-tokens", "512"};
   finding.impact = std::min(1.0, stall_ms / (stall_ms + std::max(1.0, shorts.e2e_ms.p50)));
   return finding;
 }
@@ -236,7 +243,7 @@ std::optional<Finding> check_prefix_not_cached(const Evidence& evidence) {
     return std::nullopt;
   }
   const char* side = server_side ? "server timings" : "client";
-  Finding finding{"prefix_not_cached", Severity::warning, "", {}, "", 0};
+  Finding finding{"prefix_not_cached", Severity::warning, "", {}, "", 0, {}};
   finding.summary = fmt::format(
       "repeated prompt prefixes are recomputed: prompts sharing {:.0f}% of their tokens take "
       "{:.0f} ms to the first token, unique prompts of the same length {:.0f} ms",
@@ -259,6 +266,7 @@ std::optional<Finding> check_prefix_not_cached(const Evidence& evidence) {
       "turn on prefix caching so a repeated system prompt is computed once: brisk serve "
       "--prefix-cache on; vLLM --enable-prefix-caching; llama-server keeps it per slot "
       "(cache_prompt, --swa-full on sliding-window models); SGLang's radix cache";
+  finding.serve_flags = {"--prefix-cache", "on"};
   finding.impact = std::min(1.0, evidence.prefix_shared_fraction * repeated.ttft_ms.p50 /
                                      std::max(1.0, repeated.e2e_ms.p50));
   return finding;
@@ -291,7 +299,8 @@ std::optional<Finding> check_compute_saturated(const Evidence& evidence) {
                   "",
                   {},
                   "",
-                  0};
+                  0,
+                  {}};
   finding.summary =
       plateau ? fmt::format(
                     "the device is the limit: throughput stops growing at {:.1f} tokens/s "

@@ -25,13 +25,7 @@ class Search {
         on_event_(on_event) {}
 
   SearchResult run(const Setting& baseline) {
-    GoodputSearchOptions first;
-    first.growth = 2;
-    first.refine_steps = 3;
-    first.max_runs = 12;
-    Candidate& base = consider(baseline, "baseline");
-    if (base.predicted_rps && *base.predicted_rps > 0) first.start_rate = *base.predicted_rps;
-    measure(0, first);
+    measure_baseline(baseline);
     for (const Knob* knob : knobs_by_predicted_spread()) {
       if (!challenge_with(*knob)) break;
     }
@@ -40,7 +34,40 @@ class Search {
     return std::move(result_);
   }
 
+  SearchResult run_each(const Setting& baseline, const std::vector<Setting>& settings) {
+    measure_baseline(baseline);
+    for (const Setting& setting : settings) {
+      if (considered(setting)) continue;
+      if (!fits(0)) {  // measuring every setting comes before confirming any
+        result_.stopped = "budget";
+        break;
+      }
+      const double base_rps = result_.candidates.front().goodput_rps();
+      GoodputSearchOptions full;
+      if (std::isfinite(base_rps) && base_rps > 0) {
+        full.start_rate = base_rps;
+        full.growth = 1.25;
+      }
+      full.refine_steps = 2;
+      consider(setting, "verify");
+      measure(result_.candidates.size() - 1, full);
+    }
+    confirm();
+    result_.best = best_measured();
+    return std::move(result_);
+  }
+
  private:
+  void measure_baseline(const Setting& baseline) {
+    GoodputSearchOptions first;
+    first.growth = 2;
+    first.refine_steps = 3;
+    first.max_runs = 12;
+    Candidate& base = consider(baseline, "baseline");
+    if (base.predicted_rps && *base.predicted_rps > 0) first.start_rate = *base.predicted_rps;
+    measure(0, first);
+  }
+
   Candidate& consider(const Setting& setting, const std::string& stage) {
     Candidate candidate;
     candidate.setting = setting;
@@ -249,6 +276,13 @@ SearchResult search_configurations(const std::vector<Knob>& knobs, const Setting
                                    Budget& budget, const SearchOptions& options,
                                    const EventFn& on_event) {
   return Search(knobs, predict, measure, budget, options, on_event).run(baseline);
+}
+
+SearchResult measure_each(const std::vector<Setting>& settings, const Setting& baseline,
+                          const PredictFn& predict, const MeasureFn& measure, Budget& budget,
+                          const SearchOptions& options, const EventFn& on_event) {
+  static const std::vector<Knob> kNoKnobs;
+  return Search(kNoKnobs, predict, measure, budget, options, on_event).run_each(baseline, settings);
 }
 
 }  // namespace brisk::tune

@@ -80,4 +80,10 @@ SearchResult search_configurations(const std::vector<Knob>& knobs, const Setting
                                    Budget& budget, const SearchOptions& options,
                                    const EventFn& on_event = {});
 
+// Measures the baseline, then each of `settings` in full (no challenge: every goodput is found),
+// then re-measures them as search_configurations does (brisk tune --verify).
+SearchResult measure_each(const std::vector<Setting>& settings, const Setting& baseline,
+                          const PredictFn& predict, const MeasureFn& measure, Budget& budget,
+                          const SearchOptions& options, const EventFn& on_event = {});
+
 }  // namespace brisk::tune

@@ -38,14 +38,4 @@ std::string describe_change(const std::vector<Knob>& knobs, const Setting& base,
   return text.empty() ? "(baseline)" : text;
 }
 
-std::string describe_setting(const std::vector<Knob>& knobs, const Setting& setting) {
-  std::string text;
-  for (const Knob& knob : knobs) {
-    const auto value = setting.find(knob.name);
-    if (!text.empty()) text += ' ';
-    text += knob.name + '=' + (value != setting.end() ? value->second : knob.baseline);
-  }
-  return text;
-}
-
 }  // namespace brisk::tune

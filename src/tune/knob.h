@@ -36,7 +36,5 @@ std::vector<std::string> setting_args(const std::vector<Knob>& knobs, const Sett
 // "max-seqs=8 max-batched-tokens=1024": the knobs that differ from `base` ("defaults" if none).
 std::string describe_change(const std::vector<Knob>& knobs, const Setting& base,
                             const Setting& setting);
-// "max-seqs=8 max-batched-tokens=512 ...": every knob.
-std::string describe_setting(const std::vector<Knob>& knobs, const Setting& setting);
 
 }  // namespace brisk::tune

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -23,6 +24,7 @@
 #include "tune/command_line.h"
 #include "tune/config_search.h"
 #include "tune/goodput_prediction.h"
+#include "tune/prescriptions.h"
 #include "tune/serve_knobs.h"
 #include "tune/server_template.h"
 #include "tune/tune_report.h"
@@ -63,9 +65,14 @@ class ServerFactory {
 class BriskServeFactory : public ServerFactory {
  public:
   BriskServeFactory(const ServeKnobs& serve) : serve_(serve) {}
+  // The fixed flags, less those the knobs set (brisk serve refuses a flag given twice), then the
+  // knobs' flags.
   std::vector<std::string> args_for(const Setting& setting) const {
     std::vector<std::string> args = serve_.fixed_args;
     const std::vector<std::string> knob_args = setting_args(serve_.knobs, setting);
+    for (const auto& [name, value] : flags_as_setting(knob_args)) {
+      if (!value.empty()) take_flag(args, {"--" + name});
+    }
     args.insert(args.end(), knob_args.begin(), knob_args.end());
     return args;
   }
@@ -94,7 +101,9 @@ class TemplateFactory : public ServerFactory {
     launch.argv = render_command(
         server_, setting,
         {{"port", std::to_string(launch.port)}, {"host", "127.0.0.1"}, {"model", model_}});
-    launch.log_path = "/tmp/brisk-tune-server-" + std::to_string(getpid()) + ".log";
+    launch.log_path = (std::filesystem::temp_directory_path() /
+                       ("brisk-tune-server-" + std::to_string(getpid()) + ".log"))
+                          .string();
     return launch;
   }
   std::string name() const override { return command_; }
@@ -229,6 +238,94 @@ class CandidateMeasurer {
   nlohmann::json description_;
 };
 
+
+// What to search: the knobs, how to start a candidate's server, and the prediction, if any.
+struct SearchSpace {
+  ServeKnobs serve;  // brisk serve: its fixed flags and knobs
+  std::vector<Knob> knobs;
+  std::unique_ptr<ServerFactory> servers;
+  std::optional<GoodputPrediction> prediction;
+  Setting predicted_base;  // brisk serve's knob values under --verify's prescriptions
+  std::vector<Setting> verify;  // --verify: every setting to measure, besides the baseline
+};
+
+std::optional<std::string> brisk_serve_space(const TuneOptions& options, const bench::Slo& slo,
+                                             SearchSpace& space) {
+  std::string error;
+  auto base = split_command_line(options.base_flags, error);
+  if (!base) return "--base-flags: " + error;
+  std::vector<std::string> probe = *base;
+  if (take_flag(probe, {"--port"}) || take_flag(probe, {"--host"})) {
+    return "--base-flags sets --port or --host: tune starts every candidate on a free port of "
+           "127.0.0.1 itself; drop them";
+  }
+  if (!take_flag(probe, {"--model", "-m"})) base->insert(base->begin(), {"--model", options.model});
+  space.serve = brisk_serve_knobs(*base, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  space.knobs = space.serve.knobs;
+  if (!options.verify.empty()) {
+    const auto prescriptions = read_prescriptions(options.verify, error);
+    if (!prescriptions) return error;
+    if (prescriptions->empty()) {
+      return "--verify: the doctor's report prescribes no brisk serve flag (its findings have "
+             "no serve_flags): nothing to measure";
+    }
+    space.predicted_base = baseline_setting(space.serve.knobs);
+    space.serve = ServeKnobs{*base, {prescription_knob(*prescriptions)}};
+    space.knobs = space.serve.knobs;
+    for (const Prescription& prescription : *prescriptions) {
+      space.verify.push_back({{"prescription", prescription.finding}});
+    }
+  }
+  space.servers = std::make_unique<BriskServeFactory>(space.serve);
+  space.prediction = GoodputPrediction::make(
+      options.model, options.device, static_cast<int>(std::lround(options.input_tokens.mean())),
+      static_cast<int>(std::lround(options.output_tokens.mean())), slo.limits, error);
+  if (!space.prediction) {
+    std::cerr << "note: no predictions (" << error << "): every candidate is measured\n";
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> template_space(const TuneOptions& options, SearchSpace& space) {
+  std::string error;
+  if (!options.verify.empty()) {
+    return "--verify measures brisk doctor's brisk serve flags: it does not go with --server-cmd";
+  }
+  auto server = parse_server_template(options.server_cmd, error);
+  if (!server) return error;
+  auto knobs = parse_grid(options.grid, *server, error);
+  if (!knobs) return error;
+  space.knobs = std::move(*knobs);
+  space.servers =
+      std::make_unique<TemplateFactory>(std::move(*server), options.model, options.server_cmd);
+  return std::nullopt;
+}
+
+// The prediction of a setting: its knobs' values, or those a --verify prescription sets.
+PredictFn prediction_of(const SearchSpace& space) {
+  if (!space.prediction) return {};
+  if (space.verify.empty()) {
+    return [&space](const Setting& setting) { return space.prediction->predict(setting); };
+  }
+  return [&space](const Setting& setting) -> std::optional<double> {
+    Setting predicted = space.predicted_base;
+    const Knob& knob = space.knobs.front();
+    if (const KnobValue* value = knob.find(setting.at(knob.name))) {
+      for (const auto& [name, flag_value] : flags_as_setting(value->args)) {
+        predicted[name] = flag_value;
+      }
+    }
+    return space.prediction->predict(predicted);
+  };
+}
+
+void print_result(const TuneReport& report) {
+  std::cout << ranked_table(report) << "\n";
+  for (const std::string& line : why_it_wins(report)) std::cout << "- " << line << "\n";
+  const Candidate& best = report.search.candidates[report.search.best];
+  std::cout << "\nbest: " << best.command << "\n";
+}
+
 }  // namespace
 
 int run_tune(const TuneOptions& options) {
@@ -245,83 +342,63 @@ int run_tune(const TuneOptions& options) {
   if (options.server_cmd.empty() && !options.grid.empty()) {
     return fail("--grid lists the values of --server-cmd's placeholders: give --server-cmd too");
   }
+  SearchSpace space;
+  if (const auto problem = options.server_cmd.empty() ? brisk_serve_space(options, *slo, space)
+                                                      : template_space(options, space)) {
+    return fail(*problem);
+  }
 
   TuneReport report;
+  report.server = space.servers->name();
   report.model = options.model;
   report.slo = options.slo;
   report.budget_s = options.budget_s;
   report.requests_per_run = options.requests_per_run;
-  std::unique_ptr<ServerFactory> servers;
-  ServeKnobs serve;
-  std::optional<GoodputPrediction> prediction;
-  if (options.server_cmd.empty()) {
-    auto base = split_command_line(options.base_flags, error);
-    if (!base) return fail("--base-flags: " + error);
-    std::vector<std::string> probe = *base;
-    const bool has_model = take_flag(probe, {"--model", "-m"}).has_value();
-    if (!has_model) base->insert(base->begin(), {"--model", options.model});
-    serve = brisk_serve_knobs(std::move(*base), static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
-    report.knobs = serve.knobs;
-    servers = std::make_unique<BriskServeFactory>(serve);
-    prediction = GoodputPrediction::make(
-        options.model, options.device, static_cast<int>(std::lround(options.input_tokens.mean())),
-        static_cast<int>(std::lround(options.output_tokens.mean())), slo->limits, error);
-    if (prediction) {
-      report.prediction_origin = prediction->origin();
-      report.unpredicted_limits = prediction->unpredicted();
-    } else {
-      std::cerr << "note: no predictions (" << error << "): every candidate is measured\n";
-    }
-  } else {
-    auto server = parse_server_template(options.server_cmd, error);
-    if (!server) return fail(error);
-    auto knobs = parse_grid(options.grid, *server, error);
-    if (!knobs) return fail(error);
-    report.knobs = std::move(*knobs);
-    servers = std::make_unique<TemplateFactory>(std::move(*server), options.model,
-                                                options.server_cmd);
+  report.knobs = space.knobs;
+  if (space.prediction) {
+    report.prediction_origin = space.prediction->origin();
+    report.unpredicted_limits = space.prediction->unpredicted();
   }
-  report.server = servers->name();
 
   bench::stop_servers_on_signals();
   Budget budget(options.budget_s, steady_seconds);
-  CandidateMeasurer measurer(options, *slo, *servers, report.knobs, budget);
+  CandidateMeasurer measurer(options, *slo, *space.servers, report.knobs, budget);
   SearchOptions search;
   search.margin = options.margin;
   search.confirm_top = options.confirm_top;
   search.confirm_repeats = options.confirm_repeats;
-  std::cerr << fmt::format("brisk tune: {} on {}, SLO {}, budget {}, {} knobs\n", report.server,
+  std::cerr << fmt::format("brisk tune: {} on {}, SLO {}, budget {}, {}\n", report.server,
                            options.model, options.slo, format_duration(options.budget_s),
-                           report.knobs.size());
-  PredictFn predict;
-  if (prediction) predict = [&](const Setting& setting) { return prediction->predict(setting); };
+                           space.verify.empty()
+                               ? fmt::format("{} knobs", report.knobs.size())
+                               : fmt::format("{} prescriptions to verify", space.verify.size()));
+  const Setting baseline = baseline_setting(report.knobs);
+  const MeasureFn measure = [&](const Setting& setting, const GoodputSearchOptions& goodput,
+                                Candidate& candidate) {
+    return measurer.measure(setting, goodput, candidate);
+  };
   int index = 0;
-  report.search = search_configurations(
-      report.knobs, baseline_setting(report.knobs), predict,
-      [&](const Setting& setting, const GoodputSearchOptions& goodput, Candidate& candidate) {
-        return measurer.measure(setting, goodput, candidate);
-      },
-      budget, search,
-      [&](const std::string& stage, const Setting& setting) {
-        std::cerr << fmt::format("[{} left] candidate {} ({}): {}\n",
-                                 format_duration(std::max(0.0, std::round(budget.left_s()))),
-                                 ++index, stage,
-                                 describe_change(report.knobs, baseline_setting(report.knobs),
-                                                 setting));
-      });
+  const EventFn on_event = [&](const std::string& stage, const Setting& setting) {
+    std::cerr << fmt::format("[{} left] candidate {} ({}): {}\n",
+                             format_duration(std::max(0.0, std::round(budget.left_s()))), ++index,
+                             stage, describe_change(report.knobs, baseline, setting));
+  };
+  const PredictFn predict = prediction_of(space);
+  report.search = space.verify.empty()
+                      ? search_configurations(report.knobs, baseline, predict, measure, budget,
+                                              search, on_event)
+                      : measure_each(space.verify, baseline, predict, measure, budget, search,
+                                     on_event);
   report.elapsed_s = budget.elapsed_s();
   report.workload = measurer.workload_description();
 
-  std::cout << ranked_table(report) << "\n";
-  for (const std::string& line : why_it_wins(report)) std::cout << "- " << line << "\n";
-  const Candidate& best = report.search.candidates[report.search.best];
-  std::cout << "\nbest: " << best.command << "\n";
+  print_result(report);
   if (!options.out_dir.empty()) {
     if (!write_report_files(report, options.out_dir, error)) return fail(error);
     std::cerr << "wrote " << options.out_dir << "/report.json and report.md\n";
   }
-  return report.search.candidates.front().measured() &&
-                 !report.search.candidates.front().measurements.front().trials.empty()
+  const Candidate& measured_baseline = report.search.candidates.front();
+  return measured_baseline.measured() && !measured_baseline.measurements.front().trials.empty()
              ? 0
              : 1;
 }

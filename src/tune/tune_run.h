@@ -14,6 +14,9 @@ struct TuneOptions {
   double budget_s = 1200;
   std::string base_flags;  // brisk serve's flags to start from and compare against
   std::string server_cmd;  // any server instead, with {placeholders}
+  // A brisk doctor report.json (or its directory): measure each finding's prescribed brisk serve
+  // flags against --base-flags instead of searching.
+  std::string verify;
   std::vector<std::string> grid;  // --grid NAME=V1,V2 | NAME=LOW..HIGH, one per placeholder
   std::string out_dir;
   std::string device = "cpu-2vcpu";  // brisk plan catalog entry of this machine, for predictions

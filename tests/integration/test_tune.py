@@ -105,6 +105,7 @@ def test_ctrl_c_stops_the_candidate_server_and_tune_exits(tmp_path):
     (["--server-cmd", "srv --port {port} 'open"], "unclosed single quote"),
     (["--base-flags", "--max-seqs 4", "--server-cmd", "srv --port {port}"], "give one"),
     (["--budget", "20x"], "is not a duration"),
+    (["--base-flags", "--port 8080"], "drop them"),
 ])
 def test_bad_flags_are_refused_with_what_to_change(args, message):
     proc = tune("--slo", "ttft_p99=1s", *args, timeout=30)
@@ -148,4 +149,30 @@ def test_a_real_short_tune_of_brisk_serve_stays_within_its_budget(tmp_path):
     assert {"max-seqs", "max-batched-tokens", "target-itl-ms", "kv-layout"} <= set(names)
     # A hard cap: a run in progress may finish, nothing starts after it.
     assert report["elapsed_s"] <= 50 + 30 and elapsed_s <= 50 + 45, proc.stderr
+    assert processes_with(marker) == []
+
+
+def test_verify_measures_each_prescription_of_a_doctor_report(tmp_path):
+    marker = "verify-" + uuid.uuid4().hex[:12]
+    doctor_report = tmp_path / "doctor" / "report.json"
+    doctor_report.parent.mkdir()
+    doctor_report.write_text(json.dumps({"findings": [
+        {"id": "queueing", "serve_flags": ["--max-seqs", "4"]},
+        {"id": "network_overhead", "serve_flags": []}]}))
+    proc = tune("--model", SECOND_MODEL_NAME, "--slo", "ttft_p99=4s", "--verify", doctor_report,
+                "--base-flags",
+                f"--served-model-name {marker} --threads {THREADS} --ctx-size 2048 --max-seqs 2",
+                "--budget", "60s", "--requests-per-run", 6, "--input-tokens", 32,
+                "--output-tokens", 8, "--out", tmp_path / "tune")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((tmp_path / "tune" / "report.json").read_text())
+    assert [knob["name"] for knob in report["knobs"]] == ["prescription"]
+    by_change = {c["change"]: c for c in report["candidates"]}
+    assert set(by_change) == {"(baseline)", "prescription=queueing"}, by_change.keys()
+    verified = by_change["prescription=queueing"]
+    assert verified["measurements"] and verified["measurements"][0]["trials"], proc.stderr
+    # The prescription's flag replaces the base's (brisk serve refuses a flag given twice).
+    assert verified["command"].count("--max-seqs") == 1 and "--max-seqs 4" in verified["command"]
+    assert "--max-seqs 2" in report["baseline"]["command"]
+    assert verified["predicted_goodput_rps"] > 0
     assert processes_with(marker) == []

@@ -153,6 +153,9 @@ TEST(DoctorRules, NoBatchingFromTheRampAlone) {
   expect_primary(e, "no_batching");
   EXPECT_EQ(find(diagnose(e), "no_batching")->severity, Severity::critical);
   EXPECT_NE(find(diagnose(e), "no_batching")->prescription.find("--max-seqs"), std::string::npos);
+  // The flags brisk tune --verify measures.
+  EXPECT_EQ(find(diagnose(e), "no_batching")->serve_flags,
+            (std::vector<std::string>{"--max-seqs", "16"}));
 }
 
 TEST(DoctorRules, NoBatchingFromMetricsRunningOne) {

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 
 #include "tune/command_line.h"
 #include "tune/config_search.h"
 #include "tune/goodput_search.h"
+#include "tune/prescriptions.h"
 #include "tune/serve_knobs.h"
 #include "tune/server_template.h"
 #include "tune/tune_report.h"
@@ -271,6 +274,50 @@ TEST(TuneReport, HoldsBaselineBestEveryCandidateAndWhyItWins) {
   EXPECT_NE(why.find("the baseline missed ttft_p99"), std::string::npos) << why;
   EXPECT_NE(ranked_table(report).find("| 1 | slots=8 batch=1024 |"), std::string::npos)
       << ranked_table(report);
+}
+
+TEST(TunePrescriptions, ReadsTheDoctorsServeFlagsAndMeasuresEachInFull) {
+  const auto dir = std::filesystem::temp_directory_path() / "brisk-tune-verify-test";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "report.json") << R"({"findings": [
+      {"id": "no_batching", "serve_flags": ["--max-seqs", "16"]},
+      {"id": "network_overhead", "serve_flags": []},
+      {"id": "head_of_line_blocking", "serve_flags": ["--target-itl-ms", "150", "--no-kv-unified"]}]})";
+  std::string error;
+  const auto prescriptions = read_prescriptions(dir.string(), error);  // the directory works
+  ASSERT_TRUE(prescriptions) << error;
+  ASSERT_EQ(prescriptions->size(), 2u);  // a finding without flags is no prescription
+  EXPECT_EQ((*prescriptions)[1].finding, "head_of_line_blocking");
+  EXPECT_EQ(flags_as_setting((*prescriptions)[1].serve_flags),
+            (Setting{{"target-itl-ms", "150"}, {"no-kv-unified", ""}}));
+  const Knob knob = prescription_knob(*prescriptions);
+  EXPECT_EQ(knob.baseline, "current");
+  EXPECT_EQ(knob.find("no_batching")->args, (std::vector<std::string>{"--max-seqs", "16"}));
+
+  std::ofstream(dir / "other.json") << R"({"runs": []})";
+  EXPECT_FALSE(read_prescriptions((dir / "other.json").string(), error));
+  EXPECT_NE(error.find("not a brisk doctor report.json"), std::string::npos) << error;
+
+  // Every prescription is measured in full, even one that loses to the current setup.
+  FakeClock clock;
+  int runs = 0;
+  Budget budget(1e6, [&] { return clock.now_s; });
+  const std::map<std::string, double> goodput = {
+      {"current", 2}, {"no_batching", 5}, {"head_of_line_blocking", 1}};
+  const MeasureFn measure = [&](const Setting& setting, const GoodputSearchOptions& options,
+                                Candidate&) {
+    return search_goodput(ttft_slo(), options, [&](double rate) {
+      clock.now_s += 10;
+      return run_against(goodput.at(setting.at("prescription")), rate);
+    });
+  };
+  const SearchResult result =
+      measure_each({{{"prescription", "no_batching"}}, {{"prescription", "head_of_line_blocking"}}},
+                   {{"prescription", "current"}}, {}, measure, budget, {});
+  ASSERT_EQ(result.candidates.size(), 3u);
+  EXPECT_EQ(result.candidates[result.best].setting.at("prescription"), "no_batching");
+  EXPECT_NEAR(result.candidates[2].goodput_rps(), 1.0, 0.15);  // found, not given up
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
