@@ -1,5 +1,8 @@
 #include "bench/slo.h"
 
+#include <algorithm>
+#include <limits>
+
 #include <fmt/format.h>
 
 #include "bench/run_statistics.h"
@@ -63,6 +66,17 @@ std::vector<std::string> Slo::misses(const RunStatistics& stats) const {
     }
   }
   return missed;
+}
+
+double Slo::worst_ratio(const RunStatistics& stats) const {
+  if (stats.ok == 0) return std::numeric_limits<double>::infinity();
+  double worst = 0;
+  for (const SloLimit& limit : limits) {
+    const LatencySummary* summary = summary_of(stats, limit.metric);
+    if (summary->count == 0) return std::numeric_limits<double>::infinity();
+    worst = std::max(worst, stat_of(*summary, limit.stat) / limit.limit_ms);
+  }
+  return worst;
 }
 
 std::optional<Slo> parse_slo(std::string_view text, std::string& error) {

@@ -26,6 +26,9 @@ struct Slo {
   // The limits that a run misses, as "ttft_p99 812.0 > 500", for messages; a limit whose
   // latency has no samples (TTFT and ITL with --no-stream) is missed as "not measured".
   std::vector<std::string> misses(const RunStatistics& stats) const;
+  // The largest value / limit over the limits (above 1: missed by that factor); infinity when no
+  // request succeeded or a limit has no samples.
+  double worst_ratio(const RunStatistics& stats) const;
   // The limits whose latency the run has no sample of, as "ttft_p99".
   std::vector<std::string> unmeasured(const RunStatistics& stats) const;
 };

@@ -4,6 +4,10 @@
 
 namespace brisk::tune {
 
+namespace {
+constexpr double kFarOverRatio = 4;
+}  // namespace
+
 const bench::RateTrial* Goodput::at_goodput() const {
   for (const bench::RateTrial& trial : trials) {
     if (trial.meets() && trial.rate == rate) return &trial;
@@ -64,7 +68,11 @@ Goodput search_goodput(const bench::Slo& slo, const GoodputSearchOptions& option
     run(rate);
     if (result.rate > 0 && std::isfinite(result.missed_at)) break;
     if (stop_here()) return result;
-    rate = result.rate > 0 ? rate * options.growth : rate / options.growth;
+    // A run that missed by far (a limit 4x over, or nothing served) was deep in overload: one
+    // step down would overload again, and an overloaded run is the slowest kind.
+    const bool far_over = slo.worst_ratio(result.trials.back().stats) > kFarOverRatio;
+    rate = result.rate > 0 ? rate * options.growth
+                           : rate / (far_over ? options.growth * options.growth : options.growth);
     if (rate < lowest_rate) {
       result.stopped = "missed the SLO even at the lowest rate tried";
       return result;

@@ -130,7 +130,7 @@ def test_a_real_short_tune_of_brisk_serve_stays_within_its_budget(tmp_path):
     started = time.monotonic()
     proc = tune("--model", SECOND_MODEL_NAME, "--slo", "ttft_p99=4s",
                 "--base-flags", f"--served-model-name {marker} --threads {THREADS} --ctx-size 2048",
-                "--budget", "50s", "--requests-per-run", 6, "--input-tokens", 32,
+                "--budget", "40s", "--requests-per-run", 6, "--input-tokens", 32,
                 "--output-tokens", 8, "--out", tmp_path)
     elapsed_s = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -148,7 +148,7 @@ def test_a_real_short_tune_of_brisk_serve_stays_within_its_budget(tmp_path):
     names = [knob["name"] for knob in report["knobs"]]
     assert {"max-seqs", "max-batched-tokens", "target-itl-ms", "kv-layout"} <= set(names)
     # A hard cap: a run in progress may finish, nothing starts after it.
-    assert report["elapsed_s"] <= 50 + 30 and elapsed_s <= 50 + 45, proc.stderr
+    assert report["elapsed_s"] <= 40 + 30 and elapsed_s <= 40 + 45, proc.stderr
     assert processes_with(marker) == []
 
 
@@ -159,11 +159,12 @@ def test_verify_measures_each_prescription_of_a_doctor_report(tmp_path):
     doctor_report.write_text(json.dumps({"findings": [
         {"id": "queueing", "serve_flags": ["--max-seqs", "4"]},
         {"id": "network_overhead", "serve_flags": []}]}))
-    proc = tune("--model", SECOND_MODEL_NAME, "--slo", "ttft_p99=4s", "--verify", doctor_report,
+    # An SLO every burst meets: each configuration is measured by one burst, quickly.
+    proc = tune("--model", SECOND_MODEL_NAME, "--slo", "e2e_p99=120s", "--verify", doctor_report,
                 "--base-flags",
                 f"--served-model-name {marker} --threads {THREADS} --ctx-size 2048 --max-seqs 2",
-                "--budget", "60s", "--requests-per-run", 6, "--input-tokens", 32,
-                "--output-tokens", 8, "--out", tmp_path / "tune")
+                "--budget", "60s", "--requests-per-run", 4, "--input-tokens", 16,
+                "--output-tokens", 4, "--out", tmp_path / "tune")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / "tune" / "report.json").read_text())
     assert [knob["name"] for knob in report["knobs"]] == ["prescription"]
@@ -174,5 +175,6 @@ def test_verify_measures_each_prescription_of_a_doctor_report(tmp_path):
     # The prescription's flag replaces the base's (brisk serve refuses a flag given twice).
     assert verified["command"].count("--max-seqs") == 1 and "--max-seqs 4" in verified["command"]
     assert "--max-seqs 2" in report["baseline"]["command"]
-    assert verified["predicted_goodput_rps"] > 0
+    assert verified["predicted_goodput_rps"] is not None
+    assert verified["measurements"][0]["stopped"] == "met the SLO with every request at once"
     assert processes_with(marker) == []

@@ -118,9 +118,14 @@ TEST(TuneGoodputSearch, BracketsAndRefinesTheRateWhereTheSloStartsToMiss) {
   EXPECT_GT(found.missed_at, 5.0);
   EXPECT_FALSE(found.gave_up);
   // Down from above, too.
+  // Down from far above: a run 5x over the limit steps down two factors at once.
+  std::vector<double> rates;
   const Goodput from_above = search_goodput(
-      ttft_slo(), {.start_rate = 40, .growth = 2, .refine_steps = 0},
-      [](double rate) { return run_against(5.0, rate); });
+      ttft_slo(), {.start_rate = 40, .growth = 2, .refine_steps = 2}, [&](double rate) {
+        rates.push_back(rate);
+        return run_against(5.0, rate);
+      });
+  EXPECT_EQ(rates, (std::vector<double>{40, 10, 2.5, 5, std::sqrt(50.0)}));
   EXPECT_DOUBLE_EQ(from_above.rate, 5.0);
 }
 
