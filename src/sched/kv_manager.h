@@ -83,7 +83,14 @@ class KvManager {
   int acquire(int keep = -1);
   // The longest cached prefix of `tokens` a sequence may reuse, keeping at least one token to
   // compute (its logits start the completion).
-  PrefixLookup lookup(std::span<const Token> tokens) const;
+  PrefixLookup lookup(std::span<const Token> tokens) const {
+    return lookup_at_least(tokens, options_.min_tokens);
+  }
+  // The same for a later choice of an n > 1 request, whatever the prompt's length: the prefill
+  // it skips is exactly the one its first choice already did, so no minimum applies.
+  PrefixLookup lookup_shared_prompt(std::span<const Token> tokens) const {
+    return lookup_at_least(tokens, 1);
+  }
   // Gives the newly acquired `id` the cells of the hit of `prompt` (a host hit is restored into
   // new cells), counts the lookup in the metrics, and returns the tokens reused: the hit's, or
   // 0 when a host restore found no room.
@@ -109,6 +116,7 @@ class KvManager {
 
  private:
   enum class State { free, running, cached };
+  PrefixLookup lookup_at_least(std::span<const Token> tokens, int min_tokens) const;
   bool window_allows(int source, int tokens) const;
   void end_oldest_trials();
   // Frees a cached sequence, first saving its state in the host tier when there is one.
