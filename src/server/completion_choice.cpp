@@ -92,8 +92,9 @@ json CompletionChoice::delta_choice(const std::vector<ChatDelta>& changes, bool 
 
 json CompletionChoice::whole_choice() {
   if (tool_parser_) tool_parser_->append(text_, true);
-  json choice = {
-      {"index", index_}, {"finish_reason", finish_reason_json(true)}, {"logprobs", logprobs_json()}};
+  json choice = {{"index", index_},
+                 {"finish_reason", finish_reason_json(true)},
+                 {"logprobs", logprobs_json()}};
   if (tool_parser_) {
     const ParsedChatMessage& message = tool_parser_->message();
     json calls = json::array();
@@ -102,10 +103,10 @@ json CompletionChoice::whole_choice() {
                        {"type", "function"},
                        {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
     }
-    choice["message"] = {{"role", "assistant"},
-                         {"content", message.content.empty() && !calls.empty()
-                                         ? json(nullptr)
-                                         : json(message.content)}};
+    choice["message"] = {
+        {"role", "assistant"},
+        {"content",
+         message.content.empty() && !calls.empty() ? json(nullptr) : json(message.content)}};
     if (!calls.empty()) choice["message"]["tool_calls"] = std::move(calls);
   } else if (kind_ == CompletionKind::chat) {
     choice["message"] = {{"role", "assistant"}, {"content", text_}};

@@ -41,9 +41,9 @@ CompletionExchange::CompletionExchange(std::shared_ptr<HttpSession> session,
 void CompletionExchange::add_choice(const std::shared_ptr<Request>& request, std::string echo,
                                     std::shared_ptr<ChatOutputParser> tool_parser) {
   const size_t index = choices_.size();
-  choices_.push_back(std::make_unique<CompletionChoice>(
-      static_cast<int>(index), params_.kind, engine_, params_.top_logprobs >= 0, std::move(echo),
-      std::move(tool_parser)));
+  choices_.push_back(std::make_unique<CompletionChoice>(static_cast<int>(index), params_.kind,
+                                                        engine_, params_.top_logprobs >= 0,
+                                                        std::move(echo), std::move(tool_parser)));
   choices_.back()->request = request;
   requests_.push_back(request);
   auto executor = session_->executor();
@@ -66,9 +66,9 @@ void CompletionExchange::begin() {
     session_->begin_event_stream(200, "text/event-stream");
     for (auto& choice : choices_) {
       if (choice->echo().empty()) continue;
-      session_->send_event("data: " +
-                           dump_json(chunk_json(choice->text_choice(choice->echo(), false), nullptr)) +
-                           "\n\n");
+      session_->send_event(
+          "data: " + dump_json(chunk_json(choice->text_choice(choice->echo(), false), nullptr)) +
+          "\n\n");
     }
   }
   session_->watch_for_disconnect([self = weak_from_this()] {
@@ -170,13 +170,13 @@ void CompletionExchange::fail(const CompletionChoice& choice) {
   if (!params_.stream) return session_->respond(error_response(error));
   // The last event of the stream: a chunk whose choice carries the finish_reason ("cancelled"
   // or "error"), with an OpenAI error object that SDKs raise.
-  json chunk = chunk_json(
-      {{"index", choice.index()},
-       {"finish_reason", finish_reason_name(choice.final_update().finish_reason)},
-       {"logprobs", nullptr},
-       {params_.kind == CompletionKind::chat ? "delta" : "text",
-        params_.kind == CompletionKind::chat ? json::object() : json("")}},
-      &choice);
+  json chunk =
+      chunk_json({{"index", choice.index()},
+                  {"finish_reason", finish_reason_name(choice.final_update().finish_reason)},
+                  {"logprobs", nullptr},
+                  {params_.kind == CompletionKind::chat ? "delta" : "text",
+                   params_.kind == CompletionKind::chat ? json::object() : json("")}},
+                 &choice);
   chunk["error"] = json::parse(error.to_json())["error"];
   session_->send_event("data: " + dump_json(chunk) + "\n\n");
   session_->send_event("data: [DONE]\n\n");

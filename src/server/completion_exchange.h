@@ -60,7 +60,7 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   std::string id_;
   int64_t created_ = 0;
   std::vector<std::unique_ptr<CompletionChoice>> choices_;  // by index
-  std::vector<std::weak_ptr<Request>> requests_;             // by index, for cancelling
+  std::vector<std::weak_ptr<Request>> requests_;            // by index, for cancelling
   bool ended_ = false;  // the response is complete, or it failed: later updates are dropped
   TraceWriter* trace_ = nullptr;
   std::vector<std::string> trace_prompt_texts_;

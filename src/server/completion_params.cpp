@@ -173,7 +173,8 @@ std::optional<TokenList> read_token_ids(FieldReader& reader, const json& ids) {
 
 bool is_token_ids(const json& value) {
   return value.is_array() && !value.empty() &&
-         std::all_of(value.begin(), value.end(), [](const json& t) { return t.is_number_integer(); });
+         std::all_of(value.begin(), value.end(),
+                     [](const json& t) { return t.is_number_integer(); });
 }
 
 // OpenAI's four forms: a string, a list of strings, a list of token ids (one prompt), or a list
@@ -185,7 +186,9 @@ void read_prompt(FieldReader& reader, CompletionParams& params) {
       "'prompt' must be a string, a list of strings, a list of token ids, or a list of token-id "
       "lists";
   if (prompt->is_string()) {
-    if (prompt->get<std::string>().empty()) return reader.fail("'prompt' must not be empty", "prompt");
+    if (prompt->get<std::string>().empty()) {
+      return reader.fail("'prompt' must not be empty", "prompt");
+    }
     params.prompts.push_back({prompt->get<std::string>(), std::nullopt});
     return;
   }
@@ -200,9 +203,9 @@ void read_prompt(FieldReader& reader, CompletionParams& params) {
       std::all_of(prompt->begin(), prompt->end(), [](const json& p) { return p.is_string(); });
   const bool all_token_lists = std::all_of(prompt->begin(), prompt->end(), is_token_ids);
   if (!all_strings && !all_token_lists) {
-    return reader.fail(std::string(kForms) +
-                           ", not a mix (a token list must be non-empty and hold only integers)",
-                       "prompt");
+    return reader.fail(
+        std::string(kForms) + ", not a mix (a token list must be non-empty and hold only integers)",
+        "prompt");
   }
   for (size_t i = 0; i < prompt->size(); ++i) {
     const json& item = (*prompt)[i];
