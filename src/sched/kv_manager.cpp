@@ -168,7 +168,7 @@ int KvManager::attach(int id, const PrefixLookup& hit, std::span<const Token> pr
   if (hit.tokens <= 0) return 0;
   engine_.copy_sequence_prefix(hit.source, id, hit.tokens);
   tree_.share(id, hit.source, hit.tokens);
-  reused_[static_cast<size_t>(hit.source)] = true;
+  if (!hit.within_request) reused_[static_cast<size_t>(hit.source)] = true;
   if (state_[static_cast<size_t>(hit.source)] != State::cached) return hit.tokens;
   last_used_[static_cast<size_t>(hit.source)] = ++clock_;
   // A cached sequence whose every cell the newcomer now shares adds nothing: free its id.

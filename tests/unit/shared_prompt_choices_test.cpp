@@ -44,6 +44,8 @@ TEST(SharedPromptChoices, ThePromptIsComputedOnceAndEachChoiceIsWhatItWouldBeAlo
   EXPECT_EQ(runner.prefix_copies(), 2);
   EXPECT_EQ(runner.bad_prefix_copies(), 0);
   EXPECT_EQ(runner.misplaced_tokens(), 0);
+  EXPECT_LE(run.metric("brisk_prefix_cache_sequences"), 2)
+      << "choices sharing their own prompt do not keep it cached past the trial sequences";
   EXPECT_NE(outcomes[0].text, outcomes[1].text) << "different seeds, different choices";
   EXPECT_NE(outcomes[1].text, outcomes[2].text);
 }
