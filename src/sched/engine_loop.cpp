@@ -14,13 +14,26 @@ void EngineLoop::start() {
 }
 
 SubmitStatus EngineLoop::submit(std::shared_ptr<Request> request, double* estimated_wait_ms) {
-  const int prompt_tokens = static_cast<int>(request->prompt_tokens.size());
+  std::vector<std::shared_ptr<Request>> one;
+  one.push_back(std::move(request));
+  return submit_all(std::move(one), estimated_wait_ms);
+}
+
+SubmitStatus EngineLoop::submit_all(std::vector<std::shared_ptr<Request>> requests,
+                                    double* estimated_wait_ms) {
+  int prompt_tokens = 0;
+  for (const auto& request : requests) prompt_tokens += queued_prefill_tokens(*request);
+  const int count = static_cast<int>(requests.size());
   {
     std::lock_guard lock(mutex_);
     if (!accepting_) return SubmitStatus::shutting_down;
     const int queued_requests = static_cast<int>(submitted_.size()) + report_.waiting;
     const int queued_tokens = submitted_prompt_tokens_ + report_.waiting_prompt_tokens;
-    if (queued_requests >= options_.max_queued_requests) return SubmitStatus::queue_full;
+    // A group that would not fit even in an empty queue is taken when the queue is empty.
+    if (queued_requests >= options_.max_queued_requests ||
+        (queued_requests > 0 && queued_requests + count > options_.max_queued_requests)) {
+      return SubmitStatus::queue_full;
+    }
     if (options_.max_queued_tokens > 0 && queued_requests > 0 &&
         queued_tokens + prompt_tokens > options_.max_queued_tokens) {
       return SubmitStatus::queued_tokens_full;
@@ -32,7 +45,7 @@ SubmitStatus EngineLoop::submit(std::shared_ptr<Request> request, double* estima
       return SubmitStatus::queue_delay;
     }
     submitted_prompt_tokens_ += prompt_tokens;
-    submitted_.push_back(std::move(request));
+    for (auto& request : requests) submitted_.push_back(std::move(request));
   }
   work_available_.notify_one();
   return SubmitStatus::accepted;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "engine/model_runner.h"
 #include "sched/request.h"
@@ -31,6 +32,10 @@ class EngineLoop {
   // than max_queue_delay_ms to start, instead of letting latency grow; `estimated_wait_ms`
   // (optional) receives the estimate.
   SubmitStatus submit(std::shared_ptr<Request> request, double* estimated_wait_ms = nullptr);
+  // The choices of one response (n > 1, prompt lists), all accepted or all refused: a client
+  // gets every choice it asked for or a 429, never part of them.
+  SubmitStatus submit_all(std::vector<std::shared_ptr<Request>> requests,
+                          double* estimated_wait_ms = nullptr);
   // Any thread: makes the engine thread look at cancelled flags now.
   void wake();
   // Stops admitting, lets in-flight work finish for up to `drain_timeout`, cancels the rest and

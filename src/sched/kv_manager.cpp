@@ -94,7 +94,7 @@ int KvManager::acquire(int keep) {
   return acquire(keep);
 }
 
-PrefixLookup KvManager::lookup(std::span<const Token> tokens) const {
+PrefixLookup KvManager::lookup_at_least(std::span<const Token> tokens, int min_tokens) const {
   PrefixLookup result;
   if (!options_.enabled) {
     result.miss = PrefixMiss::disabled;
@@ -107,7 +107,7 @@ PrefixLookup KvManager::lookup(std::span<const Token> tokens) const {
   // One token is always left to compute: its logits start the completion.
   const std::span<const Token> query = tokens.first(tokens.size() - 1);
   const PrefixTree::Match match = tree_.match(query);
-  if (match.tokens >= options_.min_tokens) {
+  if (match.tokens >= min_tokens) {
     for (size_t id = 0; id < state_.size(); ++id) {
       if (match.owners.test(id) && window_allows(static_cast<int>(id), match.tokens)) {
         result.tokens = match.tokens;
@@ -123,12 +123,12 @@ PrefixLookup KvManager::lookup(std::span<const Token> tokens) const {
           : host_.match(query, [&](const HostPrefixCache::Entry& entry, int n) {
               return host_usable(entry, n);
             });
-  if (stored.tokens >= options_.min_tokens && stored.tokens > result.tokens) {
+  if (stored.tokens >= min_tokens && stored.tokens > result.tokens) {
     result = {stored.tokens, -1, PrefixMiss::none, true};
   }
   if (result.tokens > 0) return result;
   const int longest = std::max(match.tokens, stored.tokens);
-  if (match.tokens >= options_.min_tokens) {
+  if (match.tokens >= min_tokens) {
     result.miss = PrefixMiss::window_expired;
   } else if (host_evicted_.had_longer(tokens, longest)) {
     result.miss = PrefixMiss::host_evicted;
@@ -168,7 +168,7 @@ int KvManager::attach(int id, const PrefixLookup& hit, std::span<const Token> pr
   if (hit.tokens <= 0) return 0;
   engine_.copy_sequence_prefix(hit.source, id, hit.tokens);
   tree_.share(id, hit.source, hit.tokens);
-  reused_[static_cast<size_t>(hit.source)] = true;
+  if (!hit.within_request) reused_[static_cast<size_t>(hit.source)] = true;
   if (state_[static_cast<size_t>(hit.source)] != State::cached) return hit.tokens;
   last_used_[static_cast<size_t>(hit.source)] = ++clock_;
   // A cached sequence whose every cell the newcomer now shares adds nothing: free its id.

@@ -48,6 +48,9 @@ struct PrefixLookup {
   int source = -1;  // the sequence whose cells it copies (KV tier)
   PrefixMiss miss = PrefixMiss::none;
   bool from_host = false;  // restored from the host tier into new cells
+  // A later choice of an n > 1 request copying its own first choice's prompt: not a reuse by
+  // another request, so it does not keep the source cached past its trial.
+  bool within_request = false;
 
   // KV cells the request shares instead of taking new ones.
   int shared_cells() const { return from_host ? 0 : tokens; }
@@ -83,7 +86,16 @@ class KvManager {
   int acquire(int keep = -1);
   // The longest cached prefix of `tokens` a sequence may reuse, keeping at least one token to
   // compute (its logits start the completion).
-  PrefixLookup lookup(std::span<const Token> tokens) const;
+  PrefixLookup lookup(std::span<const Token> tokens) const {
+    return lookup_at_least(tokens, options_.min_tokens);
+  }
+  // The same for a later choice of an n > 1 request, whatever the prompt's length: the prefill
+  // it skips is exactly the one its first choice already did, so no minimum applies.
+  PrefixLookup lookup_shared_prompt(std::span<const Token> tokens) const {
+    PrefixLookup hit = lookup_at_least(tokens, 1);
+    hit.within_request = true;
+    return hit;
+  }
   // Gives the newly acquired `id` the cells of the hit of `prompt` (a host hit is restored into
   // new cells), counts the lookup in the metrics, and returns the tokens reused: the hit's, or
   // 0 when a host restore found no room.
@@ -109,6 +121,7 @@ class KvManager {
 
  private:
   enum class State { free, running, cached };
+  PrefixLookup lookup_at_least(std::span<const Token> tokens, int min_tokens) const;
   bool window_allows(int source, int tokens) const;
   void end_oldest_trials();
   // Frees a cached sequence, first saving its state in the host tier when there is one.

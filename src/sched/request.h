@@ -75,8 +75,21 @@ struct Request {
   double deadline_ms = 0;
   TimePoint arrival;
   UpdateSink on_update;
+  // n > 1: a later choice of the same prompt names the first one. It waits in the queue until
+  // that one's prompt is in the KV cache, then copies its cells (KvManager::
+  // lookup_shared_prompt) instead of computing them: one prefill for n choices.
+  std::shared_ptr<const Request> shares_prompt_of;
+  // Engine thread: this request's prompt is in the KV cache, or it ended before that; the
+  // choices that share its prompt may start.
+  bool prompt_ready_to_share = false;
   // Set by any thread (a client that went away); the engine thread acts on it next step.
   std::atomic<bool> cancelled{false};
 };
+
+// The prompt tokens a queued request will compute, for the queue's limits and wait estimates: a
+// later choice of an n > 1 request copies its first choice's cells and computes one.
+inline int queued_prefill_tokens(const Request& request) {
+  return request.shares_prompt_of ? 1 : static_cast<int>(request.prompt_tokens.size());
+}
 
 }  // namespace brisk

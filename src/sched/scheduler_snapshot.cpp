@@ -12,6 +12,8 @@ const char* admission_block_name(AdmissionBlock block) {
       return "long_prefill_turn";
     case AdmissionBlock::step_budget:
       return "step_budget";
+    case AdmissionBlock::first_choice_prefill:
+      return "first_choice_prefill";
     case AdmissionBlock::none:
       break;
   }
@@ -28,6 +30,8 @@ const char* wait_reason_name(WaitReason reason) {
       return "long_prefill_turn";
     case WaitReason::step_budget:
       return "step_budget";
+    case WaitReason::first_choice_prefill:
+      return "first_choice_prefill";
     case WaitReason::behind_others:
       return "behind_others";
     case WaitReason::not_yet_considered:

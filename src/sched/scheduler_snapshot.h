@@ -16,6 +16,8 @@ enum class AdmissionBlock {
   kv_cache_full,      // the next prompt does not fit beside the running requests' cells
   long_prefill_turn,  // only long prompts wait, and --max-long-prefills are being prefilled
   step_budget,        // this step's token budget was spent; the next step admits more
+  first_choice_prefill,  // only later choices of n > 1 requests wait, for their first choice's
+                         // prompt to be in the KV cache
 };
 const char* admission_block_name(AdmissionBlock block);
 
@@ -27,6 +29,8 @@ enum class WaitReason {
                        // was preempted for room after the pass)
   long_prefill_turn,   // a long prompt: --max-long-prefills long prompts are being prefilled
   step_budget,         // the step's token budget was spent
+  first_choice_prefill,  // a later choice of an n > 1 request: its first choice is still
+                         // prefilling the prompt they share
   behind_others,       // the request before it in the policy's order waits for room, and is not
                        // overtaken
   not_yet_considered,  // submitted after the last step's admission pass

@@ -74,6 +74,7 @@ int Sequence::put_prefill_chunk(ModelRunner& engine, int tokens) const {
 void Sequence::commit_prefill_chunk(int tokens) {
   prompt_cursor_ += static_cast<size_t>(tokens);
   kv_tokens_ += tokens;
+  if (prompt_cursor_ >= request_->prompt_tokens.size()) request_->prompt_ready_to_share = true;
 }
 
 void Sequence::preempt() {
@@ -154,6 +155,7 @@ void Sequence::finish(FinishReason reason, TimePoint now, ServingMetrics& metric
                       std::string error) {
   if (finished()) return;
   finish_reason_ = reason;
+  request_->prompt_ready_to_share = true;  // the choices waiting for its prompt go on alone
   RequestTimings timings;
   timings.queue_ms = ms_between(request_->arrival, scheduled_at_);
   timings.e2e_ms = ms_between(request_->arrival, now);

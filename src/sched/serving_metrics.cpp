@@ -16,7 +16,8 @@ std::vector<double> batch_token_buckets() {
 // Why requests wait in the queue: the label values of the waiting and blocked-step metrics.
 constexpr AdmissionBlock kWaitReasons[] = {
     AdmissionBlock::no_free_sequence, AdmissionBlock::kv_cache_full,
-    AdmissionBlock::long_prefill_turn, AdmissionBlock::step_budget};
+    AdmissionBlock::long_prefill_turn, AdmissionBlock::step_budget,
+    AdmissionBlock::first_choice_prefill};
 
 void append_header(std::string& out, const char* name, const char* type, const char* help) {
   out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);

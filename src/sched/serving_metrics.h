@@ -89,8 +89,8 @@ class ServingMetrics {
   std::atomic<uint64_t> generation_tokens_{0};
   std::atomic<uint64_t> preemptions_{0};
   // Indexed by AdmissionBlock (none stays 0).
-  std::atomic<uint64_t> admission_blocks_[static_cast<size_t>(AdmissionBlock::step_budget) + 1] =
-      {};
+  std::atomic<uint64_t>
+      admission_blocks_[static_cast<size_t>(AdmissionBlock::first_choice_prefill) + 1] = {};
   std::atomic<uint64_t> prefix_queries_{0};
   std::atomic<uint64_t> prefix_query_tokens_{0};
   std::atomic<uint64_t> prefix_hits_{0};

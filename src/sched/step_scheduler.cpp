@@ -22,7 +22,7 @@ StepScheduler::StepScheduler(ModelRunner& engine, SchedulerOptions options, Serv
       costs_(options.max_step_ms, options.max_batched_tokens, options.min_prefill_step_tokens) {}
 
 void StepScheduler::enqueue(std::shared_ptr<Request> request) {
-  queued_prompt_tokens_ += static_cast<int>(request->prompt_tokens.size());
+  queued_prompt_tokens_ += queued_prefill_tokens(*request);
   waiting_.push_back(std::move(request));
 }
 
@@ -230,7 +230,7 @@ void StepScheduler::reap_cancelled() {
   std::vector<std::shared_ptr<Request>> ended;
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     if ((*it)->cancelled.load() || expired(**it)) {
-      queued_prompt_tokens_ -= static_cast<int>((*it)->prompt_tokens.size());
+      queued_prompt_tokens_ -= queued_prefill_tokens(**it);
       ended.push_back(std::move(*it));
       it = waiting_.erase(it);
     } else {
@@ -264,8 +264,10 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
   // Long prompts beyond --max-long-prefills would only hold a sequence while they wait for
   // their turn to prefill: short ones behind them in the queue go first. Long ones keep their
   // order among themselves, and each waits only while another long prompt is prefilled.
+  // A later choice of an n > 1 request computes one token of its prompt (with a prefix cache).
   const auto is_long = [&](const Request& request) {
-    return is_long_prompt(static_cast<int>(request.prompt_tokens.size()));
+    return is_long_prompt(kv_.cache_enabled() ? queued_prefill_tokens(request)
+                                              : static_cast<int>(request.prompt_tokens.size()));
   };
   int long_prefills = static_cast<int>(std::count_if(
       running_.begin(), running_.end(), [&](const auto& s) { return is_long_prefill(*s); }));
@@ -283,20 +285,27 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
     {
       const bool short_only = long_prefills >= options_.max_long_prefills;
       const int index = policy_.pick(
-          waiting_, [&](const Request& r) { return !short_only || !is_long(r); }, is_long, now,
-          costs_.prefill_ms_per_token());
+          waiting_,
+          [&](const Request& r) {
+            return (!short_only || !is_long(r)) && !waits_for_first_choice(r);
+          },
+          is_long, now, costs_.prefill_ms_per_token());
       const bool waiting_first =
           index >= 0 && (resumed == preempted_.end() ||
                          (policy_.policy() == SchedulingPolicy::priority &&
                           policy_.runs_before(*waiting_[static_cast<size_t>(index)],
                                               (*resumed)->request(), now)));
       if (index < 0 && resumed == preempted_.end() && !waiting_.empty()) {
-        return blocked(AdmissionBlock::long_prefill_turn);
+        const bool long_ones_wait =
+            short_only && std::any_of(waiting_.begin(), waiting_.end(),
+                                      [&](const auto& r) { return is_long(*r); });
+        return blocked(long_ones_wait ? AdmissionBlock::long_prefill_turn
+                                      : AdmissionBlock::first_choice_prefill);
       }
       if (waiting_first) {
         auto next = waiting_.begin() + index;
         const TokenList& prompt = (*next)->prompt_tokens;
-        hit = kv_.lookup(prompt);
+        hit = (*next)->shares_prompt_of ? kv_.lookup_shared_prompt(prompt) : kv_.lookup(prompt);
         if (!make_room(static_cast<int>(prompt.size()) - hit.shared_cells(), hit.source,
                        committed)) {
           return blocked(AdmissionBlock::kv_cache_full, next->get());
@@ -304,7 +313,7 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
         request = std::move(*next);
         waiting_.erase(next);
         if (is_long(*request)) ++long_prefills;
-        queued_prompt_tokens_ -= static_cast<int>(request->prompt_tokens.size());
+        queued_prompt_tokens_ -= queued_prefill_tokens(*request);
       }
     }
     if (request) {
@@ -349,6 +358,13 @@ bool StepScheduler::preempt_for_priority(TimePoint now) {
   if (!outranked) return false;
   preempt(victim);
   return true;
+}
+
+// A later choice of an n > 1 request waits while its first choice prefills the prompt they
+// share; without a prefix cache to share it through, it prefills its own copy at once.
+bool StepScheduler::waits_for_first_choice(const Request& request) const {
+  return kv_.cache_enabled() && request.shares_prompt_of &&
+         !request.shares_prompt_of->prompt_ready_to_share;
 }
 
 bool StepScheduler::has_running_room() const {
@@ -573,6 +589,7 @@ SchedulerSnapshot StepScheduler::describe() const {
 
 // What holds this waiting (or preempted) request back, from the last admission pass.
 WaitReason StepScheduler::wait_reason(const Request& request, bool preempted) const {
+  if (!preempted && waits_for_first_choice(request)) return WaitReason::first_choice_prefill;
   const auto& after = last_pass_.preempted_after;
   if (std::find(after.begin(), after.end(), &request) != after.end()) {
     return WaitReason::kv_cache_full;  // preempted for room after the pass
@@ -586,6 +603,8 @@ WaitReason StepScheduler::wait_reason(const Request& request, bool preempted) co
       return WaitReason::step_budget;
     case AdmissionBlock::long_prefill_turn:
       return WaitReason::long_prefill_turn;
+    case AdmissionBlock::first_choice_prefill:
+      return WaitReason::first_choice_prefill;  // every request waiting is a later choice
     case AdmissionBlock::kv_cache_full:
       if (&request == last_pass_.stopped_at) return WaitReason::kv_cache_full;
       return long_turn ? WaitReason::long_prefill_turn : WaitReason::behind_others;
@@ -596,6 +615,7 @@ WaitReason StepScheduler::wait_reason(const Request& request, bool preempted) co
 }
 
 void StepScheduler::finish_unscheduled(Request& request, FinishReason reason, std::string error) {
+  request.prompt_ready_to_share = true;  // the choices waiting for its prompt go on alone
   RequestTimings timings;
   timings.e2e_ms = ms_between(request.arrival, now());
   timings.queue_ms = timings.e2e_ms;

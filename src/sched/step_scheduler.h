@@ -113,6 +113,7 @@ class StepScheduler {
   void start_sequence(std::unique_ptr<Sequence> sequence, const PrefixLookup& hit, int& budget,
                       int& kv_free);
   bool has_running_room() const;
+  bool waits_for_first_choice(const Request& request) const;
   bool make_room(int needed, int keep, int& committed);
   void record_computed_cells();
   int kv_free_cells() const;

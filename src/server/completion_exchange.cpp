@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 
@@ -22,260 +23,227 @@ std::string next_completion_id(CompletionKind kind) {
                      static_cast<uint64_t>(now) & 0xffffffffffULL, number & 0xffffff);
 }
 
-bool is_reportable(FinishReason reason) {
-  return reason == FinishReason::stop || reason == FinishReason::length;
-}
-
 }  // namespace
 
 CompletionExchange::CompletionExchange(std::shared_ptr<HttpSession> session,
                                        CompletionParams params, std::string model_name,
-                                       EngineLoop& engine_loop, const Engine& engine,
-                                       std::shared_ptr<ChatOutputParser> tool_parser)
+                                       EngineLoop& engine_loop, const Engine& engine)
     : session_(std::move(session)),
       params_(std::move(params)),
       model_name_(std::move(model_name)),
       engine_loop_(engine_loop),
-      tool_parser_(std::move(tool_parser)),
+      engine_(engine),
       id_(next_completion_id(params_.kind)),
       created_(std::chrono::duration_cast<std::chrono::seconds>(
                    std::chrono::system_clock::now().time_since_epoch())
-                   .count()),
-      logprobs_(engine, params_.kind) {
-  if (params_.echo) {
-    if (params_.prompt_tokens) {
-      for (Token token : *params_.prompt_tokens) echo_ += engine.token_piece(token);
-    } else {
-      echo_ = params_.prompt;
-    }
-  }
+                   .count()) {}
+
+void CompletionExchange::add_choice(const std::shared_ptr<Request>& request, std::string echo,
+                                    std::shared_ptr<ChatOutputParser> tool_parser) {
+  const size_t index = choices_.size();
+  choices_.push_back(std::make_unique<CompletionChoice>(static_cast<int>(index), params_.kind,
+                                                        engine_, params_.top_logprobs >= 0,
+                                                        std::move(echo), std::move(tool_parser)));
+  choices_.back()->request = request;
+  requests_.push_back(request);
+  auto executor = session_->executor();
+  request->on_update = [self = shared_from_this(), executor, index](GenerationUpdate&& update) {
+    net::post(executor,
+              [self, index, update = std::move(update)] { self->on_update(index, update); });
+  };
 }
 
-void CompletionExchange::attach(const std::shared_ptr<Request>& request) {
-  request_ = request;
-  auto executor = session_->executor();
-  request->on_update = [self = shared_from_this(), executor](GenerationUpdate&& update) {
-    net::post(executor, [self, update = std::move(update)] { self->on_update(update); });
-  };
+void CompletionExchange::abandon() {
+  for (auto& choice : choices_) {
+    if (!choice->request) continue;
+    choice->request->on_update = nullptr;
+    choice->request.reset();
+  }
 }
 
 void CompletionExchange::begin() {
   if (params_.stream) {
     session_->begin_event_stream(200, "text/event-stream");
-    if (!echo_.empty()) session_->send_event("data: " + chunk_json(echo_, nullptr) + "\n\n");
-  }
-  std::weak_ptr<Request> weak_request = request_;
-  EngineLoop* engine_loop = &engine_loop_;
-  session_->watch_for_disconnect([weak_request, engine_loop] {
-    if (auto request = weak_request.lock()) {
-      request->cancelled = true;
-      engine_loop->wake();
+    for (auto& choice : choices_) {
+      if (choice->echo().empty()) continue;
+      session_->send_event(
+          "data: " + dump_json(chunk_json(choice->text_choice(choice->echo(), false), nullptr)) +
+          "\n\n");
     }
+  }
+  session_->watch_for_disconnect([self = weak_from_this()] {
+    if (auto exchange = self.lock()) exchange->cancel_all();
   });
 }
 
+void CompletionExchange::cancel_all() {
+  for (const auto& weak_request : requests_) {
+    if (auto request = weak_request.lock()) request->cancelled = true;
+  }
+  engine_loop_.wake();
+}
+
 // Runs on the session's strand: a failure here ends this response, never the I/O thread.
-void CompletionExchange::on_update(const GenerationUpdate& update) {
-  if (!request_) return;  // the response already failed
-  try {
-    present_update(update);
-  } catch (const std::exception& e) {
-    spdlog::error("request {}: writing its response failed: {}", id_, e.what());
-    request_->cancelled = true;
-    engine_loop_.wake();
-    session_->abort();
-    request_.reset();
-    return;
+void CompletionExchange::on_update(size_t index, const GenerationUpdate& update) {
+  CompletionChoice& choice = *choices_[index];
+  if (!choice.request) return;  // the response already failed
+  if (!ended_) {
+    try {
+      present_update(choice, update);
+    } catch (const std::exception& e) {
+      spdlog::error("request {}: writing its response failed: {}", id_, e.what());
+      ended_ = true;
+      cancel_all();
+      session_->abort();
+    }
   }
-  if (update.finished()) {
-    log_finished(update);
-    if (trace_) write_trace(update);
-    request_.reset();
-  }
+  if (!update.finished()) return;
+  if (trace_) write_trace(choice);
+  choice.request.reset();
+  const bool last = std::none_of(choices_.begin(), choices_.end(),
+                                 [](const auto& c) { return c->request != nullptr; });
+  if (last) log_finished();
 }
 
-void CompletionExchange::record_to(TraceWriter& trace, std::string prompt_text) {
+void CompletionExchange::record_to(TraceWriter& trace, std::vector<std::string> prompt_texts) {
   trace_ = &trace;
-  trace_prompt_text_ = std::move(prompt_text);
+  trace_prompt_texts_ = std::move(prompt_texts);
 }
 
-void CompletionExchange::write_trace(const GenerationUpdate& update) const {
+void CompletionExchange::write_trace(const CompletionChoice& choice) const {
+  const Request& request = *choice.request;
+  const GenerationUpdate& update = choice.final_update();
   const RequestTimings& t = update.timings;
   TraceRecord record;
-  record.arrival_s = std::chrono::duration<double>(request_->arrival - trace_->start()).count();
+  record.arrival_s = std::chrono::duration<double>(request.arrival - trace_->start()).count();
   record.endpoint = params_.kind == CompletionKind::chat ? "chat" : "completions";
   record.model = model_name_;
-  record.input_tokens = static_cast<int>(request_->prompt_tokens.size());
+  record.input_tokens = static_cast<int>(request.prompt_tokens.size());
   record.cached_tokens = t.cached_prompt_tokens;
   record.output_tokens = t.completion_tokens;
-  if (request_->max_tokens_named) record.max_tokens = request_->max_tokens;
+  if (request.max_tokens_named) record.max_tokens = request.max_tokens;
   record.finish_reason = finish_reason_name(update.finish_reason);
-  record.priority = request_->priority;
+  record.priority = request.priority;
   record.session = params_.session;
   // A request that ended before its first token (cancelled in the queue, past its deadline) has
   // no TTFT.
   if (t.completion_tokens > 0) record.ttft_ms = t.ttft_ms;
   record.e2e_ms = t.e2e_ms;
   record.block_tokens = trace_->options().block_tokens;
-  record.hash_ids = prefix_block_hashes(request_->prompt_tokens, record.block_tokens);
-  record.prompt = trace_prompt_text_;
+  record.hash_ids = prefix_block_hashes(request.prompt_tokens, record.block_tokens);
+  const auto index = static_cast<size_t>(choice.index());
+  if (index < trace_prompt_texts_.size()) record.prompt = trace_prompt_texts_[index];
   trace_->write(record);
 }
 
-void CompletionExchange::present_update(const GenerationUpdate& update) {
-  if (params_.top_logprobs >= 0) logprobs_.append(update.logprobs);
-  if (params_.stream) {
-    stream_update(update);
-  } else {
-    text_ += update.text;
-    if (update.finished()) respond_whole(update);
-  }
+void CompletionExchange::present_update(CompletionChoice& choice, const GenerationUpdate& update) {
+  choice.take(update, params_.stream);
+  if (update.finished() && !choice.reportable()) return fail(choice);
+  if (params_.stream) return stream_update(choice, update);
+  if (all_finished()) respond_whole();
 }
 
-void CompletionExchange::stream_update(const GenerationUpdate& update) {
-  if (!update.finished()) {
-    if (tool_parser_) {
-      const auto changes = tool_parser_->append(update.text, false);
-      if (!changes.empty())
-        session_->send_event("data: " + delta_chunk_json(changes, nullptr) + "\n\n");
-    } else if (!update.text.empty()) {
-      session_->send_event("data: " + chunk_json(update.text, nullptr) + "\n\n");
-    }
-    return;
+void CompletionExchange::stream_update(CompletionChoice& choice, const GenerationUpdate& update) {
+  json piece = choice.stream_choice(update);
+  if (!piece.is_null()) {
+    session_->send_event(
+        "data: " + dump_json(chunk_json(std::move(piece), update.finished() ? &choice : nullptr)) +
+        "\n\n");
   }
-  if (is_reportable(update.finish_reason)) {
-    const std::string last =
-        tool_parser_ ? delta_chunk_json(tool_parser_->append(update.text, true), &update)
-                     : chunk_json(update.text, &update);
-    session_->send_event("data: " + last + "\n\n");
-    if (params_.include_usage) session_->send_event("data: " + usage_chunk_json(update) + "\n\n");
-  } else {
-    session_->send_event("data: " + error_chunk_json(update) + "\n\n");
-  }
+  if (update.finished() && all_finished()) end_stream();
+}
+
+// Every choice has its last chunk: the usage (once, for all of them) and the end.
+void CompletionExchange::end_stream() {
+  if (params_.include_usage) session_->send_event("data: " + usage_chunk_json() + "\n\n");
+  session_->send_event("data: [DONE]\n\n");
+  session_->end_event_stream();
+  ended_ = true;
+}
+
+// A choice ended without a result (shutting down, failed, past its deadline): the response
+// fails as a whole, and the other choices stop.
+void CompletionExchange::fail(const CompletionChoice& choice) {
+  ended_ = true;
+  cancel_all();
+  const ApiError error = unfinished_error(choice.final_update());
+  if (!params_.stream) return session_->respond(error_response(error));
+  // The last event of the stream: a chunk whose choice carries the finish_reason ("cancelled"
+  // or "error"), with an OpenAI error object that SDKs raise.
+  json chunk =
+      chunk_json({{"index", choice.index()},
+                  {"finish_reason", finish_reason_name(choice.final_update().finish_reason)},
+                  {"logprobs", nullptr},
+                  {params_.kind == CompletionKind::chat ? "delta" : "text",
+                   params_.kind == CompletionKind::chat ? json::object() : json("")}},
+                 &choice);
+  chunk["error"] = json::parse(error.to_json())["error"];
+  session_->send_event("data: " + dump_json(chunk) + "\n\n");
   session_->send_event("data: [DONE]\n\n");
   session_->end_event_stream();
 }
 
-void CompletionExchange::respond_whole(const GenerationUpdate& update) {
-  if (!is_reportable(update.finish_reason)) {
-    return session_->respond(error_response(unfinished_error(update)));
-  }
-  if (tool_parser_) tool_parser_->append(text_, true);
-  json choice = {{"index", 0},
-                 {"finish_reason", finish_reason(update)},
-                 {"logprobs", choice_logprobs()}};
-  if (tool_parser_) {
-    const ParsedChatMessage& message = tool_parser_->message();
-    json calls = json::array();
-    for (const ToolCall& call : message.tool_calls) {
-      calls.push_back({{"id", call.id},
-                       {"type", "function"},
-                       {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
-    }
-    choice["message"] = {{"role", "assistant"},
-                         {"content", message.content.empty() && !calls.empty()
-                                         ? json(nullptr)
-                                         : json(message.content)}};
-    if (!calls.empty()) choice["message"]["tool_calls"] = std::move(calls);
-  } else if (params_.kind == CompletionKind::chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text_}};
-  } else {
-    choice["text"] = echo_ + text_;
-  }
+bool CompletionExchange::all_finished() const {
+  return std::all_of(choices_.begin(), choices_.end(), [](const auto& c) { return c->finished(); });
+}
+
+void CompletionExchange::respond_whole() {
+  json choices = json::array();
+  for (auto& choice : choices_) choices.push_back(choice->whole_choice());
+  const RequestTimings timings = response_timings();
   json body = {
       {"id", id_},
       {"object", params_.kind == CompletionKind::chat ? "chat.completion" : "text_completion"},
       {"created", created_},
       {"model", model_name_},
-      {"choices", json::array({choice})},
-      {"usage", usage_json(update.timings)},
-      {"brisk_timings", timings_json(update.timings)}};
+      {"choices", std::move(choices)},
+      {"usage", usage_json(timings)},
+      {"brisk_timings", timings_json(timings)}};
   HttpResponse response{http::status::ok, 11};
   response.set(http::field::content_type, "application/json");
   response.body() = dump_json(body);
   session_->respond(std::move(response));
+  ended_ = true;
 }
 
-// A content chunk; with `final_update`, the chunk that carries finish_reason and timings.
-std::string CompletionExchange::chunk_json(const std::string& text,
-                                           const GenerationUpdate* final_update) {
-  json choice = {{"index", 0}, {"logprobs", choice_logprobs()}};
-  choice["finish_reason"] = final_update ? json(finish_reason(*final_update)) : json(nullptr);
+// A chunk around one choice object; the chunk that finishes a choice carries its timings.
+json CompletionExchange::chunk_json(json choice, const CompletionChoice* finished) const {
   const bool chat = params_.kind == CompletionKind::chat;
-  if (chat) {
-    json delta = json::object();
-    if (!first_chunk_sent_) delta["role"] = "assistant";
-    if (!text.empty() || !final_update) delta["content"] = text;
-    choice["delta"] = delta;
-  } else {
-    choice["text"] = text;
-  }
   json chunk = {{"id", id_},
                 {"object", chat ? "chat.completion.chunk" : "text_completion"},
                 {"created", created_},
                 {"model", model_name_},
-                {"choices", json::array({choice})}};
-  if (final_update) chunk["brisk_timings"] = timings_json(final_update->timings);
-  first_chunk_sent_ = true;
-  return dump_json(chunk);
+                {"choices", json::array({std::move(choice)})}};
+  if (finished) chunk["brisk_timings"] = timings_json(finished->final_update().timings);
+  return chunk;
 }
 
-// "tool_calls" when the answer is calls (OpenAI's reason), else why generation ended.
-std::string CompletionExchange::finish_reason(const GenerationUpdate& update) const {
-  if (tool_parser_ && update.finish_reason == FinishReason::stop &&
-      !tool_parser_->message().tool_calls.empty()) {
-    return "tool_calls";
+// The response's usage and timings: each prompt counted once (its first choice's; the others
+// shared its cells or computed the same tokens again), the completions of every choice summed,
+// the first token the earliest of any choice, the end the latest.
+RequestTimings CompletionExchange::response_timings() const {
+  if (choices_.size() == 1) return choices_.front()->final_update().timings;
+  RequestTimings out;
+  bool first = true;
+  for (const auto& choice : choices_) {
+    const RequestTimings& t = choice->final_update().timings;
+    if (choice->index() % params_.n == 0) {
+      out.prompt_tokens += t.prompt_tokens;
+      out.cached_prompt_tokens += t.cached_prompt_tokens;
+    }
+    out.completion_tokens += t.completion_tokens;
+    out.queue_ms = first ? t.queue_ms : std::min(out.queue_ms, t.queue_ms);
+    if (t.completion_tokens > 0) {
+      out.ttft_ms = out.ttft_ms > 0 ? std::min(out.ttft_ms, t.ttft_ms) : t.ttft_ms;
+    }
+    out.e2e_ms = std::max(out.e2e_ms, t.e2e_ms);
+    first = false;
   }
-  return finish_reason_name(update.finish_reason);
-}
-
-std::string CompletionExchange::delta_chunk_json(const std::vector<ChatDelta>& changes,
-                                                 const GenerationUpdate* final_update) {
-  json delta = json::object();
-  if (!first_chunk_sent_) delta["role"] = "assistant";
-  std::string content;
-  json calls = json::array();
-  for (const ChatDelta& change : changes) {
-    if (change.tool_call_index < 0) {
-      content += change.content;
-      continue;
-    }
-    json call = {{"index", change.tool_call_index}};
-    if (!change.tool_call_name.empty()) {
-      call["id"] = change.tool_call_id;
-      call["type"] = "function";
-      call["function"] = {{"name", change.tool_call_name}, {"arguments", ""}};
-    } else {
-      call["function"] = {{"arguments", change.arguments}};
-    }
-    // Pieces of the same call in one chunk: one entry (OpenAI sends one per call per chunk).
-    if (!calls.empty() && calls.back()["index"] == change.tool_call_index &&
-        change.tool_call_name.empty()) {
-      calls.back()["function"]["arguments"] =
-          calls.back()["function"]["arguments"].get<std::string>() + change.arguments;
-    } else {
-      calls.push_back(std::move(call));
-    }
+  if (out.ttft_ms > 0) {
+    out.prefill_ms = std::max(0.0, out.ttft_ms - out.queue_ms);
+    out.decode_ms = std::max(0.0, out.e2e_ms - out.ttft_ms);
   }
-  if (!content.empty()) delta["content"] = content;
-  if (!calls.empty()) delta["tool_calls"] = std::move(calls);
-  json choice = {{"index", 0}, {"delta", delta}, {"logprobs", choice_logprobs()}};
-  choice["finish_reason"] = final_update ? json(finish_reason(*final_update)) : json(nullptr);
-  json chunk = {{"id", id_},
-                {"object", "chat.completion.chunk"},
-                {"created", created_},
-                {"model", model_name_},
-                {"choices", json::array({choice})}};
-  if (final_update) chunk["brisk_timings"] = timings_json(final_update->timings);
-  first_chunk_sent_ = true;
-  return dump_json(chunk);
-}
-
-// The logprobs of the tokens since the last chunk (null when the request asked for none). A
-// token whose text is held back by stop matching is reported with the next chunk that goes out.
-json CompletionExchange::choice_logprobs() {
-  if (params_.top_logprobs < 0) return nullptr;
-  return logprobs_.take();
+  return out;
 }
 
 // Why a request ended without a result: the server is shutting down, or generation failed.
@@ -299,40 +267,41 @@ ApiError CompletionExchange::unfinished_error(const GenerationUpdate& update) {
   return error;
 }
 
-// The last event of a stream that ends without a result: a chunk whose choice carries the
-// finish_reason ("cancelled" or "error"), with an OpenAI error object that SDKs raise.
-std::string CompletionExchange::error_chunk_json(const GenerationUpdate& update) {
-  json chunk = json::parse(chunk_json("", &update));
-  chunk["error"] = json::parse(unfinished_error(update).to_json())["error"];
-  return dump_json(chunk);
-}
-
-std::string CompletionExchange::usage_chunk_json(const GenerationUpdate& update) const {
+std::string CompletionExchange::usage_chunk_json() const {
+  const RequestTimings timings = response_timings();
   json chunk = {{"id", id_},
                 {"object", params_.kind == CompletionKind::chat ? "chat.completion.chunk"
                                                                 : "text_completion"},
                 {"created", created_},
                 {"model", model_name_},
                 {"choices", json::array()},
-                {"usage", usage_json(update.timings)},
-                {"brisk_timings", timings_json(update.timings)}};
+                {"usage", usage_json(timings)},
+                {"brisk_timings", timings_json(timings)}};
   return dump_json(chunk);
 }
 
-void CompletionExchange::log_finished(const GenerationUpdate& update) const {
-  const RequestTimings& t = update.timings;
+void CompletionExchange::log_finished() const {
+  const RequestTimings t = response_timings();
+  FinishReason status = choices_.front()->final_update().finish_reason;
+  for (const auto& choice : choices_) {
+    if (choice->finished() && !choice->reportable()) {
+      status = choice->final_update().finish_reason;
+      break;
+    }
+  }
   if (log_format() == LogFormat::json) {
     json fields = {{"event", "request"},
                    {"id", id_},
-                   {"status", finish_reason_name(update.finish_reason)},
-                   {"stream", params_.stream}};
+                   {"status", finish_reason_name(status)},
+                   {"stream", params_.stream},
+                   {"choices", choices_.size()}};
     fields.update(timings_json(t));
     return spdlog::info(dump_json(fields));
   }
   spdlog::info(
-      "request {} status={} prompt_tokens={} completion_tokens={} queue_ms={:.1f} "
+      "request {} status={} choices={} prompt_tokens={} completion_tokens={} queue_ms={:.1f} "
       "ttft_ms={:.1f} e2e_ms={:.1f} stream={}",
-      id_, finish_reason_name(update.finish_reason), t.prompt_tokens, t.completion_tokens,
+      id_, finish_reason_name(status), choices_.size(), t.prompt_tokens, t.completion_tokens,
       t.queue_ms, t.ttft_ms, t.e2e_ms, params_.stream);
 }
 

@@ -155,37 +155,91 @@ void read_tools(FieldReader& reader, CompletionParams& params) {
   params.tools = std::move(std::get<std::optional<ToolRequest>>(tools));
 }
 
+// Token ids of one prompt, checked; nullopt (and the reader's error) when one is out of range.
+std::optional<TokenList> read_token_ids(FieldReader& reader, const json& ids) {
+  TokenList tokens;
+  for (const json& token : ids) {
+    const int64_t id = token.get<int64_t>();
+    if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
+      reader.fail(fmt::format("token ids in 'prompt' must be between 0 and {}, got {}",
+                              std::numeric_limits<int32_t>::max(), token.dump()),
+                  "prompt");
+      return std::nullopt;
+    }
+    tokens.push_back(static_cast<Token>(id));
+  }
+  return tokens;
+}
+
+bool is_token_ids(const json& value) {
+  return value.is_array() && !value.empty() &&
+         std::all_of(value.begin(), value.end(),
+                     [](const json& t) { return t.is_number_integer(); });
+}
+
+// OpenAI's four forms: a string, a list of strings, a list of token ids (one prompt), or a list
+// of token-id lists; each prompt gets its own choices.
 void read_prompt(FieldReader& reader, CompletionParams& params) {
   const json* prompt = reader.find("prompt");
   if (prompt == nullptr) return reader.fail("'prompt' is required", "prompt");
-  if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) prompt = &(*prompt)[0];
+  constexpr const char* kForms =
+      "'prompt' must be a string, a list of strings, a list of token ids, or a list of token-id "
+      "lists";
   if (prompt->is_string()) {
-    params.prompt = prompt->get<std::string>();
-    if (params.prompt.empty()) return reader.fail("'prompt' must not be empty", "prompt");
-    return;
-  }
-  if (prompt->is_array() && !prompt->empty() &&
-      std::all_of(prompt->begin(), prompt->end(),
-                  [](const json& t) { return t.is_number_integer(); })) {
-    TokenList tokens;
-    for (const json& token : *prompt) {
-      const int64_t id = token.get<int64_t>();
-      if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
-        return reader.fail(fmt::format("token ids in 'prompt' must be between 0 and {}, got {}",
-                                       std::numeric_limits<int32_t>::max(), token.dump()),
-                           "prompt");
-      }
-      tokens.push_back(static_cast<Token>(id));
+    if (prompt->get<std::string>().empty()) {
+      return reader.fail("'prompt' must not be empty", "prompt");
     }
-    params.prompt_tokens = std::move(tokens);
+    params.prompts.push_back({prompt->get<std::string>(), std::nullopt});
     return;
   }
-  if (prompt->is_array() && prompt->empty())
-    return reader.fail("'prompt' must not be empty", "prompt");
-  reader.fail(
-      "'prompt' must be a string, a list with one string, or a list of token ids "
-      "(one prompt per request)",
-      "prompt");
+  if (!prompt->is_array()) return reader.fail(kForms, "prompt");
+  if (prompt->empty()) return reader.fail("'prompt' must not be an empty list", "prompt");
+  if (is_token_ids(*prompt)) {
+    auto tokens = read_token_ids(reader, *prompt);
+    if (tokens) params.prompts.push_back({{}, std::move(tokens)});
+    return;
+  }
+  const bool all_strings =
+      std::all_of(prompt->begin(), prompt->end(), [](const json& p) { return p.is_string(); });
+  const bool all_token_lists = std::all_of(prompt->begin(), prompt->end(), is_token_ids);
+  if (!all_strings && !all_token_lists) {
+    return reader.fail(
+        std::string(kForms) + ", not a mix (a token list must be non-empty and hold only integers)",
+        "prompt");
+  }
+  for (size_t i = 0; i < prompt->size(); ++i) {
+    const json& item = (*prompt)[i];
+    if (all_strings) {
+      if (item.get<std::string>().empty()) {
+        return reader.fail(fmt::format("'prompt[{}]' must not be empty", i), "prompt");
+      }
+      params.prompts.push_back({item.get<std::string>(), std::nullopt});
+    } else {
+      auto tokens = read_token_ids(reader, item);
+      if (!tokens) return;
+      params.prompts.push_back({{}, std::move(tokens)});
+    }
+  }
+}
+
+// n choices per prompt, each its own sequence: bounded so one request cannot take every
+// sequence of the server.
+void read_choice_count(FieldReader& reader, CompletionParams& params) {
+  if (reader.find("n") == nullptr) return;
+  auto n = reader.integer("n");
+  if (!n) return;
+  if (*n < 1 || *n > kMaxChoices) {
+    return reader.fail(fmt::format("'n' must be an integer from 1 to {}, got {}", kMaxChoices, *n),
+                       "n");
+  }
+  params.n = static_cast<int>(*n);
+  const size_t choices = params.prompts.size() * static_cast<size_t>(params.n);
+  if (choices > kMaxPromptChoices) {
+    reader.fail(fmt::format("{} prompts with 'n' {} ask for {} choices; one request may ask for "
+                            "at most {}",
+                            params.prompts.size(), params.n, choices, kMaxPromptChoices),
+                "n");
+  }
 }
 
 void read_stop(FieldReader& reader, CompletionParams& params) {
@@ -437,8 +491,10 @@ std::variant<CompletionParams, ApiError> parse_completion_params(
   if (kind == CompletionKind::chat) {
     read_messages(reader, params);
     read_tools(reader, params);
-  } else
+  } else {
     read_prompt(reader, params);
+  }
+  read_choice_count(reader, params);
   read_limits(reader, params);
   read_sampling(reader, params.sampling);
   read_logit_bias(reader, params.sampling);

@@ -28,14 +28,25 @@ inline constexpr int kMaxTopLogprobs = 20;
 // The most tokens one `logit_bias` may name (OpenAI's limit).
 inline constexpr size_t kMaxLogitBias = 300;
 
+// The most choices one request may ask for per prompt (`n`), and the most prompts times `n`
+// one /v1/completions request may ask for: each choice runs as a sequence of its own.
+inline constexpr int kMaxChoices = 16;
+inline constexpr int kMaxPromptChoices = 64;
+
+// One prompt of /v1/completions: a string, or token ids.
+struct TextPrompt {
+  std::string text;
+  std::optional<TokenList> tokens;
+};
+
 // A validated /v1/chat/completions or /v1/completions body.
 struct CompletionParams {
   CompletionKind kind = CompletionKind::text;
   std::optional<std::string> model;
   std::vector<ChatMessage> messages;       // chat
   std::optional<ToolRequest> tools;        // chat: tools the model may call
-  std::string prompt;                      // text, as a string
-  std::optional<TokenList> prompt_tokens;  // text, given as token ids
+  std::vector<TextPrompt> prompts;         // text: one or more prompts
+  int n = 1;                               // choices per prompt
   std::optional<int> max_tokens;
   SamplingParams sampling;
   int top_logprobs = -1;  // < 0: no logprobs; 0: the chosen token's; N: and the N most likely

@@ -323,19 +323,11 @@ void OpenAiServer::handle_completion(const HttpRequest& http_request, Completion
                                 *params.model, options_.model_name);
     return session->respond(reject(error, "unknown_model"));
   }
-  TokenList tokens;
-  ChatPrompt chat;
-  if (auto error = prepare_prompt(params, &tokens, &chat))
-    return session->respond(reject(*error, "invalid_request"));
-  const bool max_tokens_named =
-      params.max_tokens.has_value() || options_.generation.max_tokens.has_value();
-  if (auto error = check_lengths(params, tokens))
-    return session->respond(reject(*error, "prompt_too_long"));
-
-  auto request = std::make_shared<Request>();
-  request->id = ++next_request_id_;
-  request->prompt_tokens = std::move(tokens);
-  request->sampling = params.sampling;
+  auto prepared = prepare_prompts(params);
+  if (auto* refusal = std::get_if<Refusal>(&prepared)) {
+    return session->respond(reject(refusal->error, refusal->reason));
+  }
+  const auto& prompts = std::get<std::vector<PreparedPrompt>>(prepared);
   for (const auto& [token, bias] : params.sampling.logit_bias) {
     if (token >= engine_.vocabulary_size()) {
       return session->respond(reject(
@@ -346,68 +338,42 @@ void OpenAiServer::handle_completion(const HttpRequest& http_request, Completion
           "invalid_request"));
     }
   }
-  request->top_logprobs = params.top_logprobs;
-  request->max_tokens = *params.max_tokens;
-  request->max_tokens_named = max_tokens_named;
-  request->stop = params.stop;
-  request->stop.insert(request->stop.end(), chat.stops.begin(), chat.stops.end());
-  request->ignore_eos = params.ignore_eos;
-  if (!chat.grammar.empty()) {
-    // tool_choice required (or a named function): the template's tool-call syntax, enforced.
-    if (params.ignore_eos) {
-      return session->respond(reject(
-          ApiError::invalid("'ignore_eos' cannot be combined with a required tool call: once "
-                            "the call is complete only the end of generation is allowed",
-                            "ignore_eos"),
-          "invalid_request"));
-    }
-    std::string error;
-    request->constraint =
-        engine_.compile_grammar({GrammarRequest::Kind::gbnf, chat.grammar}, &error);
-    if (!request->constraint ||
-        !prefill_constraint(*request->constraint, chat.generation_prompt, &error)) {
-      return session->respond(reject(
-          ApiError::invalid("the tools' call syntax did not compile into a grammar: " + error,
-                            "tools"),
-          "invalid_request"));
-    }
-  } else if (params.tools && !params.tools->strict_tools.empty() &&
-             params.tools->tools.choice == ChatTools::Choice::automatic) {
-    return session->respond(reject(
-        ApiError::invalid(
-            fmt::format("tools[{}].function.strict: with tool_choice 'auto' this model's tool "
-                        "calls are parsed, not constrained, so strict arguments cannot be "
-                        "promised; send tool_choice 'required' or name the function, or drop "
-                        "'strict'",
-                        params.tools->strict_tools.front()),
-            "tools"),
-        "invalid_request"));
-  }
-  if (params.grammar) {
-    // Compiled here, on an I/O thread: a bad schema is a 400 before the request is queued.
-    std::string error;
-    request->constraint = engine_.compile_grammar(*params.grammar, &error);
-    if (!request->constraint) {
-      return session->respond(
-          reject(ApiError::invalid(std::move(error), params.grammar_field), "invalid_request"));
-    }
-  }
   if (auto error = read_priority_header(http_request, params))
     return session->respond(reject(*error, "invalid_request"));
   if (auto error = read_session_header(http_request, params))
     return session->respond(reject(*error, "invalid_request"));
-  request->priority = params.priority.value_or(0);
-  request->deadline_ms = params.deadline_ms;
-  request->arrival = arrival;
-  auto exchange = std::make_shared<CompletionExchange>(
-      session, std::move(params), options_.model_name, engine_loop_, engine_, chat.parser);
-  exchange->attach(request);
-  if (trace_) exchange->record_to(*trace_, trace_prompt_text(request->prompt_tokens));
+  // Choice index = prompt index * n + i, as OpenAI and vLLM number them.
+  std::vector<ChoiceRequest> choices;
+  std::vector<std::string> echoes;
+  for (const PreparedPrompt& prompt : prompts) {
+    std::shared_ptr<Request> first;
+    for (int i = 0; i < params.n; ++i) {
+      auto made = make_choice_request(params, prompt, i, first);
+      if (auto* error = std::get_if<ApiError>(&made)) {
+        return session->respond(reject(*error, "invalid_request"));
+      }
+      ChoiceRequest& choice = std::get<ChoiceRequest>(made);
+      choice.request->arrival = arrival;
+      if (i == 0) first = choice.request;
+      choices.push_back(std::move(choice));
+      echoes.push_back(prompt.echo);
+    }
+  }
+  auto exchange = std::make_shared<CompletionExchange>(session, std::move(params),
+                                                       options_.model_name, engine_loop_, engine_);
+  std::vector<std::shared_ptr<Request>> requests;
+  std::vector<std::string> prompt_texts;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    exchange->add_choice(choices[i].request, std::move(echoes[i]), choices[i].tool_parser);
+    requests.push_back(choices[i].request);
+    if (trace_) prompt_texts.push_back(trace_prompt_text(choices[i].request->prompt_tokens));
+  }
+  if (trace_) exchange->record_to(*trace_, std::move(prompt_texts));
   double estimated_wait_ms = 0;
-  const SubmitStatus status = engine_loop_.submit(request, &estimated_wait_ms);
+  const SubmitStatus status = engine_loop_.submit_all(std::move(requests), &estimated_wait_ms);
   if (status == SubmitStatus::accepted) return exchange->begin();
 
-  request->on_update = nullptr;  // the exchange will never hear from this request
+  exchange->abandon();  // the exchange will never hear from these requests
   ApiError error;
   if (status != SubmitStatus::shutting_down) {
     error.status = 429;
@@ -441,29 +407,6 @@ void OpenAiServer::handle_completion(const HttpRequest& http_request, Completion
   error.code = "shutting_down";
   error.message = "the server is shutting down";
   session->respond(reject(error, "shutting_down"));
-}
-
-// A tool-call grammar starts at the template's generation prompt, which the prompt already ends
-// with: the constraint takes its tokens first (as llama.cpp's sampler does), skipping a leading
-// space some tokenizers add before a first special token.
-bool OpenAiServer::prefill_constraint(TokenConstraint& constraint,
-                                      const std::string& generation_prompt, std::string* error) {
-  const TokenList tokens = engine_.tokenize(generation_prompt, false);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const std::string piece = engine_.token_piece(tokens[i]);
-    if (i == 0 && !piece.empty() && std::isspace(static_cast<unsigned char>(piece[0])) &&
-        !std::isspace(static_cast<unsigned char>(generation_prompt[0]))) {
-      continue;
-    }
-    try {
-      constraint.accept(tokens[i]);
-    } catch (const std::exception& e) {
-      *error = fmt::format("its grammar refuses the template's generation prompt '{}' ({})",
-                           generation_prompt, e.what());
-      return false;
-    }
-  }
-  return true;
 }
 
 // A gateway may set the priority in a header (X-Request-Priority) instead of the body; the body's
@@ -504,60 +447,6 @@ std::optional<ApiError> OpenAiServer::read_priority_header(const HttpRequest& ht
         "priority");
   }
   params.priority = priority;
-  return std::nullopt;
-}
-
-std::optional<ApiError> OpenAiServer::prepare_prompt(const CompletionParams& params,
-                                                     TokenList* tokens, ChatPrompt* chat) {
-  if (params.kind == CompletionKind::chat) {
-    std::string error;
-    const ChatTools* tools = params.tools ? &params.tools->tools : nullptr;
-    if (!engine_.render_chat(params.messages, tools, chat, &error)) {
-      return ApiError::invalid(error, tools != nullptr ? "tools" : "messages");
-    }
-    *tokens = engine_.tokenize(chat->prompt, true);
-    return std::nullopt;
-  }
-  if (params.prompt_tokens) {
-    for (Token token : *params.prompt_tokens) {
-      if (token >= engine_.vocabulary_size()) {
-        return ApiError::invalid(fmt::format("token id {} is outside the vocabulary (size {})",
-                                             token, engine_.vocabulary_size()),
-                                 "prompt");
-      }
-    }
-    *tokens = *params.prompt_tokens;
-    return std::nullopt;
-  }
-  *tokens = engine_.tokenize(params.prompt, true);
-  if (tokens->empty()) return ApiError::invalid("'prompt' produced no tokens", "prompt");
-  return std::nullopt;
-}
-
-// A request's length limit is min(--ctx-size, the model's training context): prompt and
-// completion together must fit, since they share one KV sequence.
-std::optional<ApiError> OpenAiServer::check_lengths(CompletionParams& params,
-                                                    const TokenList& tokens) {
-  const int limit = engine_.max_request_tokens();
-  const int prompt_tokens = static_cast<int>(tokens.size());
-  if (prompt_tokens >= limit) {
-    return ApiError::invalid(
-        fmt::format("the prompt has {} tokens, but this server accepts at most {} tokens per "
-                    "request (prompt + completion); shorten the prompt or start the server "
-                    "with a larger --ctx-size",
-                    prompt_tokens, limit),
-        params.kind == CompletionKind::chat ? "messages" : "prompt");
-  }
-  if (!params.max_tokens) {
-    params.max_tokens =
-        std::min(options_.generation.max_tokens.value_or(limit), limit - prompt_tokens);
-  } else if (static_cast<int64_t>(prompt_tokens) + *params.max_tokens > limit) {
-    return ApiError::invalid(
-        fmt::format("the prompt has {} tokens and max_tokens is {}, together more than the {} "
-                    "tokens this server accepts per request; lower max_tokens to at most {}",
-                    prompt_tokens, *params.max_tokens, limit, limit - prompt_tokens),
-        "max_tokens");
-  }
   return std::nullopt;
 }
 

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "engine/engine.h"
@@ -65,12 +66,37 @@ class OpenAiServer {
   std::string trace_prompt_text(const TokenList& tokens) const;
   static std::optional<ApiError> read_priority_header(const HttpRequest& http_request,
                                                       CompletionParams& params);
+  // One prompt of a request (a chat's, or each of a completions' prompt list), ready for its
+  // choices (server/completion_requests.cpp).
+  struct PreparedPrompt {
+    TokenList tokens;
+    ChatPrompt chat;  // chat: the rendering, with its tools' grammar, stops and parser
+    int max_tokens = 0;
+    std::string echo;  // completions with echo: the prompt's text
+  };
+  struct ChoiceRequest {
+    std::shared_ptr<Request> request;
+    std::shared_ptr<ChatOutputParser> tool_parser;  // chat with tools: this choice's own
+  };
+  // A 400 and the rejection reason /metrics counts it under.
+  struct Refusal {
+    ApiError error;
+    std::string reason;
+  };
+  std::variant<std::vector<PreparedPrompt>, Refusal> prepare_prompts(
+      const CompletionParams& params);
   // The prompt's tokens; a chat's rendering also brings its tools' grammar, stops and parser.
-  std::optional<ApiError> prepare_prompt(const CompletionParams& params, TokenList* tokens,
-                                         ChatPrompt* chat);
+  std::optional<ApiError> prepare_prompt(const CompletionParams& params, const TextPrompt* text,
+                                         TokenList* tokens, ChatPrompt* chat);
+  // Choice `choice` (0 to n - 1) of `prompt`: its own sampler seed, output constraint and
+  // tool-call parser; a later choice shares the first one's prompt cells (`first`).
+  std::variant<ChoiceRequest, ApiError> make_choice_request(
+      const CompletionParams& params, const PreparedPrompt& prompt, int choice,
+      const std::shared_ptr<Request>& first);
   bool prefill_constraint(TokenConstraint& constraint, const std::string& generation_prompt,
                           std::string* error);
-  std::optional<ApiError> check_lengths(CompletionParams& params, const TokenList& tokens);
+  std::optional<ApiError> check_lengths(const CompletionParams& params, const TokenList& tokens,
+                                        int* max_tokens);
   HttpResponse handle_tokenize(const HttpRequest& request);
   HttpResponse models_response() const;
   HttpResponse reject(const ApiError& error, const std::string& reason);

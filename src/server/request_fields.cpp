@@ -20,7 +20,9 @@ constexpr RequestField kFields[] = {
     {"messages", true, false, H,
      "roles system, developer, user, assistant (with tool_calls), tool (with tool_call_id); text "
      "content"},
-    {"prompt", false, true, H, "a string, a one-string list, or a list of token ids"},
+    {"prompt", false, true, H,
+     "a string, a list of strings, a list of token ids, or a list of token-id lists: choices "
+     "for each prompt in turn"},
     {"max_tokens", true, true, H, "at most this many tokens; absent: what the context leaves"},
     {"max_completion_tokens", true, true, H, "the same as max_tokens (OpenAI's newer name)"},
     {"temperature", true, true, H, "0-2; 0 is greedy"},
@@ -41,8 +43,10 @@ constexpr RequestField kFields[] = {
     {"ignore_eos", true, true, H, "keep generating past end-of-generation (vLLM's extension)"},
     {"priority", true, true, H, "lower runs sooner under --policy priority (vLLM's extension)"},
     {"deadline_ms", true, true, H, "the first token is due this many ms after arrival, else 408"},
-    {"n", true, true, R, "only 1: send several requests for several choices"},
-    {"best_of", false, true, R, "only 1"},
+    {"n", true, true, H,
+     "1-16 choices per prompt (at most 64 per request); one prefill, the choices share its KV "
+     "cells"},
+    {"best_of", false, true, R, "only 1: server-side ranking of choices is not built (send n)"},
     {"echo", false, true, H, "true: the prompt comes first in the text (not with logprobs)"},
     {"suffix", false, true, R, "no fill-in-the-middle: only empty"},
     {"frequency_penalty", true, true, R, "only 0: no penalties are applied"},

@@ -55,11 +55,16 @@ void check_accepted(const CompletionParams& params, CompletionKind kind) {
       require(!params.grammar || tools.choice == brisk::ChatTools::Choice::none);
     }
   } else {
-    require(!params.prompt.empty() || (params.prompt_tokens && !params.prompt_tokens->empty()));
-    if (params.prompt_tokens) {
-      for (brisk::Token token : *params.prompt_tokens) require(token >= 0);
+    require(!params.prompts.empty());
+    require(params.prompts.size() * static_cast<size_t>(params.n) <= brisk::kMaxPromptChoices);
+    for (const brisk::TextPrompt& prompt : params.prompts) {
+      require(!prompt.text.empty() || (prompt.tokens && !prompt.tokens->empty()));
+      if (prompt.tokens) {
+        for (brisk::Token token : *prompt.tokens) require(token >= 0);
+      }
     }
   }
+  require(params.n >= 1 && params.n <= brisk::kMaxChoices);
   require(!params.max_tokens || *params.max_tokens >= 1);
   require(params.top_logprobs >= -1 && params.top_logprobs <= brisk::kMaxTopLogprobs);
   require(params.stop.size() <= 16);

@@ -166,7 +166,7 @@ def _documented_fields() -> list[tuple[str, bool, bool, str]]:
 
 
 # A value that asks for something, for each refused field.
-ASKING = {"n": 2, "best_of": 2, "suffix": "end",
+ASKING = {"best_of": 2, "suffix": "end",
           "frequency_penalty": 0.5, "presence_penalty": 0.5,
           "functions": [{"name": "f", "parameters": {}}],
           "function_call": {"name": "f"}, "modalities": ["text", "audio"],

@@ -28,7 +28,9 @@ TEST(CompletionParams, ReadsEverySupportedField) {
           "min_p":0.05,"seed":3,"stop":["a","b"],"stream":true,
           "stream_options":{"include_usage":true},"n":1,"ignore_eos":true})");
   EXPECT_EQ(params.model, "m");
-  EXPECT_EQ(params.prompt, "hi");
+  ASSERT_EQ(params.prompts.size(), 1u);
+  EXPECT_EQ(params.prompts[0].text, "hi");
+  EXPECT_EQ(params.n, 1);
   EXPECT_EQ(params.max_tokens, 7);
   EXPECT_FLOAT_EQ(params.sampling.temperature, 0.0f);
   EXPECT_FLOAT_EQ(params.sampling.top_p, 0.9f);
@@ -55,8 +57,37 @@ TEST(CompletionParams, ReadsChatMessagesAndTextParts) {
 
 TEST(CompletionParams, AcceptsTokenIdPrompts) {
   CompletionParams params = expect_params(R"({"prompt":[2,100,200]})");
-  ASSERT_TRUE(params.prompt_tokens.has_value());
-  EXPECT_EQ(*params.prompt_tokens, (TokenList{2, 100, 200}));
+  ASSERT_EQ(params.prompts.size(), 1u) << "a list of token ids is one prompt";
+  ASSERT_TRUE(params.prompts[0].tokens.has_value());
+  EXPECT_EQ(*params.prompts[0].tokens, (TokenList{2, 100, 200}));
+}
+
+TEST(CompletionParams, AcceptsPromptListsAndChoiceCounts) {
+  CompletionParams strings = expect_params(R"({"prompt":["a","b","c"],"n":2})");
+  ASSERT_EQ(strings.prompts.size(), 3u);
+  EXPECT_EQ(strings.prompts[2].text, "c");
+  EXPECT_EQ(strings.n, 2);
+  CompletionParams lists = expect_params(R"({"prompt":[[1,2],[3]]})");
+  ASSERT_EQ(lists.prompts.size(), 2u);
+  EXPECT_EQ(*lists.prompts[1].tokens, (TokenList{3}));
+  EXPECT_EQ(expect_params(R"({"messages":[{"role":"user","content":"hi"}],"n":16})",
+                          CompletionKind::chat)
+                .n,
+            16);
+}
+
+TEST(CompletionParams, BadPromptListsAndChoiceCountsNameTheirField) {
+  for (const char* body : {R"({"prompt":[]})", R"({"prompt":["a",[1]]})", R"({"prompt":["a",1]})",
+                           R"({"prompt":[[1],[]]})", R"({"prompt":["a",""]})",
+                           R"({"prompt":[[1],[-1]]})", R"({"prompt":[[1],["a"]]})"}) {
+    EXPECT_EQ(expect_error(body).param, "prompt") << body;
+  }
+  for (const char* body : {R"({"prompt":"a","n":0})", R"({"prompt":"a","n":17})",
+                           R"({"prompt":"a","n":"2"})", R"({"prompt":"a","n":1.5})",
+                           R"({"prompt":["a","b","c","d","e"],"n":16})"}) {
+    EXPECT_EQ(expect_error(body).param, "n") << body;
+  }
+  EXPECT_EQ(expect_error(R"({"prompt":"a","n":17})").message, "'n' must be an integer from 1 to 16, got 17");
 }
 
 TEST(CompletionParams, RejectsBadInputWithTheFieldNamed) {
@@ -69,14 +100,13 @@ TEST(CompletionParams, RejectsBadInputWithTheFieldNamed) {
   EXPECT_EQ(expect_error(R"({"prompt":"a","max_tokens":"ten"})").param, "max_tokens");
   EXPECT_EQ(expect_error(R"({"prompt":"a","max_tokens":0})").param, "max_tokens");
   EXPECT_EQ(expect_error(R"({"prompt":"a","temperature":-1})").param, "temperature");
-  EXPECT_EQ(expect_error(R"({"prompt":"a","n":2})").param, "n");
   EXPECT_EQ(expect_error(R"({"prompt":"a","top_p":0})").param, "top_p");
   // Found by completion_params_fuzzer: a top_p that rounds to 0.0f as a float was accepted.
   EXPECT_EQ(expect_error(R"({"prompt":"a","top_p":1e-60})").message,
             "'top_p' must be greater than 0");
   EXPECT_EQ(expect_error(R"({"prompt":"a","stop":[1]})").param, "stop");
   EXPECT_EQ(expect_error(R"({"prompt":"a","stream":"yes"})").param, "stream");
-  EXPECT_EQ(expect_error(R"({"prompt":["a","b"]})").param, "prompt");
+  EXPECT_EQ(expect_error(R"({"prompt":{"a":1}})").param, "prompt");
   EXPECT_EQ(expect_error(R"({"messages":"hi"})", CompletionKind::chat).param, "messages");
   EXPECT_EQ(expect_error(R"({"max_tokens":3})", CompletionKind::chat).param, "messages");
   // A completions body sent to chat: its field is named, not silently dropped.
@@ -183,7 +213,7 @@ TEST(GenerationConfig, PresetsAndOverrides) {
 }
 
 TEST(CompletionParams, ErrorsRenderInOpenAiFormat) {
-  const std::string json = expect_error(R"({"prompt":"a","n":3})").to_json();
+  const std::string json = expect_error(R"({"prompt":"a","n":0})").to_json();
   EXPECT_NE(json.find("\"error\""), std::string::npos);
   EXPECT_NE(json.find("\"type\":\"invalid_request_error\""), std::string::npos);
   EXPECT_NE(json.find("\"param\":\"n\""), std::string::npos);

@@ -79,11 +79,14 @@ TEST(RequestFields, RefusedFieldsPassWhenTheyAskForNothing) {
       "function_call":"auto","audio":null})"));
   EXPECT_FALSE(check(R"({"prompt":"a","echo":false,"best_of":1,"suffix":""})",
                      CompletionKind::text));
+  auto best_of = check(R"({"prompt":"a","best_of":2})", CompletionKind::text);
+  ASSERT_TRUE(best_of);
+  EXPECT_EQ(best_of->param, "best_of");
   for (const char* body :
-       {R"({"n":2})", R"({"presence_penalty":0.1})", R"({"functions":[{"name":"f"}]})",
+       {R"({"presence_penalty":0.1})", R"({"functions":[{"name":"f"}]})",
         R"({"function_call":{"name":"f"}})", R"({"frequency_penalty":0.5})",
         R"({"presence_penalty":-1})", R"({"modalities":["text","audio"]})",
-        R"({"audio":{"voice":"x"}})", R"({"reasoning_effort":"low"})", R"({"n":"1"})"}) {
+        R"({"audio":{"voice":"x"}})", R"({"reasoning_effort":"low"})"}) {
     const json parsed = json::parse(body);
     auto error = check(body);
     ASSERT_TRUE(error) << body;

@@ -39,6 +39,7 @@ struct Job {
   int priority = 0;
   double deadline_ms = 0;
   int submit_before_decode = 0;  // all(): submitted on the engine thread before decode n (0: at once)
+  int shares_prompt_of = -1;  // all(): a later choice (n > 1) of the job at this index, submitted before it
 };
 
 // An EngineLoop (and its StepScheduler) on a fake runner, and what each request's stream received.
@@ -53,6 +54,7 @@ class SchedulerRun {
                            std::chrono::milliseconds drain_after = std::chrono::milliseconds(-1),
                            std::function<void(size_t)> on_token = nullptr) {
     outcomes_.assign(jobs.size(), Outcome{});
+    requests_.assign(jobs.size(), nullptr);
     remaining_ = static_cast<int>(jobs.size());
     for (size_t i = 0; i < jobs.size(); ++i) {
       if (jobs[i].submit_before_decode == 0) submit(i, jobs[i], on_token);
@@ -112,6 +114,10 @@ class SchedulerRun {
     request->priority = job.priority;
     request->deadline_ms = job.deadline_ms;
     request->arrival = clock_();
+    if (job.shares_prompt_of >= 0) {
+      request->shares_prompt_of = requests_.at(static_cast<size_t>(job.shares_prompt_of));
+    }
+    if (i < requests_.size()) requests_[i] = request;
     request->on_update = [this, i, on_token](GenerationUpdate&& update) {
       if (on_token && update.completion_tokens > 0) on_token(i);
       std::lock_guard lock(mutex_);
@@ -148,6 +154,7 @@ class SchedulerRun {
   std::mutex mutex_;
   std::condition_variable done_;
   std::vector<Outcome> outcomes_;
+  std::vector<std::shared_ptr<Request>> requests_;  // all(): by job, for shares_prompt_of
   int remaining_ = 0;
   int finished_ = 0;
 };
@@ -181,7 +188,16 @@ class SteppedScheduler {
       last = std::move(update);
       last.text = text;
     };
+    requests_[id] = request;
     scheduler_.enqueue(std::move(request));
+  }
+  // Request `id` arrives now as a later choice (n > 1) of request `first`: its prompt and limits.
+  void submit_choice(uint64_t id, uint64_t first) {
+    const Request& leader = *requests_.at(first);
+    submit(id, static_cast<int>(leader.prompt_tokens.size()), leader.max_tokens, leader.priority,
+           leader.deadline_ms);
+    requests_[id]->prompt_tokens = leader.prompt_tokens;
+    requests_[id]->shares_prompt_of = requests_.at(first);
   }
   void step() { scheduler_.step(); }
   void advance(Clock::duration by) { clock_.advance(by); }
@@ -206,6 +222,7 @@ class SteppedScheduler {
   ServingMetrics metrics_;
   StepScheduler scheduler_;
   std::map<uint64_t, GenerationUpdate> updates_;
+  std::map<uint64_t, std::shared_ptr<Request>> requests_;
   SchedulerReport report_;
 };
 
