@@ -64,7 +64,10 @@ class Search {
     first.refine_steps = 3;
     first.max_runs = 12;
     Candidate& base = consider(baseline, "baseline");
-    if (base.predicted_rps && *base.predicted_rps > 0) first.start_rate = *base.predicted_rps;
+    if (base.predicted_rps && *base.predicted_rps > 0) {
+      first.start_rate = *base.predicted_rps;
+      first.max_backoff = 64;  // an uncalibrated prediction can be off by an order of magnitude
+    }
     measure(0, first);
   }
 
