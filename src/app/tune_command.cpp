@@ -50,6 +50,10 @@ CommandRunner register_tune_command(CLI::App& app) {
                  "A brisk doctor report.json (or its --out directory): measure each finding's "
                  "prescribed brisk serve flags against --base-flags instead of searching")
       ->excludes(server_cmd);
+  app.add_option("--emit", options->emit,
+                 "Also write the winner as deployment files: k8s (Deployment + autoscaler) or "
+                 "haproxy (a backend), as brisk plan --emit does")
+      ->check(CLI::IsMember({"k8s", "haproxy"}));
   app.add_option("--out", options->out_dir, "Directory for report.json and report.md");
   app.add_option("--device", options->device,
                  "brisk plan catalog id of this machine, for the predictions (its calibration "

@@ -120,8 +120,7 @@ Json resources(const ServeSettings& settings) {
   return {{"requests", amounts}, {"limits", amounts}};
 }
 
-Json deployment_object(const ServeSettings& settings) {
-  const std::vector<std::string> arguments = serve_arguments(settings);
+Json deployment_object(const ServeSettings& settings, const std::vector<std::string>& arguments) {
   Json container = {
       {"name", "brisk"},
       // The CUDA (or CPU) build of this repository; no image is published.
@@ -180,6 +179,55 @@ Json autoscaler_object(const ServeSettings& settings) {
         {"behavior",
          {{"scaleUp", {{"stabilizationWindowSeconds", 30}}},
           {"scaleDown", {{"stabilizationWindowSeconds", 300}}}}}}}};
+}
+
+std::string haproxy_backend_lines(int max_seqs, int replicas) {
+  std::string text = fmt::format(
+      "backend brisk\n"
+      "    balance leastconn\n"
+      "    option httpchk GET /ready\n"
+      "    http-check expect status 200\n"
+      "    # A replica runs --max-seqs requests at once; HAProxy queues the rest itself and hands\n"
+      "    # each to the first replica with a free sequence.\n"
+      "    default-server check inter 2s fall 1 rise 2 maxconn {}\n",
+      max_seqs);
+  for (int replica = 1; replica <= replicas; ++replica) {
+    text += fmt::format("    server brisk-{} 10.0.{}.{}:{}\n", replica, replica / 256,
+                        replica % 256, kServePort);
+  }
+  return text;
+}
+
+// The pod's arguments for a measured configuration: its flags, in the pod's paths and port.
+std::vector<std::string> measured_arguments(const MeasuredServe& measured, bool metrics_compat) {
+  std::vector<std::string> arguments = {"serve",
+                                        "--model",
+                                        std::string(kModelDirectory) + "/" + measured.model_file,
+                                        "--served-model-name",
+                                        measured.served_model_name,
+                                        "--host",
+                                        "0.0.0.0",
+                                        "--port",
+                                        std::to_string(kServePort)};
+  arguments.insert(arguments.end(), measured.serve_flags.begin(), measured.serve_flags.end());
+  arguments.insert(arguments.end(), {"--drain-timeout", std::to_string(kDrainTimeoutS)});
+  if (metrics_compat) arguments.insert(arguments.end(), {"--metrics-compat", "vllm"});
+  arguments.insert(arguments.end(), {"--log-format", "json"});
+  return arguments;
+}
+
+ServeSettings measured_settings(const MeasuredServe& measured) {
+  ServeSettings settings;
+  settings.max_seqs = measured.max_seqs;
+  settings.gpus_per_replica = measured.gpu ? 1 : 0;
+  settings.host_memory_gib = gib_at_least(measured.peak_memory_bytes * 1.25);
+  return settings;
+}
+
+std::string measured_header(const MeasuredServe& measured, const std::string& what) {
+  std::string text = "# brisk tune --emit " + what + ": the configuration measured best\n";
+  for (const std::string& comment : measured.comments) text += "# " + comment + "\n";
+  return text;
 }
 
 std::string command_line(const std::vector<std::string>& arguments) {
@@ -266,7 +314,7 @@ std::string kubernetes_manifests(const PlanRequest& request, const Candidate& ca
       "# deploy/k8s/models-pvc.yaml, service.yaml and inferencepool.yaml go with these "
       "(docs/deploy.md).\n",
       settings.replicas, settings.max_replicas, request.max_devices, kWaitingTarget);
-  text += "---\n" + to_yaml(deployment_object(settings));
+  text += "---\n" + to_yaml(deployment_object(settings, serve_arguments(settings)));
   text += "---\n" + to_yaml(autoscaler_object(settings));
   return text;
 }
@@ -283,20 +331,31 @@ std::string haproxy_backend(const PlanRequest& request, const Candidate& candida
       "# The addresses below are placeholders: one host per replica, port {}.\n",
       candidate.deployment.device->id, candidate.deployment.devices, command_line(arguments),
       kServePort);
-  text += fmt::format(
-      "backend brisk\n"
-      "    balance leastconn\n"
-      "    option httpchk GET /ready\n"
-      "    http-check expect status 200\n"
-      "    # A replica runs --max-seqs requests at once; HAProxy queues the rest itself and hands\n"
-      "    # each to the first replica with a free sequence.\n"
-      "    default-server check inter 2s fall 1 rise 2 maxconn {}\n",
-      settings.max_seqs);
-  for (int replica = 1; replica <= settings.replicas; ++replica) {
-    text += fmt::format("    server brisk-{} 10.0.{}.{}:{}\n", replica, replica / 256,
-                        replica % 256, kServePort);
-  }
+  return text + haproxy_backend_lines(settings.max_seqs, settings.replicas);
+}
+
+std::string kubernetes_manifests(const MeasuredServe& measured) {
+  const ServeSettings settings = measured_settings(measured);
+  std::string text = measured_header(measured, "k8s");
+  text +=
+      "# One replica, measured on one device; the HorizontalPodAutoscaler adds one when more "
+      "than " +
+      std::string(kWaitingTarget) +
+      " requests wait per pod (raise maxReplicas).\n"
+      "# deploy/k8s/models-pvc.yaml, service.yaml and inferencepool.yaml go with these "
+      "(docs/deploy.md).\n";
+  text += "---\n" + to_yaml(deployment_object(settings, measured_arguments(measured, true)));
+  text += "---\n" + to_yaml(autoscaler_object(settings));
   return text;
+}
+
+std::string haproxy_backend(const MeasuredServe& measured) {
+  std::string text = measured_header(measured, "haproxy");
+  text += "# Each replica runs, on a device of its own:\n#   " +
+          command_line(measured_arguments(measured, false)) +
+          "\n# The address below is a placeholder: one server line per replica, port " +
+          std::to_string(kServePort) + ".\n";
+  return text + haproxy_backend_lines(measured.max_seqs, 1);
 }
 
 }  // namespace brisk::plan

@@ -44,4 +44,19 @@ std::string kubernetes_manifests(const PlanRequest& request, const Candidate& ca
 // An HAProxy backend with one server line per replica, and the brisk serve command each runs.
 std::string haproxy_backend(const PlanRequest& request, const Candidate& candidate);
 
+// A configuration measured rather than planned (brisk tune --emit): brisk serve's flags as the
+// winner ran them, one replica per device.
+struct MeasuredServe {
+  std::string model_file;         // the GGUF's file name; the pods read it from kModelDirectory
+  std::string served_model_name;  // the name clients send
+  std::vector<std::string> serve_flags;  // the winner's flags, without --model, --host, --port
+  int max_seqs = 16;                     // HAProxy's maxconn per replica
+  double peak_memory_bytes = 0;          // measured; the pod's memory request adds a quarter
+  bool gpu = false;
+  std::vector<std::string> comments;  // what was measured, for the header
+};
+
+std::string kubernetes_manifests(const MeasuredServe& measured);
+std::string haproxy_backend(const MeasuredServe& measured);
+
 }  // namespace brisk::plan

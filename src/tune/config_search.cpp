@@ -7,6 +7,14 @@ namespace brisk::tune {
 
 namespace {
 
+std::optional<double> predicted_value(const PredictFn& predict, const Setting& base,
+                                      const Knob& knob, const std::string& label) {
+  if (!predict || !knob.predicted) return std::nullopt;
+  Setting setting = base;
+  setting[knob.name] = label;
+  return predict(setting);
+}
+
 // Student's t at 97.5% for 1..6 degrees of freedom; the normal quantile beyond.
 double t_quantile_975(size_t degrees) {
   static constexpr double kTable[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447};
@@ -26,7 +34,7 @@ class Search {
 
   SearchResult run(const Setting& baseline) {
     measure_baseline(baseline);
-    for (const Knob* knob : knobs_by_predicted_spread()) {
+    for (const Knob* knob : knob_search_order(knobs_, result_.candidates[0].setting, predict_)) {
       if (!challenge_with(*knob)) break;
     }
     confirm();
@@ -105,30 +113,7 @@ class Search {
 
   std::optional<double> predicted_with(const Setting& base, const Knob& knob,
                                        const std::string& label) const {
-    if (!predict_ || !knob.predicted) return std::nullopt;
-    Setting setting = base;
-    setting[knob.name] = label;
-    return predict_(setting);
-  }
-
-  // The knobs whose values the prediction spreads most first; unpredicted ones after, in order.
-  std::vector<const Knob*> knobs_by_predicted_spread() const {
-    std::vector<std::pair<double, const Knob*>> ranked;
-    for (const Knob& knob : knobs_) {
-      double low = INFINITY, high = 0;
-      for (const KnobValue& value : knob.values) {
-        if (const auto rps = predicted_with(result_.candidates[0].setting, knob, value.label)) {
-          low = std::min(low, *rps);
-          high = std::max(high, *rps);
-        }
-      }
-      ranked.push_back({high > 0 ? high - low : -1, &knob});
-    }
-    std::stable_sort(ranked.begin(), ranked.end(),
-                     [](const auto& a, const auto& b) { return a.first > b.first; });
-    std::vector<const Knob*> order;
-    for (const auto& [spread, knob] : ranked) order.push_back(knob);
-    return order;
+    return predicted_value(predict_, base, knob, label);
   }
 
   // Challenges the best configuration so far with each other value of `knob`. False when the
@@ -154,7 +139,8 @@ class Search {
                       "% of this knob's best prediction";
         continue;
       }
-      if (!fits(options_.confirm_share * budget_.total_s())) {
+      // Time is kept for the confirmation only once there is a winner to confirm.
+      if (!fits(has_challenger_goodput() ? options_.confirm_share * budget_.total_s() : 0)) {
         result_.stopped = "budget";
         return false;
       }
@@ -183,6 +169,11 @@ class Search {
       if (result_.candidates[index].measurements.front().rate > to_beat) best_ = index;
     }
     return true;
+  }
+
+  bool has_challenger_goodput() const {
+    return std::any_of(result_.candidates.begin() + 1, result_.candidates.end(),
+                       [](const Candidate& candidate) { return candidate.goodput_rps() > 0; });
   }
 
   double lowest_rate_tried() const {
@@ -272,6 +263,34 @@ double Candidate::goodput_ci95_rps() const {
   for (const Goodput& goodput : measurements) squares += (goodput.rate - mean) * (goodput.rate - mean);
   return t_quantile_975(n - 1) * std::sqrt(squares / static_cast<double>(n - 1)) /
          std::sqrt(static_cast<double>(n));
+}
+
+std::vector<const Knob*> knob_search_order(const std::vector<Knob>& knobs, const Setting& baseline,
+                                           const PredictFn& predict) {
+  std::vector<std::pair<double, const Knob*>> predicted;
+  std::vector<const Knob*> unpredicted;
+  for (const Knob& knob : knobs) {
+    double low = INFINITY, high = 0;
+    for (const KnobValue& value : knob.values) {
+      if (const auto rps = predicted_value(predict, baseline, knob, value.label)) {
+        low = std::min(low, *rps);
+        high = std::max(high, *rps);
+      }
+    }
+    if (high > 0) {
+      predicted.push_back({high - low, &knob});
+    } else {
+      unpredicted.push_back(&knob);
+    }
+  }
+  std::stable_sort(predicted.begin(), predicted.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<const Knob*> order;
+  for (size_t i = 0; i < std::max(predicted.size(), unpredicted.size()); ++i) {
+    if (i < predicted.size()) order.push_back(predicted[i].second);
+    if (i < unpredicted.size()) order.push_back(unpredicted[i]);
+  }
+  return order;
 }
 
 SearchResult search_configurations(const std::vector<Knob>& knobs, const Setting& baseline,

@@ -70,6 +70,12 @@ struct SearchResult {
   std::string stopped;  // "budget", or empty when every knob was searched
 };
 
+// The order the knobs are searched in: the knobs the prediction sees, those whose values it
+// spreads most (around `baseline`) first, alternating with the knobs it does not see, in their
+// order, whose effect is unknown and may be the largest: a tight budget tries both kinds.
+std::vector<const Knob*> knob_search_order(const std::vector<Knob>& knobs, const Setting& baseline,
+                                           const PredictFn& predict);
+
 // Greedy coordinate search guided by the prediction: measure the baseline; then, one knob at a
 // time (the knobs the prediction says matter most first), challenge the best configuration so
 // far with each of the knob's other values, most promising first, and keep a challenger that

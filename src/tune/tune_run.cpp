@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -20,7 +22,9 @@
 #include "bench/workload_builder.h"
 #include "common/clock.h"
 #include "common/duration.h"
+#include "common/model_store.h"
 #include "common/subprocess.h"
+#include "plan/deployment_emitter.h"
 #include "tune/command_line.h"
 #include "tune/config_search.h"
 #include "tune/goodput_prediction.h"
@@ -288,6 +292,9 @@ std::optional<std::string> brisk_serve_space(const TuneOptions& options, const b
 
 std::optional<std::string> template_space(const TuneOptions& options, SearchSpace& space) {
   std::string error;
+  if (!options.emit.empty()) {
+    return "--emit writes brisk serve deployments: it does not go with --server-cmd";
+  }
   if (!options.verify.empty()) {
     return "--verify measures brisk doctor's brisk serve flags: it does not go with --server-cmd";
   }
@@ -317,6 +324,46 @@ PredictFn prediction_of(const SearchSpace& space) {
     }
     return space.prediction->predict(predicted);
   };
+}
+
+// The winner as Kubernetes manifests or an HAProxy backend (brisk plan's emitters), with the
+// measurement in their header.
+std::optional<std::string> emitted(const TuneOptions& options, const TuneReport& report,
+                                   std::string& error) {
+  const ResolveResult model = ModelStore::from_environment().resolve(options.model);
+  if (!model.ok()) {
+    error = "--emit: " + model.error;
+    return std::nullopt;
+  }
+  const Candidate& best = report.search.candidates[report.search.best];
+  auto words = split_command_line(best.command, error);
+  if (!words) return std::nullopt;
+  plan::MeasuredServe measured;
+  measured.model_file = model.path.filename().string();
+  measured.served_model_name = model.served_name;
+  measured.serve_flags.assign(words->begin() + std::min<size_t>(2, words->size()), words->end());
+  take_flag(measured.serve_flags, {"--model", "-m"});
+  if (const auto name = take_flag(measured.serve_flags, {"--served-model-name"})) {
+    measured.served_model_name = *name;
+  }
+  measured.max_seqs = 16;
+  if (const auto it = best.setting.find("max-seqs"); it != best.setting.end()) {
+    measured.max_seqs = std::max(1, std::atoi(it->second.c_str()));
+  }
+  measured.peak_memory_bytes = best.peak_memory_bytes;
+  measured.gpu = std::find(words->begin(), words->end(), "--gpu-layers") != words->end() ||
+                 std::find(words->begin(), words->end(), "--n-gpu-layers") != words->end();
+  measured.comments = {
+      fmt::format("{} on {}: goodput {:.3g} req/s within {} ({:.2f}x the baseline's {:.3g})",
+                  report.server, report.model, best.goodput_rps(), report.slo,
+                  report.search.candidates.front().goodput_rps() > 0
+                      ? best.goodput_rps() / report.search.candidates.front().goodput_rps()
+                      : 0.0,
+                  report.search.candidates.front().goodput_rps()),
+      "measured: " + best.command,
+      fmt::format("peak resident memory {:.0f} MiB", best.peak_memory_bytes / (1 << 20))};
+  return options.emit == "k8s" ? plan::kubernetes_manifests(measured)
+                               : plan::haproxy_backend(measured);
 }
 
 void print_result(const TuneReport& report) {
@@ -396,6 +443,16 @@ int run_tune(const TuneOptions& options) {
   if (!options.out_dir.empty()) {
     if (!write_report_files(report, options.out_dir, error)) return fail(error);
     std::cerr << "wrote " << options.out_dir << "/report.json and report.md\n";
+  }
+  if (!options.emit.empty()) {
+    const auto deployment = emitted(options, report, error);
+    if (!deployment) return fail(error);
+    std::cout << "\n" << *deployment;
+    if (!options.out_dir.empty()) {
+      const std::string file = options.emit == "k8s" ? "k8s.yaml" : "haproxy.cfg";
+      std::ofstream(std::filesystem::path(options.out_dir) / file) << *deployment;
+      std::cerr << "wrote " << options.out_dir << "/" << file << "\n";
+    }
   }
   const Candidate& measured_baseline = report.search.candidates.front();
   return measured_baseline.measured() && !measured_baseline.measurements.front().trials.empty()

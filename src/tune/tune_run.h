@@ -19,6 +19,7 @@ struct TuneOptions {
   std::string verify;
   std::vector<std::string> grid;  // --grid NAME=V1,V2 | NAME=LOW..HIGH, one per placeholder
   std::string out_dir;
+  std::string emit;  // "k8s" or "haproxy": the winner as deployment files (brisk serve only)
   std::string device = "cpu-2vcpu";  // brisk plan catalog entry of this machine, for predictions
   // The workload, as brisk bench takes it.
   std::string endpoint = "completions";

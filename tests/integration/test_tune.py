@@ -131,7 +131,7 @@ def test_a_real_short_tune_of_brisk_serve_stays_within_its_budget(tmp_path):
     proc = tune("--model", SECOND_MODEL_NAME, "--slo", "ttft_p99=4s",
                 "--base-flags", f"--served-model-name {marker} --threads {THREADS} --ctx-size 2048",
                 "--budget", "40s", "--requests-per-run", 6, "--input-tokens", 32,
-                "--output-tokens", 8, "--out", tmp_path)
+                "--output-tokens", 8, "--emit", "k8s", "--out", tmp_path)
     elapsed_s = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / "report.json").read_text())
@@ -149,6 +149,13 @@ def test_a_real_short_tune_of_brisk_serve_stays_within_its_budget(tmp_path):
     assert {"max-seqs", "max-batched-tokens", "target-itl-ms", "kv-layout"} <= set(names)
     # A hard cap: a run in progress may finish, nothing starts after it.
     assert report["elapsed_s"] <= 40 + 30 and elapsed_s <= 40 + 45, proc.stderr
+    # The winner as a Deployment: its flags, in the pod's model path and port.
+    manifests = (tmp_path / "k8s.yaml").read_text()
+    assert "# brisk tune --emit k8s" in manifests
+    assert "/models/SmolLM2-135M-Instruct.Q4_1.gguf" in manifests
+    assert marker in manifests and "kind: HorizontalPodAutoscaler" in manifests
+    best_flags = report["best"]["command"].split()
+    assert best_flags[best_flags.index("--max-seqs") + 1] in manifests
     assert processes_with(marker) == []
 
 

@@ -151,3 +151,30 @@ TEST_F(PlanEmit, ManifestsCarryReplicasArgsAndTheAutoscalerBounds) {
 
 }  // namespace
 }  // namespace brisk::plan
+
+namespace brisk::plan {
+namespace {
+
+TEST(PlanEmitMeasured, DeploysTheMeasuredFlagsInThePodsPathsAndPort) {
+  MeasuredServe measured;
+  measured.model_file = "SmolLM2-135M-Instruct.Q4_1.gguf";
+  measured.served_model_name = "smollm2-135m";
+  measured.serve_flags = {"--max-seqs", "8", "--no-kv-unified"};
+  measured.max_seqs = 8;
+  measured.peak_memory_bytes = 3.5e9;
+  measured.comments = {"goodput 0.4 req/s"};
+  const std::string manifests = kubernetes_manifests(measured);
+  EXPECT_NE(manifests.find("# brisk tune --emit k8s"), std::string::npos);
+  EXPECT_NE(manifests.find("# goodput 0.4 req/s"), std::string::npos);
+  EXPECT_NE(manifests.find("/models/SmolLM2-135M-Instruct.Q4_1.gguf"), std::string::npos);
+  EXPECT_NE(manifests.find("--no-kv-unified"), std::string::npos);
+  EXPECT_NE(manifests.find("memory: \"5Gi\""), std::string::npos) << manifests;  // 3.5 GB x 1.25
+  EXPECT_NE(manifests.find("kind: HorizontalPodAutoscaler"), std::string::npos);
+  const std::string backend = haproxy_backend(measured);
+  EXPECT_NE(backend.find("maxconn 8"), std::string::npos) << backend;
+  EXPECT_NE(backend.find("--max-seqs 8 --no-kv-unified"), std::string::npos) << backend;
+  EXPECT_NE(backend.find("--port 8080"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace brisk::plan

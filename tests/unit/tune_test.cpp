@@ -249,6 +249,26 @@ TEST(TuneSearch, PredictionOrdersTheKnobsAndPrunesHopelessValues) {
   EXPECT_EQ(result.candidates[result.best].setting.at("batch"), "1024");
 }
 
+TEST(TuneSearch, KnobsThePredictionCannotSeeAlternateWithThoseItCan) {
+  std::vector<Knob> knobs = fake_knobs();  // slots (not predicted), batch
+  knobs[1].predicted = true;
+  Knob chunk = knobs[1];
+  chunk.name = "chunk";
+  knobs.push_back(chunk);
+  Knob threads = knobs[0];
+  threads.name = "threads";
+  knobs.push_back(threads);
+  const PredictFn predict = [](const Setting& setting) -> std::optional<double> {
+    return true_goodput(setting) + (setting.at("chunk") == "256" ? 0.1 : 0);
+  };
+  std::vector<std::string> order;
+  for (const Knob* knob : knob_search_order(knobs, baseline_setting(knobs), predict)) {
+    order.push_back(knob->name);
+  }
+  // batch spreads the prediction most, chunk a little; slots and threads are not predicted.
+  EXPECT_EQ(order, (std::vector<std::string>{"batch", "slots", "chunk", "threads"}));
+}
+
 TEST(TuneReport, HoldsBaselineBestEveryCandidateAndWhyItWins) {
   FakeClock clock;
   int runs = 0;
