@@ -189,6 +189,9 @@ class CandidateMeasurer {
   bench::RunStatistics run_at(const bench::TargetEndpoint& target, double rate,
                               const Setting& setting) {
     bench::RunOptions run;
+    // Fresh prompts for every trial: a server's prefix cache (llama-server keeps 8 GiB of them)
+    // would otherwise serve a repeated trial's prompts without computing them.
+    run.run_index = trials_run_++;
     run.load.concurrency = 0;  // open loop, nothing held back by the client
     run.load.rate = rate;
     run.load.arrival = options_.arrival == "constant" ? bench::ArrivalProcess::constant
@@ -240,6 +243,7 @@ class CandidateMeasurer {
   Budget& budget_;
   std::unique_ptr<bench::Workload> workload_;
   nlohmann::json description_;
+  int trials_run_ = 0;
 };
 
 

@@ -128,8 +128,10 @@ def test_every_verb_takes_durations_as_users_write_them():
 def test_a_real_short_tune_of_brisk_serve_stays_within_its_budget(tmp_path):
     marker = "tune-" + uuid.uuid4().hex[:12]
     started = time.monotonic()
+    trace = tmp_path / "trace.jsonl"
     proc = tune("--model", SECOND_MODEL_NAME, "--slo", "ttft_p99=4s",
-                "--base-flags", f"--served-model-name {marker} --threads {THREADS} --ctx-size 2048",
+                "--base-flags", f"--served-model-name {marker} --threads {THREADS} --ctx-size 2048 "
+                f"--trace-out {trace}",
                 "--budget", "40s", "--requests-per-run", 6, "--input-tokens", 32,
                 "--output-tokens", 8, "--emit", "k8s", "--out", tmp_path)
     elapsed_s = time.monotonic() - started
@@ -149,6 +151,11 @@ def test_a_real_short_tune_of_brisk_serve_stays_within_its_budget(tmp_path):
     assert {"max-seqs", "max-batched-tokens", "target-itl-ms", "kv-layout"} <= set(names)
     # A hard cap: a run in progress may finish, nothing starts after it.
     assert report["elapsed_s"] <= 40 + 30 and elapsed_s <= 40 + 45, proc.stderr
+    # Every trial sends prompts of its own: a prefix cache must not serve a repeated trial.
+    # (Each candidate's server rewrites the trace: the last one's requests are there.)
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    first_blocks = [r["hash_ids"][0] for r in records if r["hash_ids"]]
+    assert len(records) >= 6 and len(set(first_blocks)) == len(first_blocks), first_blocks
     # The winner as a Deployment: its flags, in the pod's model path and port.
     manifests = (tmp_path / "k8s.yaml").read_text()
     assert "# brisk tune --emit k8s" in manifests
