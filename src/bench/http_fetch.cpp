@@ -69,7 +69,7 @@ FetchResult fetch(const TargetEndpoint& target, const std::string& route, const 
 std::optional<std::string> first_served_model(const TargetEndpoint& target,
                                               std::chrono::milliseconds timeout,
                                               std::string& error) {
-  const FetchResult result = fetch(target, target.route("/v1/models"), "", timeout);
+  const FetchResult result = fetch(target, "/v1/models", "", timeout);  // fetch adds base_path
   if (!result.ok()) {
     error = result.status == 0 ? result.error
                                : "GET /v1/models answered HTTP " + std::to_string(result.status);
