@@ -95,7 +95,7 @@ OUT_OF_RANGE = [
     _json_case("range:top_p=5", CHAT, chat(top_p=5)),
     _json_case("range:top_k=-5", COMPLETIONS, text(top_k=-5)),
     _json_case("range:min_p=2", CHAT, chat(min_p=2)),
-    _json_case("range:n=2", CHAT, chat(n=2)),
+    _json_case("range:n=17", CHAT, chat(n=17)),  # n is 1-16 per prompt
     _json_case("range:logprobs=1000", COMPLETIONS, text(logprobs=1000)),
     _json_case("range:top_logprobs=50", CHAT, chat(logprobs=True, top_logprobs=50)),
     _json_case("range:token_id=-1", COMPLETIONS, {"prompt": [-1], "max_tokens": 4}),
