@@ -313,6 +313,21 @@ CommandRunner register_serve_command(CLI::App& app) {
                "--no-kv-unified gives each of --max-seqs its own ctx-size/max-seqs cells, as "
                "llama-server does, so attention reads only its own cells: faster with many "
                "concurrent requests, but a request is limited to its share");
+  const auto kv_cache_type = CLI::Validator(
+      [](std::string& name) {
+        return is_kv_cache_type(name) ? std::string()
+                                      : "not a KV cache type: one of " + kv_cache_type_names();
+      },
+      "TYPE");
+  app.add_option("--cache-type-k", flags->engine.cache_type_k,
+                 "KV cache type for K: f16 (default), bf16, f32, q8_0, q5_1, q5_0, q4_1, q4_0, "
+                 "iq4_nl; q8_0 halves the cache's memory and the bytes attention reads")
+      ->check(kv_cache_type)
+      ->capture_default_str();
+  app.add_option("--cache-type-v", flags->engine.cache_type_v,
+                 "KV cache type for V, as --cache-type-k (a quantized V needs flash attention)")
+      ->check(kv_cache_type)
+      ->capture_default_str();
   app.add_flag("--swa-full", flags->engine.swa_full,
                "Keep full-size sliding-window KV caches (more memory; on a sliding-window model "
                "such as Gemma 3 every cached prefix then stays reusable)");

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
 #include <thread>
 
 #include "engine/llama_backend.h"
@@ -17,7 +20,30 @@ namespace {
 // request; a client that makes one schema per request only cycles this.
 constexpr size_t kCompiledGrammars = 64;
 
+// The KV cache types llama.cpp's CPU and CUDA backends store and attend over (those
+// llama-server's --cache-type-k/-v accept).
+constexpr ggml_type kKvCacheTypes[] = {GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_F32,
+                                       GGML_TYPE_Q8_0, GGML_TYPE_Q5_1, GGML_TYPE_Q5_0,
+                                       GGML_TYPE_Q4_1, GGML_TYPE_Q4_0, GGML_TYPE_IQ4_NL};
+
+std::optional<ggml_type> kv_cache_type(const std::string& name) {
+  for (const ggml_type type : kKvCacheTypes) {
+    if (name == ggml_type_name(type)) return type;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+std::string kv_cache_type_names() {
+  std::string names;
+  for (const ggml_type type : kKvCacheTypes) {
+    names += (names.empty() ? "" : ", ") + std::string(ggml_type_name(type));
+  }
+  return names;
+}
+
+bool is_kv_cache_type(const std::string& name) { return kv_cache_type(name).has_value(); }
 
 std::unique_ptr<Engine> Engine::load(const EngineOptions& options, std::string* error) {
   init_llama_backend_once();
@@ -47,13 +73,27 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options, std::string* 
   context_params.n_threads = threads;
   context_params.n_threads_batch = threads;
   context_params.kv_unified = options.kv_unified;
+  for (const auto& [name, type] : {std::pair{&options.cache_type_k, &context_params.type_k},
+                                   std::pair{&options.cache_type_v, &context_params.type_v}}) {
+    const std::optional<ggml_type> chosen = kv_cache_type(*name);
+    if (!chosen) {
+      *error = "unknown KV cache type '" + *name + "' (one of " + kv_cache_type_names() + ")";
+      return nullptr;
+    }
+    *type = *chosen;
+  }
   context_params.swa_full = options.swa_full;
   context_params.no_perf = true;
   engine->context_ = llama_init_from_model(engine->model_, context_params);
   if (engine->context_ == nullptr) {
     *error = "could not create a llama.cpp context with --ctx-size " +
              std::to_string(options.ctx_size) + " and --max-seqs " +
-             std::to_string(options.max_seqs) + " (out of memory? try smaller values)";
+             std::to_string(options.max_seqs) +
+             (options.cache_type_v != "f16" && options.cache_type_v != "f32" &&
+                      options.cache_type_v != "bf16"
+                  ? " (a quantized --cache-type-v needs flash attention, which this device's "
+                    "backend may lack; or out of memory: try smaller values)"
+                  : " (out of memory? try smaller values)");
     return nullptr;
   }
   engine->attach_cpu_threadpool(threads, options.poll);

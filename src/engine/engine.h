@@ -31,12 +31,22 @@ struct EngineOptions {
   // sequence (each gets ctx_size / max_seqs; attention then reads only a sequence's own cells,
   // which is faster with many sequences). docs/cli.md, --kv-unified.
   bool kv_unified = true;
+  // KV cache element types (llama-server's --cache-type-k/-v), by ggml's names: f16, bf16, f32,
+  // q8_0, q5_1, q5_0, q4_1, q4_0, iq4_nl. q8_0 halves the cache's memory and the bytes attention
+  // reads per step; a quantized V cache needs flash attention (llama.cpp turns it on where the
+  // device has it, else the context is refused).
+  std::string cache_type_k = "f16";
+  std::string cache_type_v = "f16";
   int poll = 50;  // how long CPU worker threads spin for work between steps (0-100)
   // A llama.cpp built-in name (gemma, chatml, llama3, ...); empty: the GGUF's own, as Jinja.
   std::string chat_template;
   // A Jinja chat template to run instead of the GGUF's (llama-server's --chat-template-file).
   std::string chat_template_file;
 };
+
+// The KV cache element types EngineOptions::cache_type_k/v accept, for messages: "f16, bf16, ...".
+std::string kv_cache_type_names();
+bool is_kv_cache_type(const std::string& name);
 
 // The only class that talks to llama.cpp. Tokenizer and template calls are safe from any
 // thread (the vocabulary is read-only); batch and decode calls belong to the engine thread.

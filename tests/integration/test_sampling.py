@@ -218,6 +218,33 @@ def test_per_sequence_kv_limits_each_request_to_its_share(tmp_path_factory):
         _stop_and_check_clean_exit(server)
 
 
+def test_a_quantized_kv_cache_is_what_llama_cpp_allocates(tmp_path_factory):
+    # --cache-type-k/-v reach llama.cpp: its own allocation line names the types (and sizes)
+    server = _start_brisk(tmp_path_factory, "brisk-kv-q8_0",
+                          ["--cache-type-k", "q8_0", "--cache-type-v", "q8_0",
+                           "--log-level", "debug"], api_key=None)
+    try:
+        log = server.log_tail(1_000_000)
+        allocated = [line for line in log.splitlines() if "K (" in line and "V (" in line]
+        assert allocated and all("K (q8_0)" in line and "V (q8_0)" in line
+                                 for line in allocated), log[-4000:]
+        with server.client() as quantized:
+            r = quantized.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 16,
+                                                        "ignore_eos": True})
+            assert r.status_code == 200, r.text
+            assert r.json()["usage"]["completion_tokens"] == 16
+    finally:
+        _stop_and_check_clean_exit(server)
+
+
+@pytest.mark.parametrize("flag", ["--cache-type-k", "--cache-type-v"])
+def test_an_unknown_kv_cache_type_is_a_startup_error(flag):
+    result = subprocess.run([str(BRISK_BIN), "serve", "--port", "0", flag, "q9_9"],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode != 0
+    assert flag in result.stderr and "q8_0" in result.stderr, result.stderr
+
+
 def test_sampling_threads_default_to_one_when_the_model_runs_on_the_cpu(brisk):
     # llama.cpp's CPU workers spin on the other cores; a second sampling thread slowed decode
     assert "sampling threads: 1" in brisk.log_tail(200000), brisk.log_tail()
