@@ -1,6 +1,8 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -152,8 +154,13 @@ int run_plan(PlanFlags flags) {
   }
   if (const auto bytes = plan::kv_cache_bytes_per_element(flags.kv_precision)) {
     request.kv_bytes_per_element = *bytes;
+    request.kv_cache_type = flags.kv_precision;
+    std::transform(request.kv_cache_type.begin(), request.kv_cache_type.end(),
+                   request.kv_cache_type.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   } else {
-    return fail("--kv-precision must be f16, bf16, fp8 or q8_0");
+    return fail(
+        "--kv-precision must be f16, bf16, f32, fp8, q8_0, q5_1, q5_0, q4_1, q4_0 or iq4_nl");
   }
   if (flags.concurrency > 0 && flags.rate > 0) {
     return fail("give either --concurrency or --rate, not both");
@@ -321,7 +328,10 @@ CommandRunner register_plan_command(CLI::App& app) {
   app.add_option("--precision", flags->precision,
                  "Weights: f16, bf16, fp8, int8, q8_0, q4_k_m, int4 (default: the GGUF's own, "
                  "else bf16)");
-  app.add_option("--kv-precision", flags->kv_precision, "KV cache: f16 (default), bf16, fp8, q8_0");
+  app.add_option("--kv-precision", flags->kv_precision,
+                 "KV cache element type: f16 (default), bf16, f32, q8_0, q5_1, q5_0, q4_1, q4_0, "
+                 "iq4_nl (as brisk serve --cache-type-k/-v), or fp8 (a GPU format brisk serve "
+                 "lacks: it deploys f16)");
   app.add_option("--headroom", flags->headroom, "Fraction of device memory kept free")
       ->check(CLI::Range(0.0, 0.9));
   app.add_option("--step-tokens", flags->step_token_budget,

@@ -16,20 +16,6 @@ double predicted(const LoadPrediction& prediction, const SloLimit& limit) {
   return values.at(limit.stat);
 }
 
-Deployment deployment_for(const PlanRequest& request, const DeviceSpec& device, int devices) {
-  Deployment deployment;
-  deployment.device = &device;
-  deployment.devices = devices;
-  deployment.model = request.model;
-  deployment.precision = request.precision;
-  const auto calibrated = request.calibrated.find(device.id);
-  deployment.efficiency = calibrated != request.calibrated.end() ? calibrated->second
-                                                                 : Efficiency::defaults_for(device);
-  deployment.kv_bytes_per_element = request.kv_bytes_per_element;
-  deployment.step_token_budget = request.step_token_budget;
-  deployment.chunking = request.chunking;
-  return deployment;
-}
 
 // `users` requests in flight: a steady closed loop, or one burst with --burst.
 LoadPrediction predict_users(const Deployment& deployment, const Workload& workload, int users) {
@@ -229,6 +215,21 @@ std::vector<std::string> explain_choice(const PlanRequest& request, const Plan& 
 
 }  // namespace
 
+Deployment deployment_for(const PlanRequest& request, const DeviceSpec& device, int devices) {
+  Deployment deployment;
+  deployment.device = &device;
+  deployment.devices = devices;
+  deployment.model = request.model;
+  deployment.precision = request.precision;
+  const auto calibrated = request.calibrated.find(device.id);
+  deployment.efficiency = calibrated != request.calibrated.end() ? calibrated->second
+                                                                 : Efficiency::defaults_for(device);
+  deployment.kv_bytes_per_element = request.kv_bytes_per_element;
+  deployment.step_token_budget = request.step_token_budget;
+  deployment.chunking = request.chunking;
+  return deployment;
+}
+
 bool meets(const std::vector<SloLimit>& slo, const LoadPrediction& prediction,
            std::vector<std::string>* misses) {
   if (prediction.saturated) {
@@ -250,13 +251,14 @@ bool meets(const std::vector<SloLimit>& slo, const LoadPrediction& prediction,
 }
 
 double predict_max_rate(const PlanRequest& request, const DeviceSpec& device, int max_sequences) {
-  const Deployment deployment = deployment_for(request, device, 1);
+  Deployment deployment = deployment_for(request, device, 1);
   const MemoryBreakdown one =
       memory_for(deployment, 1, sequence_tokens(request.workload), request.headroom);
   if (!one.fits) return 0;
-  const int users = max_sequences > 0 ? std::min(max_sequences, one.max_sequences)
-                                      : one.max_sequences;
-  return max_rate(request, deployment, users);
+  // More than --max-seqs wait in the queue (their TTFT tells); more than memory holds cannot run.
+  deployment.max_sequences = max_sequences > 0 ? std::min(max_sequences, one.max_sequences)
+                                               : one.max_sequences;
+  return max_rate(request, deployment, one.max_sequences);
 }
 
 std::optional<Plan> make_plan(const PlanRequest& request, const HardwareCatalog& catalog,

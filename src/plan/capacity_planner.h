@@ -22,6 +22,7 @@ struct PlanRequest {
   int max_devices = 8;
   double headroom = 0.2;
   double kv_bytes_per_element = 2;
+  std::string kv_cache_type = "f16";  // --kv-precision: what brisk serve deploys, where it can
   int step_token_budget = 512;
   ChunkPolicy chunking;
   std::map<std::string, Efficiency> calibrated;  // by device id
@@ -60,10 +61,15 @@ struct Plan {
 std::optional<Plan> make_plan(const PlanRequest& request, const HardwareCatalog& catalog,
                               std::string* error);
 
+// One replica of `request`'s model over `devices` of `device`, as the planner simulates it: this
+// machine's calibration when `request.calibrated` has one for the device, its step budget and
+// chunking.
+Deployment deployment_for(const PlanRequest& request, const DeviceSpec& device, int devices);
+
 // The highest Poisson rate one replica of `request`'s model on one `device` serves within the
-// SLO (request.workload's lengths; its rate is ignored), with at most `max_sequences` requests in
-// flight at p99 (brisk serve --max-seqs; 0: as many as the device's memory holds). 0 when even
-// the lowest rate misses or the model does not fit.
+// SLO (request.workload's lengths; its rate is ignored), with at most `max_sequences` requests
+// running (brisk serve --max-seqs: the rest queue, and their wait counts in TTFT; 0: as many as
+// the device's memory holds). 0 when even the lowest rate misses or the model does not fit.
 double predict_max_rate(const PlanRequest& request, const DeviceSpec& device, int max_sequences);
 
 // Whether a prediction meets every limit; `misses` lists the ones it does not.

@@ -48,11 +48,12 @@ std::vector<std::string> differences_from_plan(const PlanRequest& request,
                     "in {}",
                     request.precision.name, model.stored_precision->name, request.precision.name));
   }
-  if (request.kv_bytes_per_element != 2) {
+  if (settings.kv_cache_type == "f16" && request.kv_bytes_per_element != 2) {
     notes.push_back(fmt::format(
-        "the plan assumed a KV cache of {:g} bytes per element; brisk serve keeps an f16 cache "
-        "(2 bytes), so --ctx-size needs more memory than planned",
-        request.kv_bytes_per_element));
+        "the plan assumed a KV cache of {:g} bytes per element ({}); brisk serve has no such "
+        "cache type and deploys f16 (2 bytes; q8_0 is its 1-byte choice), so --ctx-size needs "
+        "more memory than planned",
+        request.kv_bytes_per_element, request.kv_cache_type));
   }
   if (!candidate.deployment.device->is_gpu()) {
     notes.push_back(
@@ -257,6 +258,10 @@ ServeSettings serve_settings_for(const PlanRequest& request, const Candidate& ca
   settings.ctx_size_tokens = static_cast<int>(std::min<long long>(context, INT_MAX));
   settings.max_batched_tokens = request.step_token_budget;
   settings.chunking = request.chunking;
+  // fp8 is a GPU format llama.cpp's cache does not store: f16 is deployed, and a note says so.
+  if (request.kv_cache_type != "fp8") {
+    settings.kv_cache_type = request.kv_cache_type;
+  }
   settings.replicas = std::max(1, candidate.replicas);
   settings.max_replicas =
       std::max(settings.replicas, request.max_devices / std::max(1, deployment.devices));
@@ -276,7 +281,7 @@ ServeSettings serve_settings_for(const PlanRequest& request, const Candidate& ca
 }
 
 std::vector<std::string> serve_arguments(const ServeSettings& settings) {
-  return {"serve",
+  std::vector<std::string> arguments = {"serve",
           "--model",
           settings.model_path,
           "--served-model-name",
@@ -303,6 +308,11 @@ std::vector<std::string> serve_arguments(const ServeSettings& settings) {
           "vllm",
           "--log-format",
           "json"};
+  if (settings.kv_cache_type != "f16") {
+    arguments.insert(arguments.end(), {"--cache-type-k", settings.kv_cache_type, "--cache-type-v",
+                                       settings.kv_cache_type});
+  }
+  return arguments;
 }
 
 std::string kubernetes_manifests(const PlanRequest& request, const Candidate& candidate) {

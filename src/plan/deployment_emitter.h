@@ -19,6 +19,7 @@ struct ServeSettings {
   int ctx_size_tokens = 0;     // max_seqs x (isl + osl): each request reserves its whole length
   int max_batched_tokens = 0;  // --step-tokens
   ChunkPolicy chunking;        // --target-itl-ms, --long-prefill-tokens, --max-long-prefills
+  std::string kv_cache_type = "f16";  // --cache-type-k and --cache-type-v
   int replicas = 1;
   int max_replicas = 1;            // --max-devices / devices per replica
   int gpus_per_replica = 0;        // 0 on a CPU device

@@ -99,6 +99,9 @@ struct Deployment {
   double kv_bytes_per_element = 2;  // f16 cache
   int step_token_budget = 512;      // tokens one step carries (chunked prefill size)
   ChunkPolicy chunking;
+  // brisk serve --max-seqs: at most this many requests prefill or decode at once, the rest wait
+  // in the queue (0: no cap; memory then decides, as brisk plan sizes it).
+  int max_sequences = 0;
 
   // One step decoding `decode_batch` sequences whose mean context is `decode_context`, plus
   // prompt chunks, each of its own request: a chunk's tokens attend to its own prompt only.

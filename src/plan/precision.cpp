@@ -37,7 +37,14 @@ std::optional<double> kv_cache_bytes_per_element(std::string_view name) {
   const std::string lower = lowercase(name);
   if (lower == "f16" || lower == "bf16") return 2.0;
   if (lower == "fp8") return 1.0;
-  if (lower == "q8_0") return 34.0 / 32;  // 32 int8 and one f16 scale per block
+  if (lower == "f32") return 4.0;
+  // llama.cpp's quantized cache types, in blocks of 32 elements with an f16 scale (and an f16
+  // minimum for the _1 types): bytes per block over 32.
+  if (lower == "q8_0") return 34.0 / 32;
+  if (lower == "q5_1") return 24.0 / 32;
+  if (lower == "q5_0") return 22.0 / 32;
+  if (lower == "q4_1") return 20.0 / 32;
+  if (lower == "q4_0" || lower == "iq4_nl") return 18.0 / 32;
   return std::nullopt;
 }
 

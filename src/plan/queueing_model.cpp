@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -88,7 +89,8 @@ struct SimulatedRequest {
 
 // brisk serve's scheduler, step by step, each step costed by Deployment::step: a step decodes one
 // token for every request that has its first token and still generates, then fills the rest of
-// its token budget with prompt chunks, first come first served (a prompt may span steps), cut
+// its token budget with prompt chunks, first come first served (a prompt may span steps; at
+// most Deployment::max_sequences requests run, the rest queue), cut
 // to the step target while requests decode (Deployment::timed_prefill_tokens), a long prompt's
 // also while nothing decodes (Deployment::alone_long_chunk_tokens); the
 // step that finishes a prompt samples its first token. A request that arrives while a step runs
@@ -153,7 +155,13 @@ class EngineSimulation {
       const size_t max_prompts =
           long_prompts ? static_cast<size_t>(std::max(1, deployment_.chunking.max_long_prefills))
                        : waiting_.size();
-      while (room > 0 && !waiting_.empty() && prompts.size() < max_prompts) {
+      // --max-seqs: a prompt starts only while fewer requests run (the front of the queue,
+      // once started, runs: it is counted among them from its first chunk on).
+      const size_t cap = deployment_.max_sequences > 0
+                             ? static_cast<size_t>(deployment_.max_sequences)
+                             : std::numeric_limits<size_t>::max();
+      while (room > 0 && !waiting_.empty() && prompts.size() < max_prompts &&
+             decoding_.size() + prefilled.size() < cap) {
         const double take = std::min<double>(room, input_tokens_ - head_done_);
         prompts.push_back({take, static_cast<double>(head_done_)});
         room -= take;

@@ -1,10 +1,12 @@
 // brisk plan --emit: the deployment runs what the plan predicted.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "plan/capacity_planner.h"
 #include "plan/deployment_emitter.h"
+#include "plan/precision.h"
 #include "plan/yaml_writer.h"
 
 namespace brisk::plan {
@@ -77,7 +79,7 @@ class PlanEmit : public ::testing::Test {
 
 TEST_F(PlanEmit, ServeFlagsAreThePlansAssumptions) {
   PlanRequest request = request_for("llama-3.1-8b", "bf16");
-  request.workload = {1024, 256, 64, 0, false};
+  request.workload = {.input_tokens = 1024, .output_tokens = 256, .concurrency = 64};
   request.devices = {"h100-sxm"};
   request.step_token_budget = 1024;
   const Candidate candidate = recommended(request);
@@ -94,9 +96,34 @@ TEST_F(PlanEmit, ServeFlagsAreThePlansAssumptions) {
   EXPECT_NE(settings.notes[0].find("put a GGUF"), std::string::npos);
 }
 
+TEST_F(PlanEmit, AQuantizedKvCacheIsDeployedAsPlannedOrNamedWhereBriskHasNone) {
+  PlanRequest request = request_for("llama-3.1-8b", "bf16");
+  request.workload = {.input_tokens = 1024, .output_tokens = 256, .concurrency = 64};
+  request.devices = {"h100-sxm"};
+  request.kv_bytes_per_element = *kv_cache_bytes_per_element("q8_0");
+  request.kv_cache_type = "q8_0";
+  const std::vector<std::string> arguments =
+      serve_arguments(serve_settings_for(request, recommended(request)));
+  const auto k = std::find(arguments.begin(), arguments.end(), "--cache-type-k");
+  ASSERT_NE(k, arguments.end());
+  EXPECT_EQ(*(k + 1), "q8_0");
+  const auto v = std::find(arguments.begin(), arguments.end(), "--cache-type-v");
+  ASSERT_NE(v, arguments.end());
+  EXPECT_EQ(*(v + 1), "q8_0");
+  // fp8 is no llama.cpp cache type: f16 is deployed, and a note says the memory differs.
+  request.kv_bytes_per_element = *kv_cache_bytes_per_element("fp8");
+  request.kv_cache_type = "fp8";
+  const ServeSettings fp8 = serve_settings_for(request, recommended(request));
+  const std::vector<std::string> fp8_arguments = serve_arguments(fp8);
+  EXPECT_EQ(std::count(fp8_arguments.begin(), fp8_arguments.end(), "--cache-type-k"), 0);
+  bool noted = false;
+  for (const std::string& note : fp8.notes) noted |= note.find("fp8") != std::string::npos;
+  EXPECT_TRUE(noted);
+}
+
 TEST_F(PlanEmit, TensorParallelPlansRequestTheirGpusAndSayLlamaCppSplitsLayers) {
   PlanRequest request = request_for("llama-3.1-70b", "bf16");
-  request.workload = {512, 256, 8, 0, false};
+  request.workload = {.input_tokens = 512, .output_tokens = 256, .concurrency = 8};
   request.devices = {"h100-sxm"};
   const Candidate candidate = recommended(request);
   ASSERT_GE(candidate.deployment.devices, 2);
@@ -112,7 +139,7 @@ TEST_F(PlanEmit, TensorParallelPlansRequestTheirGpusAndSayLlamaCppSplitsLayers) 
 
 TEST_F(PlanEmit, OpenLoopHoldsEveryRequestInFlightAtP99) {
   PlanRequest request = request_for("llama-3.1-8b", "bf16");
-  request.workload = {512, 256, 0, 20, false};
+  request.workload = {.input_tokens = 512, .output_tokens = 256, .rate_per_s = 20};
   request.devices = {"h100-sxm"};
   const Candidate candidate = recommended(request);
   const ServeSettings settings = serve_settings_for(request, candidate);
@@ -123,7 +150,7 @@ TEST_F(PlanEmit, OpenLoopHoldsEveryRequestInFlightAtP99) {
 
 TEST_F(PlanEmit, ManifestsCarryReplicasArgsAndTheAutoscalerBounds) {
   PlanRequest request = request_for("llama-3.1-8b", "bf16");
-  request.workload = {512, 256, 16, 0, false};
+  request.workload = {.input_tokens = 512, .output_tokens = 256, .concurrency = 16};
   request.devices = {"l40s"};  // 16 GB of weights: one GPU per replica
   request.max_devices = 6;
   const Candidate candidate = recommended(request);

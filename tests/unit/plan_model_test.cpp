@@ -122,7 +122,9 @@ TEST(Precision, KvCacheBytesPerElement) {
   EXPECT_EQ(kv_cache_bytes_per_element("fp8"), 1.0);
   // llama.cpp's q8_0 cache: 32 int8 and an f16 scale per block (was counted as 1 byte).
   EXPECT_EQ(kv_cache_bytes_per_element("q8_0"), 34.0 / 32);
-  EXPECT_FALSE(kv_cache_bytes_per_element("q4_0"));
+  EXPECT_EQ(kv_cache_bytes_per_element("q4_0"), 18.0 / 32);
+  EXPECT_EQ(kv_cache_bytes_per_element("q5_1"), 24.0 / 32);
+  EXPECT_FALSE(kv_cache_bytes_per_element("q2_k"));  // not a cache type llama.cpp offers
 }
 
 }  // namespace

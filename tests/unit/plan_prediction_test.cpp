@@ -253,6 +253,22 @@ TEST_F(PlanPrediction, LatencyGrowsWithLoad) {
   }
 }
 
+TEST_F(PlanPrediction, MaxSequencesQueueTheRest) {
+  // brisk serve --max-seqs 2 with 8 users: two run, six wait, so a request's TTFT holds the
+  // requests before it and the batch never passes two.
+  Deployment deployment = on(*catalog_.find("a100-80gb"));
+  const LoadPrediction open = predict_closed_loop(deployment, 512, 256, 8);
+  deployment.max_sequences = 2;
+  const LoadPrediction capped = predict_closed_loop(deployment, 512, 256, 8);
+  EXPECT_LE(capped.decode_batch, 2.0 + 1e-9);
+  EXPECT_GT(open.decode_batch, 4.0);
+  EXPECT_GT(capped.ttft_ms.p50, 3 * open.ttft_ms.p50);
+  EXPECT_LT(capped.tpot_ms.p50, open.tpot_ms.p50);  // a smaller batch steps faster
+  // A cap the load never reaches changes nothing.
+  deployment.max_sequences = 8;
+  EXPECT_DOUBLE_EQ(predict_closed_loop(deployment, 512, 256, 8).ttft_ms.p99, open.ttft_ms.p99);
+}
+
 TEST_F(PlanPrediction, OpenLoopSaturatesPastCapacity) {
   const Deployment deployment = on(*catalog_.find("l4"));
   EXPECT_FALSE(predict_open_loop(deployment, 512, 256, 0.5).saturated);
@@ -292,7 +308,7 @@ TEST_F(PlanPrediction, PlannerNamesBadInput) {
   PlanRequest request;
   request.model = model_;
   request.precision = *parse_precision("bf16");
-  request.workload = {1024, 256, 0, 5};
+  request.workload = {.input_tokens = 1024, .output_tokens = 256, .rate_per_s = 5};
   std::string error;
   request.devices = {"h100-sxm", "no-such-gpu"};
   EXPECT_FALSE(make_plan(request, catalog_, &error));
@@ -318,7 +334,7 @@ TEST_F(PlanPrediction, AnE2eLimitIsAMeanOrRefused) {
   PlanRequest request;
   request.model = model_;
   request.precision = *parse_precision("bf16");
-  request.workload = {1024, 256, 0, 5};
+  request.workload = {.input_tokens = 1024, .output_tokens = 256, .rate_per_s = 5};
   request.devices = {"h100-sxm"};
   std::string error;
   request.slo = {{"e2e", "p99", 60000}};
