@@ -6,6 +6,7 @@
 
 #include "bench/html_page.h"
 #include "doctor/doctor_report.h"
+#include "doctor/what_if.h"
 
 namespace brisk::doctor {
 
@@ -159,7 +160,12 @@ bool write_doctor_html(const Evidence& evidence, const Diagnosis& diagnosis,
           << html_escape(fmt::format("{:.4g} {}", item.value, item.unit)) << " — "
           << html_escape(item.source) << "</li>";
     }
-    out << "<li>Fix: " << html_escape(finding.prescription) << "</li></ul></li>";
+    out << "<li>Fix: " << html_escape(finding.prescription) << "</li>";
+    if (finding.predicted_effect) {
+      out << "<li>Predicted: " << html_escape(describe_predicted_effect(*finding.predicted_effect))
+          << "</li>";
+    }
+    out << "</ul></li>";
   }
   out << "</ol><h2>Concurrency ramp</h2><canvas id=\"ramp\"></canvas>"
       << "<h2>Time to first token by probe</h2><canvas id=\"stages\"></canvas>"

@@ -8,6 +8,7 @@
 
 #include "doctor/attribution.h"
 #include "doctor/rules.h"
+#include "doctor/what_if.h"
 
 namespace brisk::doctor {
 
@@ -25,6 +26,16 @@ json nullable(double value) { return value < 0 ? json(nullptr) : json(value); }
 
 json optional_json(const std::optional<double>& value) {
   return value ? json(*value) : json(nullptr);
+}
+
+json predicted_effect_json(const Finding& finding) {
+  if (!finding.predicted_effect) return nullptr;
+  const PredictedEffect& effect = *finding.predicted_effect;
+  return {{"metric", effect.metric},   {"unit", effect.unit},
+          {"before", effect.before},   {"after", effect.after},
+          {"change", effect.change()}, {"measured_before", nullable(effect.measured)},
+          {"load", effect.load},       {"origin", effect.origin},
+          {"text", describe_predicted_effect(effect)}};
 }
 
 json resources_json(const PointResources& resources) {
@@ -282,7 +293,11 @@ json report_json(const Evidence& evidence, const Diagnosis& diagnosis) {
                         {"evidence", items},
                         {"prescription", finding.prescription},
                         {"serve_flags", finding.serve_flags},
+                        {"predicted_effect", predicted_effect_json(finding)},
                         {"impact", finding.impact}});
+    if (!finding.predicted_effect_unavailable.empty()) {
+      findings.back()["predicted_effect_unavailable"] = finding.predicted_effect_unavailable;
+    }
   }
   json ramp = json::array();
   for (const ProbePoint& point : evidence.ramp) ramp.push_back(point_json(point));
@@ -438,6 +453,12 @@ std::string markdown_report(const Evidence& evidence, const Diagnosis& diagnosis
       out += fmt::format("   - {}: {} — {}\n", item.name, evidence_value(item), item.source);
     }
     out += fmt::format("   - Fix: {}.\n", finding.prescription);
+    if (finding.predicted_effect) {
+      out += fmt::format("   - Predicted: {}.\n", describe_predicted_effect(*finding.predicted_effect));
+    } else if (!finding.predicted_effect_unavailable.empty()) {
+      out += fmt::format("   - Predicted: not available ({}).\n",
+                         finding.predicted_effect_unavailable);
+    }
     if (!finding.serve_flags.empty()) {
       out += fmt::format("   - Measure it: brisk tune --verify report.json (brisk serve {}).\n",
                          fmt::join(finding.serve_flags, " "));

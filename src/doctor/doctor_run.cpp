@@ -16,6 +16,7 @@
 #include "common/request_trace.h"
 #include "doctor/doctor_report.h"
 #include "doctor/hardware_floor.h"
+#include "doctor/what_if.h"
 #include "doctor/probe_plan.h"
 #include "doctor/probe_lengths.h"
 #include "doctor/verdict.h"
@@ -119,9 +120,16 @@ int run_doctor(const DoctorOptions& options) {
   if (!outcome) return fail(error + "; check --url and that the server is up");
   Evidence& evidence = outcome->evidence;
   evidence.usd_per_hour = options.usd_per_hour;
-  evidence.floor = find_hardware_floor(options.model_file.empty() ? model : options.model_file,
-                                       options.device, evidence.gpu);
-  const Diagnosis diagnosis = diagnose(evidence);
+  const std::string plan_model = options.model_file.empty() ? model : options.model_file;
+  evidence.floor = find_hardware_floor(plan_model, options.device, evidence.gpu);
+  Diagnosis diagnosis = diagnose(evidence);
+  // Each prescription's predicted effect, on the device the floor was computed for.
+  std::string no_prediction = evidence.floor.source;
+  std::optional<WhatIfModel> what_if;
+  if (!evidence.floor.device.empty()) {
+    what_if = what_if_model(plan_model, evidence.floor.device, no_prediction);
+  }
+  predict_effects(evidence, what_if, no_prediction, diagnosis.findings);
   const std::string markdown = markdown_report(evidence, diagnosis);
   std::cout << markdown << std::flush;
   if (!options.out_dir.empty()) {

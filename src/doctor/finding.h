@@ -1,5 +1,6 @@
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,20 @@ struct EvidenceItem {
   std::string source;
 };
 
+// What brisk plan's calibrated simulation predicts a finding's serve_flags change, at the load
+// the probe measured (doctor/what_if.h).
+struct PredictedEffect {
+  std::string metric;  // in words: "p99 TTFT", "short streams' longest token gap"
+  std::string unit = "ms";
+  double before = 0;  // predicted for the configuration the evidence shows
+  double after = 0;   // predicted with serve_flags
+  double measured = -1;  // what the probe measured where `before` stands for it; -1: nothing
+  std::string load;      // "8 concurrent, 32-token prompts, 16-token answers"
+  std::string origin;    // "brisk plan, cpu-2vcpu, calibrated on ..."
+  // after / before − 1: −0.6 is "−60%".
+  double change() const { return before > 0 ? after / before - 1 : 0; }
+};
+
 struct Finding {
   std::string id;
   Severity severity = Severity::warning;
@@ -29,6 +44,10 @@ struct Finding {
   // The prescription as brisk serve flags with their values ({"--max-seqs", "16"}), where it is
   // one: `brisk tune --verify report.json` measures each against the current configuration.
   std::vector<std::string> serve_flags;
+  // The prescription's predicted effect, for findings with serve_flags; otherwise (or where
+  // brisk plan cannot predict it) empty, with the reason in predicted_effect_unavailable.
+  std::optional<PredictedEffect> predicted_effect;
+  std::string predicted_effect_unavailable;
 };
 
 }  // namespace brisk::doctor

@@ -225,6 +225,13 @@ def test_batching_off_is_no_batching(tmp_path_factory, tmp_path):
     f = finding(rep, "no_batching")
     assert f["severity"] == "critical" and "--max-seqs" in f["prescription"]
     assert rep["measurements"]["resources"]["server_metrics"]["running_max"] == 1
+    # The prescription's effect as brisk plan predicts it at the ramp's top (the 2-vCPU entry)
+    effect = f["predicted_effect"]
+    assert effect["metric"] == "p99 TTFT" and effect["change"] < -0.3, effect
+    top = rep["measurements"]["probe"]["ramp"][-1]
+    assert effect["measured_before"] == pytest.approx(top["ttft_ms"]["p99"]), (effect, top)
+    assert f"{top['concurrency']} concurrent" in effect["load"], effect
+    assert "Predicted: p99 TTFT −" in (tmp_path / "doctor" / "report.md").read_text()
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -272,6 +279,11 @@ def test_long_prompts_without_chunking_block_short_ones(tmp_path_factory, tmp_pa
     probe = rep["measurements"]["probe"]
     stall = max(probe["mixed_short"]["max_itl_ms"], probe["mixed_short"]["ttft_ms"]["p90"])
     assert stall >= 0.6 * probe["long"]["server_ttft_ms_p50"], probe
+    effect = finding(rep, "head_of_line_blocking")["predicted_effect"]
+    # Uncalibrated, the 2-vCPU entry prices this machine's whole prefill near the 150 ms step
+    # target (it measured several times that), so only the direction is asked of it.
+    shorter = 0 if "uncalibrated" in effect["origin"] else -0.2
+    assert effect["metric"] == "short streams' longest token gap" and effect["change"] < shorter, effect
 
 
 def test_repeated_prefix_without_cache(tmp_path_factory, tmp_path):
@@ -281,6 +293,8 @@ def test_repeated_prefix_without_cache(tmp_path_factory, tmp_path):
     expect_primary(rep, "prefix_not_cached")
     probe = rep["measurements"]["probe"]
     assert probe["prefix"]["server_ttft_ms_p50"] >= 0.7 * probe["long"]["server_ttft_ms_p50"]
+    effect = finding(rep, "prefix_not_cached")["predicted_effect"]
+    assert effect["metric"] == "TTFT p50" and effect["change"] < -0.3, effect
 
 
 COLD_READ_BYTES_PER_S = 100 * 1024 * 1024

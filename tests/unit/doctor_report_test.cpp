@@ -10,6 +10,7 @@
 #include "doctor/doctor_report.h"
 #include "doctor/telemetry_recorder.h"
 #include "doctor/verdict.h"
+#include "doctor/what_if.h"
 #include "scratch_dir.h"
 #include "telemetry/process_finder.h"
 
@@ -128,6 +129,41 @@ TEST(DoctorReport, LatencyTableShowsE2eMeanP95AndP99LikeTtft) {
   EXPECT_NE(markdown.find("| 21.0 ms | 377.4 ms | 370.0 ms | 395.9 ms | 407.0 ms | 43.0 |"),
             std::string::npos)
       << markdown;
+}
+
+TEST(DoctorReport, EachPrescriptionsPredictedEffectReachesJsonAndMarkdown) {
+  Evidence evidence = recorded_probe();
+  evidence.ramp.back().server_queue_ms_p50 = 900;
+  evidence.ramp.back().ttft_ms = latency(1100, 1100, 1400, 1500, 16);
+  evidence.metrics = {};
+  evidence.metrics.dialect = "brisk";
+  evidence.metrics.running_max = 2;
+  evidence.metrics.waiting_max = 2;
+  Diagnosis diagnosis = diagnose(evidence);
+  std::string why_not;
+  const auto model = what_if_model("gemma3-270m", "cpu-2vcpu", why_not);
+  ASSERT_TRUE(model) << why_not;
+  predict_effects(evidence, model, why_not, diagnosis.findings);
+  const nlohmann::json report = report_json(evidence, diagnosis);
+  bool seen = false;
+  for (const auto& finding : report["findings"]) {
+    if (finding["id"] != "queueing") continue;
+    seen = true;
+    const auto& effect = finding["predicted_effect"];
+    ASSERT_TRUE(effect.is_object()) << finding.dump(2);
+    EXPECT_EQ(effect["metric"], "p99 TTFT");
+    EXPECT_LT(effect["change"].get<double>(), 0);
+    EXPECT_EQ(effect["measured_before"], 1500);
+    EXPECT_NE(effect["origin"].get<std::string>().find("cpu-2vcpu"), std::string::npos);
+  }
+  EXPECT_TRUE(seen) << report["findings"].dump(2);
+  const std::string markdown = markdown_report(evidence, diagnosis);
+  EXPECT_NE(markdown.find("   - Predicted: p99 TTFT −"), std::string::npos) << markdown;
+  // Without a device: said so, never a number.
+  predict_effects(evidence, std::nullopt, "no GPU found; pass --device", diagnosis.findings);
+  EXPECT_NE(markdown_report(evidence, diagnosis)
+                .find("   - Predicted: not available (no GPU found; pass --device)."),
+            std::string::npos);
 }
 
 TEST(DoctorAttribution, SplitsServerTtftIntoQueueAndPrefillAndDecodeAgainstTheFloor) {

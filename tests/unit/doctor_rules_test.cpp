@@ -7,6 +7,7 @@
 
 #include "doctor/rules.h"
 #include "doctor/verdict.h"
+#include "doctor/what_if.h"
 
 namespace brisk::doctor {
 namespace {
@@ -462,6 +463,102 @@ TEST(DoctorRules, EveryRuleHasAnIdOnceAndUnmeasuredEvidenceIsNoAlarm) {
     EXPECT_EQ(rule.check(nothing), std::nullopt) << rule.id;
   }
   EXPECT_EQ(seen.size(), 14u);
+}
+
+// The doctor's what-if: each prescription's effect as brisk plan's simulation of the 2-vCPU
+// entry predicts it at the load the probe measured. Only directions and rough sizes are
+// asserted: they hold calibrated or not.
+std::optional<WhatIfModel> cpu_what_if() {
+  std::string why_not;
+  auto model = what_if_model("gemma3-270m", "cpu-2vcpu", why_not);
+  EXPECT_TRUE(model) << why_not;
+  return model;
+}
+
+const PredictedEffect& predicted(Diagnosis& diagnosis, const Evidence& e, const std::string& id) {
+  predict_effects(e, cpu_what_if(), "", diagnosis.findings);
+  const Finding* finding = find(diagnosis, id);
+  EXPECT_NE(finding, nullptr) << id;
+  static const PredictedEffect none;
+  if (finding == nullptr) return none;
+  EXPECT_TRUE(finding->predicted_effect) << finding->predicted_effect_unavailable;
+  return finding->predicted_effect ? *finding->predicted_effect : none;
+}
+
+TEST(DoctorWhatIf, BatchingPredictsAShorterTtftWhereTheServerRanOneAtATime) {
+  Evidence e = healthy();
+  e.ramp = {point("ramp", 1, 55, 21, 370, 43), point("ramp", 4, 1100, 21, 1480, 43.5)};
+  e.metrics = {};
+  Diagnosis diagnosis = diagnose(e);
+  const PredictedEffect& effect = predicted(diagnosis, e, "no_batching");
+  EXPECT_EQ(effect.metric, "p99 TTFT");
+  EXPECT_LT(effect.after, 0.6 * effect.before);
+  EXPECT_DOUBLE_EQ(effect.measured, e.ramp.back().ttft_ms.p99);
+  EXPECT_NE(effect.load.find("4 concurrent"), std::string::npos) << effect.load;
+  const std::string text = describe_predicted_effect(effect);
+  EXPECT_NE(text.find("p99 TTFT −"), std::string::npos) << text;
+  EXPECT_NE(text.find("cpu-2vcpu"), std::string::npos) << text;
+}
+
+TEST(DoctorWhatIf, MoreSequencesShortenTheQueue) {
+  Evidence e = healthy();
+  e.ramp.back().server_queue_ms_p50 = 900;
+  e.ramp.back().ttft_ms = latency(1100, 1500);
+  e.metrics.waiting_max = 4;
+  e.metrics.running_max = 4;  // 4 of the 8 ran: --max-seqs 8 prescribed
+  Diagnosis diagnosis = diagnose(e);
+  ASSERT_EQ(find(diagnosis, "queueing")->serve_flags,
+            (std::vector<std::string>{"--max-seqs", "8"}));
+  const PredictedEffect& effect = predicted(diagnosis, e, "queueing");
+  EXPECT_LT(effect.after, 0.8 * effect.before);
+}
+
+TEST(DoctorWhatIf, ChunkingPredictsAShorterStallThanAWholePrefill) {
+  Evidence e = healthy();
+  e.mixed_short.max_itl_ms = 1180;
+  e.mixed_short_later_ttft_ms_p50 = 1300;
+  // Long enough that its whole prefill outlasts the 150 ms step target calibrated or not.
+  e.long_baseline.prompt_tokens_mean = 2048;
+  Diagnosis diagnosis = diagnose(e);
+  const PredictedEffect& effect = predicted(diagnosis, e, "head_of_line_blocking");
+  EXPECT_EQ(effect.metric, "short streams' longest token gap");
+  EXPECT_LT(effect.after, 0.5 * effect.before);
+  EXPECT_DOUBLE_EQ(effect.measured, 1180);
+  EXPECT_NE(effect.load.find("2048-token prompt"), std::string::npos) << effect.load;
+}
+
+TEST(DoctorWhatIf, APrefixCachePredictsTheSharedPartIsNotPrefilled) {
+  Evidence e = healthy();
+  e.metrics.prefix_query_tokens.reset();
+  e.prefix.ttft_ms = latency(1120, 1300);
+  e.prefix.server_ttft_ms_p50 = 1118;
+  Diagnosis diagnosis = diagnose(e);
+  const PredictedEffect& effect = predicted(diagnosis, e, "prefix_not_cached");
+  EXPECT_LT(effect.after, 0.5 * effect.before);
+  EXPECT_GT(effect.after, 0);
+}
+
+TEST(DoctorWhatIf, WhatCannotBePredictedSaysWhy) {
+  Evidence e = healthy();
+  std::vector<Finding> findings(3);
+  findings[0].id = "queueing";
+  findings[0].serve_flags = {"--threads", "2"};  // not in the simulation
+  findings[1].id = "kv_cache_exhausted";         // no flags: nothing to predict
+  findings[2].id = "no_batching";
+  findings[2].serve_flags = {"--max-seqs", "16"};
+  e.ramp.clear();  // the load it happens at was not measured
+  predict_effects(e, cpu_what_if(), "", findings);
+  EXPECT_FALSE(findings[0].predicted_effect);
+  EXPECT_NE(findings[0].predicted_effect_unavailable.find("--threads"), std::string::npos);
+  EXPECT_TRUE(findings[1].predicted_effect_unavailable.empty());
+  EXPECT_FALSE(findings[2].predicted_effect);
+  EXPECT_FALSE(findings[2].predicted_effect_unavailable.empty());
+  // Without a device the reason is the caller's.
+  predict_effects(e, std::nullopt, "no GPU found; pass --device", findings);
+  EXPECT_EQ(findings[2].predicted_effect_unavailable, "no GPU found; pass --device");
+  std::string why_not;
+  EXPECT_FALSE(what_if_model("gemma3-270m", "no-such-device", why_not));
+  EXPECT_NE(why_not.find("no-such-device"), std::string::npos);
 }
 
 }  // namespace
