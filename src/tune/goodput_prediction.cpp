@@ -69,6 +69,9 @@ double GoodputPrediction::predict(const Setting& setting) const {
   if (const auto tokens = int_value(setting, "long-prefill-tokens")) {
     request.chunking.long_prefill_tokens = *tokens;
   }
+  if (const auto type = setting.find("kv-type"); type != setting.end()) {
+    request.kv_bytes_per_element = plan::kv_cache_bytes_per_element(type->second).value_or(2);
+  }
   return plan::predict_max_rate(request, *device_, int_value(setting, "max-seqs").value_or(0));
 }
 

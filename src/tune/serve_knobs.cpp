@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 
 #include "tune/command_line.h"
 
@@ -73,6 +74,33 @@ ServeKnobs brisk_serve_knobs(std::vector<std::string> base_flags, int cores) {
       "unified: one KV buffer, a request may use the whole context, but every step attends "
       "over all cells in use; per-sequence: each step's cost follows each stream's own context";
   knobs.push_back(std::move(layout));
+  // The KV cache type, K and V alike: q8_0 halves the bytes attention reads each step and the
+  // cache's memory (more sequences fit); brisk plan sees both. Differing K and V types given
+  // in --base-flags stay as given.
+  {
+    std::vector<std::string> types = base_flags;
+    const std::optional<std::string> k = take_flag(types, {"--cache-type-k"});
+    const std::optional<std::string> v = take_flag(types, {"--cache-type-v"});
+    if (k.value_or("f16") == v.value_or("f16")) {
+      base_flags = std::move(types);
+      Knob kv_type;
+      kv_type.name = "kv-type";
+      kv_type.baseline = k.value_or("f16");
+      kv_type.predicted = true;
+      kv_type.effect =
+          "the KV cache's element type: q8_0 halves the bytes every step's attention reads and "
+          "the memory each sequence holds, at a small cost in accuracy; f16 is exact";
+      for (const std::string& type : {std::string("f16"), std::string("q8_0")}) {
+        kv_type.values.push_back({type, {"--cache-type-k", type, "--cache-type-v", type}});
+      }
+      if (!kv_type.find(kv_type.baseline)) {
+        kv_type.values.push_back({kv_type.baseline,
+                                  {"--cache-type-k", kv_type.baseline, "--cache-type-v",
+                                   kv_type.baseline}});
+      }
+      knobs.push_back(std::move(kv_type));
+    }
+  }
   if (cores >= 4) {
     std::vector<std::string> threads = {std::to_string(cores / 2), std::to_string(cores)};
     knobs.push_back(numeric_knob(

@@ -110,6 +110,26 @@ TEST(TuneServeKnobs, BaseFlagsSetTheBaselinesAndLeaveTheRest) {
   EXPECT_EQ(std::count(args.begin(), args.end(), "--max-seqs"), 1);
 }
 
+TEST(TuneServeKnobs, TheKvTypeIsOneKnobForKAndVUnlessTheyDiffer) {
+  const ServeKnobs alike = brisk_serve_knobs(
+      {"--cache-type-k", "q8_0", "--cache-type-v=q8_0", "--ctx-size", "8192"}, 2);
+  EXPECT_EQ(alike.fixed_args, (std::vector<std::string>{"--ctx-size", "8192"}));
+  EXPECT_EQ(baseline_setting(alike.knobs).at("kv-type"), "q8_0");
+  Setting f16 = baseline_setting(alike.knobs);
+  f16["kv-type"] = "f16";
+  const std::vector<std::string> args = setting_args(alike.knobs, f16);
+  const auto k = std::find(args.begin(), args.end(), "--cache-type-k");
+  ASSERT_NE(k, args.end());
+  EXPECT_EQ(*(k + 1), "f16");
+  EXPECT_NE(std::find(args.begin(), args.end(), "--cache-type-v"), args.end());
+  // Different K and V types are the user's choice: passed as given, not searched.
+  const ServeKnobs differ =
+      brisk_serve_knobs({"--cache-type-k", "q8_0", "--cache-type-v", "f16"}, 2);
+  EXPECT_EQ(differ.fixed_args,
+            (std::vector<std::string>{"--cache-type-k", "q8_0", "--cache-type-v", "f16"}));
+  EXPECT_EQ(baseline_setting(differ.knobs).count("kv-type"), 0u);
+}
+
 TEST(TuneGoodputSearch, BracketsAndRefinesTheRateWhereTheSloStartsToMiss) {
   const Goodput found = search_goodput(ttft_slo(), {.start_rate = 1, .growth = 2, .refine_steps = 3},
                                        [](double rate) { return run_against(5.0, rate); });
