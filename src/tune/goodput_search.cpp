@@ -2,11 +2,22 @@
 
 #include <cmath>
 
+#include <fmt/format.h>
+
 namespace brisk::tune {
 
 namespace {
 constexpr double kFarOverRatio = 4;
 }  // namespace
+
+std::vector<std::string> trial_misses(const bench::Slo& slo, const bench::RunStatistics& stats) {
+  std::vector<std::string> misses = slo.misses(stats);
+  const double sent = static_cast<double>(stats.ok + stats.failed);
+  if (stats.failed > 0 && stats.failed > 0.01 * sent) {
+    misses.push_back(fmt::format("{} of {} requests failed", stats.failed, stats.ok + stats.failed));
+  }
+  return misses;
+}
 
 const bench::RateTrial* Goodput::at_goodput() const {
   for (const bench::RateTrial& trial : trials) {
@@ -23,7 +34,7 @@ Goodput search_goodput(const bench::Slo& slo, const GoodputSearchOptions& option
     bench::RateTrial trial;
     trial.rate = rate;
     trial.stats = run_at(rate);
-    trial.misses = slo.misses(trial.stats);
+    trial.misses = trial_misses(slo, trial.stats);
     const bool meets = trial.meets();
     result.trials.push_back(std::move(trial));
     if (meets) {

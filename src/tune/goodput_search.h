@@ -39,6 +39,11 @@ struct Goodput {
   const bench::RateTrial* at_goodput() const;
 };
 
+// The SLO limits a trial missed: its P99s, and any request that failed (refused with a 429,
+// rejected as too long for the configuration, cut off): a failed request is one whose latency
+// is unbounded, so with fewer than 100 requests a single one is the P99 (more than 1% misses).
+std::vector<std::string> trial_misses(const bench::Slo& slo, const bench::RunStatistics& stats);
+
 // Runs `run_at(rate)` from options.start_rate up by `growth` while it meets the SLO, down while
 // it misses, then bisects the bracket; a rate of infinity sends every request at once. `out_of_time` is asked before every run after the first.
 Goodput search_goodput(const bench::Slo& slo, const GoodputSearchOptions& options,

@@ -222,7 +222,7 @@ class CandidateMeasurer {
     progress.stop();
     bench::RunStatistics stats = bench::compute_run_statistics(
         result.records, result.start, result.end, bench::LatencyOrigin::scheduled, &slo_);
-    const std::vector<std::string> misses = slo_.misses(stats);
+    const std::vector<std::string> misses = trial_misses(slo_, stats);
     std::cerr << fmt::format("  {} @ {:.3g} req/s: {} (TTFT p99 {:.0f} ms, TPOT p99 {:.0f} ms, "
                              "{} ok, {} failed)\n",
                              describe_setting_short(setting), rate,

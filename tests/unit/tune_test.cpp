@@ -149,6 +149,31 @@ TEST(TuneGoodputSearch, BracketsAndRefinesTheRateWhereTheSloStartsToMiss) {
   EXPECT_DOUBLE_EQ(from_above.rate, 5.0);
 }
 
+// A configuration that refuses or rejects part of the load (429s, prompts too long for its
+// per-sequence share) must not meet the SLO on the latency of the requests it did serve.
+TEST(TuneGoodputSearch, FailedRequestsMissTheSlo) {
+  const Goodput found = search_goodput(ttft_slo(), {.start_rate = 1, .growth = 2, .refine_steps = 3},
+                                       [](double rate) {
+                                         bench::RunStatistics stats = run_against(5.0, rate);
+                                         if (rate > 2) {  // fast, but a third of them refused
+                                           stats.failed = stats.ok / 2 + 1;
+                                         }
+                                         return stats;
+                                       });
+  EXPECT_LE(found.rate, 2.0);
+  ASSERT_FALSE(found.trials.empty());
+  bool named = false;
+  for (const bench::RateTrial& trial : found.trials) {
+    for (const std::string& miss : trial.misses) named |= miss.find("requests failed") != miss.npos;
+  }
+  EXPECT_TRUE(named);
+  // One failure in 200 is under 1%: the P99 still stands for the rest.
+  bench::RunStatistics few = run_against(5.0, 1);
+  few.ok = 199;
+  few.failed = 1;
+  EXPECT_TRUE(trial_misses(ttft_slo(), few).empty());
+}
+
 TEST(TuneGoodputSearch, WithoutAStartRateABurstMeasuresTheCapacityFirst) {
   std::vector<double> rates;
   const Goodput found = search_goodput(ttft_slo(), {.refine_steps = 2}, [&](double rate) {
