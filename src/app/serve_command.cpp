@@ -169,6 +169,12 @@ int run_serve(ServeFlags& flags) {
 
   flags.server.model_name =
       flags.served_model_name.empty() ? model.served_name : flags.served_model_name;
+  // A prompt read from the prefix cache was computed in another batch than a recomputed one.
+  const std::string numerics =
+      engine->numerics_identity() +
+      (flags.scheduler.prefix_cache.enabled ? "; prefix cache on" : "; prefix cache off");
+  flags.server.system_fingerprint = system_fingerprint_for(numerics);
+  spdlog::info("system_fingerprint {}: {}", flags.server.system_fingerprint, numerics);
   flags.server.vllm_metrics = flags.metrics_compat == "vllm";
   flags.server.limits.read_timeout = std::chrono::seconds(flags.read_timeout_s);
   flags.server.limits.keep_alive_timeout = std::chrono::seconds(flags.keep_alive_timeout_s);

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -31,6 +32,31 @@ std::optional<ggml_type> kv_cache_type(const std::string& name) {
     if (name == ggml_type_name(type)) return type;
   }
   return std::nullopt;
+}
+
+// What a request's numbers depend on besides the request: the model file (name and size),
+// llama.cpp's pinned source, the CPU features its kernels were built for, the accelerators the
+// layers run on, and the KV cache's types and layout. Threads split whole rows, so they are not
+// in it.
+std::string describe_numerics(const EngineOptions& options) {
+  std::error_code ignored;
+  const std::filesystem::path model(options.model_path);
+  std::string identity = "model " + model.filename().string() + " " +
+                         std::to_string(std::filesystem::file_size(model, ignored)) +
+                         "; llama.cpp " BRISK_LLAMA_SOURCE_ID "; " + llama_print_system_info();
+  if (options.gpu_layers > 0) {
+    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+      ggml_backend_dev_t device = ggml_backend_dev_get(i);
+      if (ggml_backend_dev_type(device) == GGML_BACKEND_DEVICE_TYPE_CPU) continue;
+      identity += std::string("; device ") + ggml_backend_dev_name(device) + " " +
+                  ggml_backend_dev_description(device);
+    }
+    identity += "; gpu layers " + std::to_string(options.gpu_layers);
+  }
+  identity += "; kv " + options.cache_type_k + "/" + options.cache_type_v +
+              (options.kv_unified ? " unified" : " per-sequence") +
+              (options.swa_full ? " swa-full" : "");
+  return identity;
 }
 
 }  // namespace
@@ -103,6 +129,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options, std::string* 
   // Full-size window caches never drop a position, so every cached prefix stays reusable.
   engine->sliding_window_tokens_ = options.swa_full ? 0 : llama_model_n_swa(engine->model_);
   engine->batch_capacity_ = options.max_batched_tokens;
+  engine->numerics_identity_ = describe_numerics(options);
   engine->batch_ =
       std::make_unique<llama_batch>(llama_batch_init(options.max_batched_tokens, 0, 1));
   return engine;

@@ -77,6 +77,10 @@ class Engine final : public ModelRunner {
   // The longest prompt + completion one request may have.
   int max_request_tokens() const;
   std::string description() const;
+  // What the numbers of a request's tokens depend on besides the request (model file, llama.cpp
+  // source, CPU features, devices, KV cache types and layout), in words: brisk serve's
+  // system_fingerprint hashes it.
+  const std::string& numerics_identity() const { return numerics_identity_; }
   // A request's output format as a constraint for its sampler, or null and `error` (any thread).
   std::shared_ptr<TokenConstraint> compile_grammar(const GrammarRequest& request,
                                                    std::string* error) const;
@@ -114,6 +118,7 @@ class Engine final : public ModelRunner {
   int sequence_context_size_ = 0;
   int sequence_ids_ = 0;
   int sliding_window_tokens_ = 0;
+  std::string numerics_identity_;
   std::unique_ptr<ChatTemplate> chat_template_;
   std::unique_ptr<GrammarCompiler> grammars_;
 };

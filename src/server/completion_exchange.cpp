@@ -27,10 +27,12 @@ std::string next_completion_id(CompletionKind kind) {
 
 CompletionExchange::CompletionExchange(std::shared_ptr<HttpSession> session,
                                        CompletionParams params, std::string model_name,
-                                       EngineLoop& engine_loop, const Engine& engine)
+                                       std::string system_fingerprint, EngineLoop& engine_loop,
+                                       const Engine& engine)
     : session_(std::move(session)),
       params_(std::move(params)),
       model_name_(std::move(model_name)),
+      system_fingerprint_(std::move(system_fingerprint)),
       engine_loop_(engine_loop),
       engine_(engine),
       id_(next_completion_id(params_.kind)),
@@ -196,6 +198,7 @@ void CompletionExchange::respond_whole() {
       {"object", params_.kind == CompletionKind::chat ? "chat.completion" : "text_completion"},
       {"created", created_},
       {"model", model_name_},
+      {"system_fingerprint", system_fingerprint_},
       {"choices", std::move(choices)},
       {"usage", usage_json(timings)},
       {"brisk_timings", timings_json(timings)}};
@@ -213,6 +216,7 @@ json CompletionExchange::chunk_json(json choice, const CompletionChoice* finishe
                 {"object", chat ? "chat.completion.chunk" : "text_completion"},
                 {"created", created_},
                 {"model", model_name_},
+      {"system_fingerprint", system_fingerprint_},
                 {"choices", json::array({std::move(choice)})}};
   if (finished) chunk["brisk_timings"] = timings_json(finished->final_update().timings);
   return chunk;
@@ -274,6 +278,7 @@ std::string CompletionExchange::usage_chunk_json() const {
                                                                 : "text_completion"},
                 {"created", created_},
                 {"model", model_name_},
+      {"system_fingerprint", system_fingerprint_},
                 {"choices", json::array()},
                 {"usage", usage_json(timings)},
                 {"brisk_timings", timings_json(timings)}};

@@ -20,8 +20,10 @@ namespace brisk {
 // session's strand.
 class CompletionExchange : public std::enable_shared_from_this<CompletionExchange> {
  public:
+  // `system_fingerprint`: what every response and chunk says it (ServerOptions).
   CompletionExchange(std::shared_ptr<HttpSession> session, CompletionParams params,
-                     std::string model_name, EngineLoop& engine_loop, const Engine& engine);
+                     std::string model_name, std::string system_fingerprint,
+                     EngineLoop& engine_loop, const Engine& engine);
 
   // Adds the next choice (choice index = prompt index * n + i) and links its request to this
   // exchange; call in index order, before submitting. `tool_parser`: set when the chat has
@@ -55,6 +57,7 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   std::shared_ptr<HttpSession> session_;
   CompletionParams params_;
   std::string model_name_;
+  std::string system_fingerprint_;
   EngineLoop& engine_loop_;
   const Engine& engine_;
   std::string id_;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/sha256.h"
 #include "server/completion_exchange.h"
 #include "server/openai_json.h"
 #include "server/scheduler_json.h"
@@ -359,8 +360,9 @@ void OpenAiServer::handle_completion(const HttpRequest& http_request, Completion
       echoes.push_back(prompt.echo);
     }
   }
-  auto exchange = std::make_shared<CompletionExchange>(session, std::move(params),
-                                                       options_.model_name, engine_loop_, engine_);
+  auto exchange = std::make_shared<CompletionExchange>(
+      session, std::move(params), options_.model_name, options_.system_fingerprint, engine_loop_,
+      engine_);
   std::vector<std::shared_ptr<Request>> requests;
   std::vector<std::string> prompt_texts;
   for (size_t i = 0; i < choices.size(); ++i) {
@@ -485,6 +487,12 @@ HttpResponse OpenAiServer::models_response() const {
 HttpResponse OpenAiServer::reject(const ApiError& error, const std::string& reason) {
   metrics_.count_rejection(reason);
   return error_response(error);
+}
+
+std::string system_fingerprint_for(const std::string& numerics) {
+  Sha256 hash;
+  hash.update(reinterpret_cast<const unsigned char*>(numerics.data()), numerics.size());
+  return "fp_" + hash.hex_digest().substr(0, 10);
 }
 
 }  // namespace brisk

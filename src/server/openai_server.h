@@ -27,12 +27,20 @@ struct ServerOptions {
   std::vector<std::string> public_routes = {"/health", "/ready", "/metrics"};
   int max_connections = 1024;
   std::string model_name;
+  // Every completion's system_fingerprint (OpenAI's field): "fp_" and a hash of what its numbers
+  // depend on (Engine::numerics_identity, the prefix cache); docs/api.md, reproducible seeds.
+  std::string system_fingerprint;
   HttpLimits limits;
   int io_threads = 2;
   std::chrono::seconds drain_timeout{10};
   GenerationDefaults generation;
   bool vllm_metrics = false;  // --metrics-compat vllm: the gauges under vLLM's names too  // what requests that name no sampling parameter get
 };
+
+// OpenAI's system_fingerprint for a server whose numbers depend on `numerics` (what it runs and
+// how, in words): "fp_" and 10 hex digits of its SHA-256, so the same configuration always
+// answers the same fingerprint and any change of it another.
+std::string system_fingerprint_for(const std::string& numerics);
 
 // The OpenAI-compatible HTTP front: routes, authentication, validation and admission.
 // Generation itself is the engine loop's; this class only turns HTTP into Requests and back.

@@ -5,7 +5,9 @@ llama-server's), the server's defaults for requests that name no parameter
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import math
+import re
 import subprocess
 
 import openai
@@ -218,7 +220,22 @@ def test_per_sequence_kv_limits_each_request_to_its_share(tmp_path_factory):
         _stop_and_check_clean_exit(server)
 
 
-def test_a_quantized_kv_cache_is_what_llama_cpp_allocates(tmp_path_factory):
+def _fingerprints(http) -> set[str]:
+    """system_fingerprint of a whole completion, a chat and every chunk of a streamed chat."""
+    seen = {http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 2}
+                      ).json()["system_fingerprint"],
+            http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}],
+                                                   "max_tokens": 2}).json()["system_fingerprint"]}
+    with http.stream("POST", "/v1/chat/completions",
+                     json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
+                           "stream": True, "stream_options": {"include_usage": True}}) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                seen.add(json.loads(line[6:])["system_fingerprint"])
+    return seen
+
+
+def test_a_quantized_kv_cache_is_what_llama_cpp_allocates(tmp_path_factory, client):
     # --cache-type-k/-v reach llama.cpp: its own allocation line names the types (and sizes)
     server = _start_brisk(tmp_path_factory, "brisk-kv-q8_0",
                           ["--cache-type-k", "q8_0", "--cache-type-v", "q8_0",
@@ -233,6 +250,13 @@ def test_a_quantized_kv_cache_is_what_llama_cpp_allocates(tmp_path_factory):
                                                         "ignore_eos": True})
             assert r.status_code == 200, r.text
             assert r.json()["usage"]["completion_tokens"] == 16
+            # system_fingerprint: one per configuration, another for another KV cache type
+            quantized_fp = _fingerprints(quantized)
+        default_fp = _fingerprints(client)
+        assert len(quantized_fp) == 1 and len(default_fp) == 1, (quantized_fp, default_fp)
+        assert quantized_fp != default_fp
+        assert all(re.fullmatch(r"fp_[0-9a-f]{10}", fp) for fp in quantized_fp | default_fp)
+        assert "system_fingerprint fp_" in log and "kv q8_0/q8_0" in log
     finally:
         _stop_and_check_clean_exit(server)
 
