@@ -76,7 +76,7 @@ WRONG_TYPES = [
     _json_case("type:ignore_eos=int", COMPLETIONS, text(ignore_eos=1)),
     _json_case("type:model=int", CHAT, chat(model=5)),
     _json_case("type:prompt=object", COMPLETIONS, {"prompt": {"a": 1}, "max_tokens": 4}),
-    _json_case("type:prompt=nested_list", COMPLETIONS, {"prompt": [[1, 2]], "max_tokens": 4}),
+    _json_case("type:prompt=nested_list", COMPLETIONS, {"prompt": [[[1, 2]]], "max_tokens": 4}),
     _json_case("type:logprobs=str", COMPLETIONS, text(logprobs="5")),
     _json_case("type:chat_logprobs=int", CHAT, chat(logprobs=1)),
     _json_case("type:body=array", CHAT, [1, 2, 3]),
