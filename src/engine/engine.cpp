@@ -115,8 +115,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options, std::string* 
     *error = "could not create a llama.cpp context with --ctx-size " +
              std::to_string(options.ctx_size) + " and --max-seqs " +
              std::to_string(options.max_seqs) +
-             (options.cache_type_v != "f16" && options.cache_type_v != "f32" &&
-                      options.cache_type_v != "bf16"
+             (ggml_is_quantized(context_params.type_v)
                   ? " (a quantized --cache-type-v needs flash attention, which this device's "
                     "backend may lack; or out of memory: try smaller values)"
                   : " (out of memory? try smaller values)");

@@ -13,7 +13,7 @@ constexpr double kFarOverRatio = 4;
 std::vector<std::string> trial_misses(const bench::Slo& slo, const bench::RunStatistics& stats) {
   std::vector<std::string> misses = slo.misses(stats);
   const double sent = static_cast<double>(stats.ok + stats.failed);
-  if (stats.failed > 0 && stats.failed > 0.01 * sent) {
+  if (stats.failed > 0.01 * sent) {
     misses.push_back(fmt::format("{} of {} requests failed", stats.failed, stats.ok + stats.failed));
   }
   return misses;
