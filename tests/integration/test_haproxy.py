@@ -342,10 +342,13 @@ def test_requests_that_reach_a_draining_replica_are_retried_on_another(tmp_path)
     # survivor's.
     assert all(e["status"] == 200 and (e["server"] == "replica2" or e["retries"] == "0")
                for e in served), summary
-    # HAProxy sent some to the draining replica, which refused them with 503 on a kept-alive
-    # connection, and retried each elsewhere (HAProxy's hrsp_5xx counts only final answers, so
-    # the victim's own counter tells).
-    assert 0 < refused_while_draining <= int(stats["replica1"]["wredis"]), summary
+    # HAProxy sent some to the draining replica and retried each elsewhere. The replica refused
+    # them with a 503 on a kept-alive connection or with a closed one, whichever HAProxy's
+    # connection pool happened to hold (CI saw a run with six redispatches and no 503); the 503s
+    # it did answer are among the redispatches (HAProxy's hrsp_5xx counts only final answers, so
+    # the victim's own counter tells). The 503 itself is test_lifecycle's.
+    assert 0 < int(stats["replica1"]["wredis"]), summary
+    assert refused_while_draining <= int(stats["replica1"]["wredis"]), summary
     # The request it had admitted finished whole; then it exited cleanly.
     assert long_request["status"] == 200, long_request
     assert long_request["body"]["usage"]["completion_tokens"] == LONG_REQUEST_TOKENS
