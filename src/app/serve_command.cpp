@@ -122,13 +122,19 @@ int run_serve(ServeFlags& flags) {
     std::cerr << "error: --trace-text adds the prompts' text to --trace-out: name the file\n";
     return 2;
   }
+  if (flags.prefix_cache_seqs >= 0 && !flags.engine.kv_unified) {
+    std::cerr << "error: --prefix-cache-seqs counts extra sequences of one KV buffer "
+                 "(--kv-unified); with --no-kv-unified the idle ones of --max-seqs hold the "
+                 "prefix cache\n";
+    return 2;
+  }
   const ResolveResult model = ModelStore::from_environment().resolve(flags.model);
   if (!model.ok()) {
     std::cerr << "error: " << model.error << "\n";
     return 1;
   }
   flags.engine.model_path = model.path.string();
-  flags.scheduler.prefix_cache.enabled = flags.prefix_cache == "on" && flags.engine.kv_unified;
+  flags.scheduler.prefix_cache.enabled = flags.prefix_cache == "on";
   flags.scheduler.prefix_cache.host_bytes = cache_ram_bytes(flags.cache_ram_mib);
   if (flags.scheduler.prefix_cache.enabled && flags.scheduler.prefix_cache.host_bytes > 0) {
     spdlog::info(
@@ -141,12 +147,15 @@ int run_serve(ServeFlags& flags) {
                                                                    : SchedulingPolicy::fcfs;
   // Sequence ids beyond the running ones hold finished requests' cells for reuse; in one KV
   // buffer they cost no memory of their own (a sliding-window cache is capped at --ctx-size).
+  // With a buffer per sequence each id would take its share of --ctx-size: there the idle
+  // running ids hold the cache.
   const int cache_seqs =
       flags.prefix_cache_seqs < 0 ? flags.scheduler.max_seqs : flags.prefix_cache_seqs;
   flags.engine.max_seqs =
-      flags.scheduler.max_seqs + (flags.scheduler.prefix_cache.enabled
-                                      ? std::min(cache_seqs, 256 - flags.scheduler.max_seqs)
-                                      : 0);
+      flags.scheduler.max_seqs +
+      (flags.scheduler.prefix_cache.enabled && flags.engine.kv_unified
+           ? std::min(cache_seqs, 256 - flags.scheduler.max_seqs)
+           : 0);
   flags.engine.max_batched_tokens = flags.scheduler.max_batched_tokens;
 
   spdlog::info("loading {}", model.path.string());

@@ -244,7 +244,19 @@ void Engine::release_sequence(int sequence) {
 }
 
 void Engine::copy_sequence_prefix(int source, int destination, int tokens) {
-  llama_memory_seq_cp(llama_get_memory(context_), source, destination, 0, tokens);
+  llama_memory_t memory = llama_get_memory(context_);
+  if (sequence_context_size_ == context_size_) {
+    llama_memory_seq_cp(memory, source, destination, 0, tokens);
+    return;
+  }
+  // Each sequence has its own buffer: llama.cpp copies between them only whole (the data on
+  // the next decode), so the copy is trimmed to the prefix.
+  llama_memory_seq_cp(memory, source, destination, -1, -1);
+  llama_memory_seq_rm(memory, destination, tokens, -1);
+}
+
+void Engine::keep_sequence_prefix(int sequence, int tokens) {
+  llama_memory_seq_rm(llama_get_memory(context_), sequence, tokens, -1);
 }
 
 int Engine::sequence_window_start(int sequence) const {

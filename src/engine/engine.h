@@ -99,6 +99,7 @@ class Engine final : public ModelRunner {
   SampledToken sample(Sampler& sampler, int batch_index, int top_logprobs = -1);
   void release_sequence(int sequence) override;
   void copy_sequence_prefix(int source, int destination, int tokens) override;
+  void keep_sequence_prefix(int sequence, int tokens) override;
   int sequence_window_start(int sequence) const override;
   std::vector<uint8_t> save_sequence(int sequence) override;
   bool restore_sequence(int sequence, std::span<const uint8_t> state, int tokens) override;

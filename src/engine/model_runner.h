@@ -45,9 +45,12 @@ class ModelRunner {
   virtual const float* logits(int batch_index) = 0;
   // Frees every KV cell of the sequence.
   virtual void release_sequence(int sequence) = 0;
-  // `destination` (empty) comes to share the cells of `source`'s first `tokens` positions: in
-  // one KV buffer this adds an owner to each cell, no data is copied.
+  // `destination` (empty) comes to hold `source`'s first `tokens` positions: in one KV buffer
+  // this adds an owner to each cell, no data is copied; with a buffer per sequence the cells
+  // are copied into the destination's.
   virtual void copy_sequence_prefix(int source, int destination, int tokens) = 0;
+  // Frees the sequence's cells from position `tokens` on, keeping its first `tokens`.
+  virtual void keep_sequence_prefix(int sequence, int tokens) = 0;
   // The first position the sequence still holds in its sliding-window cache (0 when it holds
   // all, or the model has none): llama.cpp reuses masked window cells when it needs room.
   virtual int sequence_window_start(int sequence) const = 0;

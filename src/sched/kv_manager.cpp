@@ -62,10 +62,11 @@ const char* prefix_miss_name(PrefixMiss miss) {
 KvManager::KvManager(ModelRunner& engine, int running_limit, int sequence_ids,
                      PrefixCacheOptions options, ServingMetrics& metrics)
     : engine_(engine),
+      per_sequence_(engine.sequence_context_size() < engine.context_size()),
+      takes_over_(per_sequence_ || sequence_ids <= running_limit),
       options_([&] {
         PrefixCacheOptions effective = options;
-        effective.enabled = options.enabled && sequence_ids > running_limit &&
-                            engine.sequence_context_size() == engine.context_size();
+        effective.enabled = options.enabled && sequence_ids <= PrefixTree::kMaxSequences;
         return effective;
       }()),
       metrics_(metrics),
@@ -75,23 +76,27 @@ KvManager::KvManager(ModelRunner& engine, int running_limit, int sequence_ids,
       host_(options_.enabled ? options.host_bytes : 0) {
   metrics_.set_host_tier(0, 0, host_.capacity_bytes());
   if (options.enabled && !options_.enabled) {
-    spdlog::info(
-        "prefix cache off: it needs one KV buffer for all requests (--kv-unified) and --max-seqs "
-        "below {}",
-        PrefixTree::kMaxSequences);
+    spdlog::info("prefix cache off: it keeps at most {} sequences", PrefixTree::kMaxSequences);
   }
 }
 
-int KvManager::acquire(int keep) {
-  for (size_t id = 0; id < state_.size(); ++id) {
-    if (state_[id] == State::free) {
-      state_[id] = State::running;
-      reused_[id] = false;
-      return static_cast<int>(id);
-    }
+int KvManager::acquire(const PrefixLookup& hit) {
+  if (takes_over_ && hit.tokens > 0 && !hit.from_host && hit.source >= 0 &&
+      state_[static_cast<size_t>(hit.source)] == State::cached) {
+    state_[static_cast<size_t>(hit.source)] = State::running;
+    reused_[static_cast<size_t>(hit.source)] = false;
+    return hit.source;
   }
-  if (!evict_oldest(keep)) return -1;
-  return acquire(keep);
+  for (;;) {
+    for (size_t id = 0; id < state_.size(); ++id) {
+      if (state_[id] == State::free) {
+        state_[id] = State::running;
+        reused_[id] = false;
+        return static_cast<int>(id);
+      }
+    }
+    if (!evict_oldest(hit.source)) return -1;
+  }
 }
 
 PrefixLookup KvManager::lookup_at_least(std::span<const Token> tokens, int min_tokens) const {
@@ -109,10 +114,12 @@ PrefixLookup KvManager::lookup_at_least(std::span<const Token> tokens, int min_t
   const PrefixTree::Match match = tree_.match(query);
   if (match.tokens >= min_tokens) {
     for (size_t id = 0; id < state_.size(); ++id) {
-      if (match.owners.test(id) && window_allows(static_cast<int>(id), match.tokens)) {
+      if (!match.owners.test(id) || !window_allows(static_cast<int>(id), match.tokens)) continue;
+      // A cached owner that can be taken over is, rather than copied: the first found.
+      if (result.source < 0 || (takes_over_ && state_[id] == State::cached &&
+                                state_[static_cast<size_t>(result.source)] != State::cached)) {
         result.tokens = match.tokens;
         result.source = static_cast<int>(id);
-        break;
       }
     }
   }
@@ -166,6 +173,7 @@ int KvManager::attach(int id, const PrefixLookup& hit, std::span<const Token> pr
   }
   metrics_.observe_prefix_lookup(query_tokens, hit.tokens, prefix_miss_name(hit.miss));
   if (hit.tokens <= 0) return 0;
+  if (id == hit.source) return take_over(id, hit, prompt);
   engine_.copy_sequence_prefix(hit.source, id, hit.tokens);
   tree_.share(id, hit.source, hit.tokens);
   if (!hit.within_request) reused_[static_cast<size_t>(hit.source)] = true;
@@ -176,6 +184,19 @@ int KvManager::attach(int id, const PrefixLookup& hit, std::span<const Token> pr
     tree_.release(hit.source);
     engine_.release_sequence(hit.source);
     state_[static_cast<size_t>(hit.source)] = State::free;
+  }
+  return hit.tokens;
+}
+
+int KvManager::take_over(int id, const PrefixLookup& hit, std::span<const Token> prompt) {
+  const TokenList held = tree_.tokens(id);
+  if (static_cast<int>(held.size()) > hit.tokens) {
+    // What the new prompt does not continue may be another's: keep it in host memory.
+    if (host_.enabled()) save_to_host(id, held);
+    kv_evicted_.remember(held);
+    engine_.keep_sequence_prefix(id, hit.tokens);
+    tree_.release(id);
+    tree_.append(id, prompt.first(static_cast<size_t>(hit.tokens)));
   }
   return hit.tokens;
 }
@@ -212,7 +233,7 @@ void KvManager::retire(int id) {
   }
   state_[static_cast<size_t>(id)] = State::cached;
   last_used_[static_cast<size_t>(id)] = ++clock_;
-  end_oldest_trials();
+  if (!per_sequence_) end_oldest_trials();
 }
 
 // Frees the oldest cached sequences nobody has reused beyond options_.trial_sequences.
@@ -248,23 +269,25 @@ bool KvManager::evict_oldest(int keep) {
 void KvManager::evict(int id) {
   const TokenList tokens = tree_.tokens(id);
   kv_evicted_.remember(tokens);
-  if (host_.enabled() && !tokens.empty()) {
-    bool stored = false;
-    const auto started = std::chrono::steady_clock::now();
-    std::vector<uint8_t> state = engine_.save_sequence(id);
-    const size_t bytes = state.size();
-    for (const TokenList& dropped :
-         host_.insert(tokens, std::move(state), engine_.sequence_window_start(id), &stored)) {
-      host_evicted_.remember(dropped);
-      metrics_.count_host_eviction();
-    }
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    if (stored) metrics_.count_host_save(bytes, seconds);
-    metrics_.set_host_tier(host_.bytes(), host_.entries(), host_.capacity_bytes());
-  }
+  if (host_.enabled() && !tokens.empty()) save_to_host(id, tokens);
   release(id);
   metrics_.count_prefix_eviction();
+}
+
+void KvManager::save_to_host(int id, const TokenList& tokens) {
+  bool stored = false;
+  const auto started = std::chrono::steady_clock::now();
+  std::vector<uint8_t> state = engine_.save_sequence(id);
+  const size_t bytes = state.size();
+  for (const TokenList& dropped :
+       host_.insert(tokens, std::move(state), engine_.sequence_window_start(id), &stored)) {
+    host_evicted_.remember(dropped);
+    metrics_.count_host_eviction();
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (stored) metrics_.count_host_save(bytes, seconds);
+  metrics_.set_host_tier(host_.bytes(), host_.entries(), host_.capacity_bytes());
 }
 
 PrefixTree::Owners KvManager::running_mask() const {

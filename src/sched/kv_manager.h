@@ -20,7 +20,7 @@ struct PrefixCacheOptions {
   // Cached sequences no prompt has reused yet are kept at most this many, the oldest freed
   // first: in one KV buffer every step's attention spans the cells kept, so prompts that never
   // repeat would slow every running stream (docs/scheduling.md). A reused one stays until
-  // evicted for room.
+  // evicted for room. With a buffer per sequence nobody attends to an idle one: no limit.
   int trial_sequences = 2;
   // The host-memory tier (--cache-ram): evicted sequences' KV state kept in this many bytes of
   // host memory and restored on a hit instead of recomputed; 0 turns it off.
@@ -71,19 +71,27 @@ class EvictedPrefixes {
 
 // The engine's KV sequence ids and cells. A running request holds one sequence id; when it
 // finishes, its id and cells stay in the cache (a "cached sequence") so later prompts that
-// start with the same tokens copy its cells instead of computing them (the unified cache
-// shares cells between ids: no memory is copied). Cached sequences are evicted, least recently
-// used first, when ids or cells are needed. Engine thread only.
+// start with the same tokens reuse its cells instead of computing them. Cached sequences are
+// evicted, least recently used first, when ids or cells are needed. Engine thread only.
+//
+// Two KV layouts (docs/scheduling.md, "KV layout"). In one buffer for all (--kv-unified) a
+// reuse shares the cells: no memory is copied, and the ids beyond the running ones hold the
+// cached prefixes. With a buffer per sequence (--no-kv-unified) every id is a running slot and
+// an idle one keeps what its last request left: a prompt that continues it takes that id over
+// (its cells stay where they are; a longer tail is saved to the host tier first), one that
+// shares a running sequence's prefix gets a copy of the cells.
 class KvManager {
  public:
-  // The engine has `sequence_ids` ids; at most `running_limit` run at once, the rest can hold
-  // cached prefixes. Caching needs at least one id beyond the running ones and a unified cache.
+  // The engine has `sequence_ids` ids; at most `running_limit` run at once. In one buffer the
+  // rest hold cached prefixes.
   KvManager(ModelRunner& engine, int running_limit, int sequence_ids, PrefixCacheOptions options,
             ServingMetrics& metrics);
 
   bool cache_enabled() const { return options_.enabled; }
-  // A free id for a new running sequence, evicting a cached one if need be (never `keep`).
-  int acquire(int keep = -1);
+  // An id for a new running sequence whose prompt found `hit`: the hit's own cached id when
+  // there are no ids beyond the running ones (always so with a buffer per sequence); otherwise
+  // a free one, evicting a cached one if need be (never the hit's source).
+  int acquire(const PrefixLookup& hit = {});
   // The longest cached prefix of `tokens` a sequence may reuse, keeping at least one token to
   // compute (its logits start the completion).
   PrefixLookup lookup(std::span<const Token> tokens) const {
@@ -97,8 +105,9 @@ class KvManager {
     return hit;
   }
   // Gives the newly acquired `id` the cells of the hit of `prompt` (a host hit is restored into
-  // new cells), counts the lookup in the metrics, and returns the tokens reused: the hit's, or
-  // 0 when a host restore found no room.
+  // new cells; a taken-over id keeps the hit's cells and frees the rest), counts the lookup in
+  // the metrics, and returns the tokens reused: the hit's, or 0 when a host restore found no
+  // room.
   int attach(int id, const PrefixLookup& hit, std::span<const Token> prompt);
   // After a successful decode: `id` computed `tokens` at its next positions.
   void record(int id, std::span<const Token> tokens);
@@ -126,11 +135,18 @@ class KvManager {
   void end_oldest_trials();
   // Frees a cached sequence, first saving its state in the host tier when there is one.
   void evict(int id);
+  void save_to_host(int id, const TokenList& tokens);
+  // The cached `id` becomes the running sequence of a prompt that reuses its first `tokens`.
+  int take_over(int id, const PrefixLookup& hit, std::span<const Token> prompt);
   int restore_from_host(int id, const PrefixLookup& hit, std::span<const Token> prompt);
   bool host_usable(const HostPrefixCache::Entry& entry, int tokens) const;
   PrefixTree::Owners running_mask() const;
 
   ModelRunner& engine_;
+  const bool per_sequence_;  // each sequence id has a KV buffer of its own
+  // No ids beyond the running ones (always so with a buffer per sequence): a cached id is taken
+  // over by the prompt that continues it.
+  const bool takes_over_;
   const PrefixCacheOptions options_;
   ServingMetrics& metrics_;
   PrefixTree tree_;

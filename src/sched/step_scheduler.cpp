@@ -49,11 +49,11 @@ void StepScheduler::step() {
     const TimePoint started = now();
     const DecodeStatus status = engine_.decode();
     if (status == DecodeStatus::no_kv_space &&
-        (kv_.cached_sequences() > 0 || running_.size() > 1)) {
+        ((kv_shared_ && kv_.cached_sequences() > 0) || running_.size() > 1)) {
       // llama.cpp applied nothing of the batch and the plan moved no sequence: make room
-      // (cached prefixes first) and plan again without admitting anyone (that would refill the
-      // room just made).
-      if (!kv_.evict_oldest()) preempt_one();
+      // (cached prefixes first: in one buffer their cells are the running ones' room) and plan
+      // again without admitting anyone (that would refill the room just made).
+      if (!kv_shared_ || !kv_.evict_oldest()) preempt_one();
       admit = false;
       continue;
     }
@@ -387,7 +387,7 @@ bool StepScheduler::make_room(int needed, int keep, int& committed) {
 // chunk, and its place in arrival order.
 void StepScheduler::start_sequence(std::unique_ptr<Sequence> sequence, const PrefixLookup& hit,
                                    int& budget, int& kv_free) {
-  const int id = kv_.acquire(hit.source);
+  const int id = kv_.acquire(hit);
   sequence->assign_slot(id);
   sequence->reuse_cached_prefix(kv_.attach(id, hit, sequence->prefill_tokens()));
   Sequence& started = *sequence;

@@ -124,6 +124,50 @@ def test_cached_prefixes_are_reused_and_change_no_greedy_token(servers):
     assert metrics_off["brisk_prefix_cache_hits_total"] == 0
 
 
+MOONS = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Name a moon of Mars."}]
+
+
+def test_a_buffer_per_sequence_reuses_prefixes_in_place_and_by_copy(servers, tmp_path_factory):
+    """--no-kv-unified: each sequence has its own buffer and the idle ones are the cache. The
+    questions take the previous one's sequence over (its cells stay where they are, the other
+    question is freed); the second choice of an n=2 request copies the first's buffer (llama.cpp
+    copies a sequence's whole buffer, then brisk trims the copy to the prompt). Greedy text as
+    with the cache off; both choices the same."""
+    model, start = servers
+    per_sequence = _start_brisk(tmp_path_factory, f"brisk-prefix-per-seq-{model[0]}",
+                                ["--max-seqs", "4", "--no-kv-unified", "--cache-ram", "0",
+                                 "--target-itl-ms", "0"], api_key=None, model=model)
+    try:
+        answers, cached = conversation(per_sequence, model[0])
+        client = OpenAI(base_url=per_sequence.base_url + "/v1", api_key="unused", timeout=120)
+        pair = client.chat.completions.create(model=model[0], messages=MOONS, max_tokens=TOKENS,
+                                              temperature=0, n=2)
+        metrics = get_metrics(per_sequence)
+    finally:
+        _stop_and_check_clean_exit(per_sequence)
+    off = start("off")
+    try:
+        answers_off, _ = conversation(off, model[0])
+        client = OpenAI(base_url=off.base_url + "/v1", api_key="unused", timeout=120)
+        alone = client.chat.completions.create(model=model[0], messages=MOONS,
+                                               max_tokens=TOKENS, temperature=0)
+    finally:
+        _stop_and_check_clean_exit(off)
+    for i, (a, b) in enumerate(zip(answers, answers_off)):
+        if compare_greedy(a, b) is not None and i == len(QUESTIONS) - 1:
+            break
+    assert cached[0] == 0
+    assert all(c >= 150 for c in cached[1:]), cached
+    assert cached[3] > cached[2], cached
+    # The n=2 request's prompt shares the system prompt with what the conversation left.
+    assert pair.usage.prompt_tokens_details.cached_tokens >= 150
+    texts = [c.message.content for c in sorted(pair.choices, key=lambda c: c.index)]
+    assert texts[0] == texts[1], texts
+    assert texts[0] == alone.choices[0].message.content, (texts[0], alone.choices[0].message)
+    assert metrics["brisk_prefix_cache_hits_total"] == 5  # 3 turns, the pair, its second choice
+    assert metrics["brisk_prefix_cache_host_saves_total"] == 0
+
+
 # --- the host tier (--cache-ram) ---------------------------------------------------------------
 
 def test_evicted_prefixes_come_back_from_host_memory_with_the_same_greedy_text(servers,

@@ -38,7 +38,11 @@ class FakeModelRunner final : public ModelRunner {
         sequence_ids_(sequence_ids) {}
 
   int context_size() const override { return context_; }
-  int sequence_context_size() const override { return context_; }
+  // With `per_sequence`, each id has context/sequence_ids cells of its own (--no-kv-unified):
+  // copies take new cells.
+  int sequence_context_size() const override {
+    return per_sequence ? context_ / sequence_ids_ : context_;
+  }
   int vocabulary_size() const override { return vocabulary_; }
   int sequence_ids() const override { return sequence_ids_; }
   int sliding_window_tokens() const override { return sliding_window; }
@@ -116,10 +120,26 @@ class FakeModelRunner final : public ModelRunner {
     std::vector<Cell>& to = cache_[destination];
     if (!to.empty() || tokens > static_cast<int>(from.size())) ++bad_copies_;
     for (int i = 0; i < tokens && i < static_cast<int>(from.size()); ++i) {
-      to.push_back(from[static_cast<size_t>(i)]);
-      ++cell_owners_[from[static_cast<size_t>(i)].id];
+      Cell cell = from[static_cast<size_t>(i)];
+      if (per_sequence) cell.id = next_cell_++;
+      to.push_back(cell);
+      ++cell_owners_[cell.id];
     }
   }
+  void keep_sequence_prefix(int sequence, int tokens) override {
+    std::lock_guard lock(mutex_);
+    ++trims_;
+    std::vector<Cell>& cells = cache_[sequence];
+    while (static_cast<int>(cells.size()) > tokens) {
+      if (--cell_owners_[cells.back().id] == 0) cell_owners_.erase(cells.back().id);
+      cells.pop_back();
+    }
+  }
+  int trims() const {
+    std::lock_guard lock(mutex_);
+    return trims_;
+  }
+
   // With `drop_window_cells`, a sequence keeps only its last `sliding_window` positions'
   // window cells, as llama.cpp's window cache does when it needs room.
   int sequence_window_start(int sequence) const override {
@@ -224,6 +244,7 @@ class FakeModelRunner final : public ModelRunner {
   FakeClock* clock = nullptr;                // if set, the delays move it instead of sleeping
   int sliding_window = 0;
   bool drop_window_cells = false;
+  bool per_sequence = false;
 
  private:
   struct Entry {
@@ -247,6 +268,7 @@ class FakeModelRunner final : public ModelRunner {
   std::map<int, int> cell_owners_;  // cell id -> sequences holding it
   int next_cell_ = 0;
   int copies_ = 0;
+  int trims_ = 0;
   int bad_copies_ = 0;
   int saves_ = 0;
   int restores_ = 0;

@@ -405,5 +405,99 @@ TEST(PrefixCache, AFullHostTierEvictsAndTheMissSaysHostEvicted) {
   EXPECT_EQ(runner.restores(), 0);
 }
 
+// With a buffer per sequence (--no-kv-unified) the idle sequences are the cache: a chat's next
+// turn takes its previous turn's sequence over, cells in place, nothing copied; and no trial
+// limit applies (an idle buffer costs no running stream anything), so every conversation's
+// history stays while there are ids for it.
+TEST(PerSequenceLayout, EveryChatsNextTurnTakesOverItsPreviousSequence) {
+  const int conversations = 4;
+  auto turn = [&](size_t i, const std::vector<Outcome>& before) {
+    Job job;
+    job.max_tokens = 8;
+    job.sampling = greedy();
+    const size_t conversation = i % conversations;
+    job.prompt = range(1 + 100 * static_cast<Token>(conversation), 40);
+    if (i >= conversations) {
+      std::istringstream answer(before[conversation].text);
+      for (Token token; answer >> token;) job.prompt.push_back(token);
+      job.prompt = concat(job.prompt, range(900 + 10 * static_cast<Token>(conversation), 5));
+    }
+    return job;
+  };
+  FakeModelRunner runner(4096, -1, 97, conversations);
+  runner.per_sequence = true;
+  SchedulerRun run(runner, options(conversations));
+  const auto outcomes = run.one_by_one(2 * conversations, turn);
+
+  FakeModelRunner cold_runner(4096, -1, 97, conversations);
+  cold_runner.per_sequence = true;
+  SchedulerOptions off = options(conversations);
+  off.prefix_cache.enabled = false;
+  SchedulerRun cold(cold_runner, off);
+  const auto computed = cold.one_by_one(2 * conversations, turn);
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    EXPECT_EQ(outcomes[i].text, computed[i].text) << "turn " << i;
+    EXPECT_EQ(outcomes[i].cached_prompt_tokens, i < conversations ? 0 : 40 + 8 - 1) << i;
+  }
+  EXPECT_EQ(runner.prefix_copies(), 0) << "taken over in place";
+  EXPECT_EQ(runner.misplaced_tokens(), 0);
+  EXPECT_EQ(run.metric("brisk_prefix_cache_hits_total"), conversations);
+}
+
+// A prompt sharing only the start of an idle sequence takes it over too: the rest is freed,
+// first saved to the host tier, from which that sequence's own next turn is restored.
+TEST(PerSequenceLayout, ATakenOverSequencesTailGoesToTheHostTier) {
+  const TokenList system = range(1, 60);
+  auto make = [&](size_t i, const std::vector<Outcome>& before) {
+    Job job;
+    job.max_tokens = 6;
+    job.sampling = greedy();
+    job.prompt = concat(system, range(i == 1 ? 700 : 500, 8));  // 0 and 2: one chat; 1: another
+    if (i == 2) {
+      std::istringstream answer(before[0].text);
+      for (Token token; answer >> token;) job.prompt.push_back(token);
+      job.prompt = concat(job.prompt, range(800, 4));
+    }
+    return job;
+  };
+  FakeModelRunner runner(4096, -1, 97, 1);
+  runner.per_sequence = true;
+  SchedulerRun run(runner, with_host_tier(1, 1 << 20));
+  const auto outcomes = run.one_by_one(3, make);
+  EXPECT_EQ(outcomes[1].cached_prompt_tokens, 60) << "the system prompt, in place";
+  EXPECT_EQ(runner.trims(), 1);
+  EXPECT_EQ(outcomes[2].cached_prompt_tokens, 60 + 8 + 6 - 1) << "the first chat, from host";
+  EXPECT_EQ(runner.restores(), 1);
+  EXPECT_EQ(runner.prefix_copies(), 0);
+  EXPECT_EQ(runner.misplaced_tokens(), 0);
+  const std::vector<Job> jobs = {make(0, {}), make(1, {}), make(2, outcomes)};
+  expect_same_streams(outcomes, alone(jobs));
+}
+
+// A prompt sharing a running sequence's prefix gets a copy of its cells (llama.cpp copies a
+// sequence's whole buffer, then the copy is trimmed): both streams as if each ran alone.
+TEST(PerSequenceLayout, APrefixOfARunningSequenceIsCopied) {
+  for (const SamplingParams& sampling : {greedy(), seeded(7)}) {
+    std::vector<Job> work;
+    for (int i = 0; i < 2; ++i) {
+      Job job;
+      job.prompt = concat(range(1, 70), range(3000 + 20 * i, 6));
+      job.max_tokens = 30;
+      job.sampling = sampling;
+      job.submit_before_decode = i == 0 ? 0 : 6;  // after the first one's prompt is in
+      work.push_back(job);
+    }
+    FakeModelRunner runner(4096, -1, 97, 2);
+    runner.per_sequence = true;
+    SchedulerRun run(runner, options(2, 64));
+    const auto outcomes = run.all(work);
+    expect_same_streams(outcomes, alone(work));
+    EXPECT_EQ(outcomes[1].cached_prompt_tokens, 70);
+    EXPECT_EQ(runner.prefix_copies(), 1);
+    EXPECT_EQ(runner.bad_prefix_copies(), 0);
+    EXPECT_EQ(runner.misplaced_tokens(), 0);
+  }
+}
+
 }  // namespace
 }  // namespace brisk
