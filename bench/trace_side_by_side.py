@@ -51,7 +51,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--output-tokens", type=int, default=64, help="each answer")
     p.add_argument("--servers", default="brisk,llama-server",
                    help="which to compare, in the first round's order: brisk, llama-server, "
-                        "brisk-cache-ram-0 (brisk without the prefix cache's host tier)")
+                        "brisk-cache-ram-0 (brisk without the prefix cache's host tier), "
+                        "brisk-per-seq (brisk --no-kv-unified), llama-server-per-slot "
+                        "(llama-server without --kv-unified: ctx/seqs cells per slot)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--ctx-size", type=int, default=16384)
     p.add_argument("--seqs", type=int, default=8)
@@ -66,14 +68,16 @@ def start(args, name: str, logdir: str):
         argv = [str(args.brisk), "serve", "--model", args.model, "--port", str(port), "--host",
                 "127.0.0.1", "--ctx-size", str(args.ctx_size), "--threads", str(args.threads),
                 "--max-seqs", str(args.seqs)]
-        if name == "brisk-cache-ram-0":
-            argv += ["--cache-ram", "0"]
+        argv += {"brisk-cache-ram-0": ["--cache-ram", "0"],
+                 "brisk-per-seq": ["--no-kv-unified"]}.get(name, [])
         return start_server(name, argv, port, "/ready", logdir)
     argv = [str(args.llama_server), "-m", str(args.model_file), "--host", "127.0.0.1", "--port",
             str(port), "-t", str(args.threads), "-c", str(args.ctx_size), "-np", str(args.seqs),
-            # One KV buffer for all slots, as brisk's: otherwise each slot gets ctx/np tokens
-            # and the sample's 2-3k-token prompts are refused.
-            "--kv-unified", "--metrics"]
+            "--metrics"]
+    if name != "llama-server-per-slot":
+        # One KV buffer for all slots, as brisk's: otherwise each slot gets ctx/np tokens
+        # and the sample's 2-3k-token prompts are refused.
+        argv.append("--kv-unified")
     return start_server(name, argv, port, "/health", logdir)
 
 

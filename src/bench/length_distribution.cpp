@@ -60,6 +60,18 @@ int LengthDistribution::sample(uint64_t key) const {
 
 double LengthDistribution::mean() const { return kind == Kind::uniform ? (a + b) / 2 : a; }
 
+int LengthDistribution::longest() const {
+  switch (kind) {
+    case Kind::fixed:
+      return static_cast<int>(a);
+    case Kind::uniform:
+      return static_cast<int>(b);
+    case Kind::normal:
+      return static_cast<int>(std::ceil(a + 3 * b));
+  }
+  return static_cast<int>(a);
+}
+
 std::string LengthDistribution::spec() const {
   switch (kind) {
     case Kind::fixed:

@@ -19,6 +19,9 @@ struct LengthDistribution {
   // on every platform (no std:: distributions, whose output is implementation-defined).
   int sample(uint64_t key) const;
   double mean() const;
+  // The longest length it draws: a normal one's mean + 3 standard deviations (1 draw in 740
+  // is longer).
+  int longest() const;
   bool is_fixed() const { return kind == Kind::fixed; }
   // The spec it was parsed from, normalized: "128", "uniform:64:256", "normal:128:32".
   std::string spec() const;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <tuple>
 
 namespace brisk {
 namespace {
@@ -87,6 +88,14 @@ int KvManager::acquire(const PrefixLookup& hit) {
     reused_[static_cast<size_t>(hit.source)] = false;
     return hit.source;
   }
+  if (per_sequence_) {
+    const int id = compact_id();
+    if (id < 0) return -1;
+    if (state_[static_cast<size_t>(id)] == State::cached) evict(id);
+    state_[static_cast<size_t>(id)] = State::running;
+    reused_[static_cast<size_t>(id)] = false;
+    return id;
+  }
   for (;;) {
     for (size_t id = 0; id < state_.size(); ++id) {
       if (state_[id] == State::free) {
@@ -97,6 +106,27 @@ int KvManager::acquire(const PrefixLookup& hit) {
     }
     if (!evict_oldest(hit.source)) return -1;
   }
+}
+
+// llama.cpp computes each run of consecutive running ids in a pass of its own (StepPlan): the
+// id that leaves the fewest runs (one joining two runs, then one extending a run), a free one
+// before a cached one, the least recently used of the cached.
+int KvManager::compact_id() const {
+  auto running = [&](size_t id) { return id < state_.size() && state_[id] == State::running; };
+  int best = -1;
+  std::tuple<int, int, uint64_t> best_key;
+  for (size_t id = 0; id < state_.size(); ++id) {
+    if (state_[id] == State::running) continue;
+    const int neighbours = (id > 0 && running(id - 1)) + running(id + 1);
+    const std::tuple<int, int, uint64_t> key = {
+        -neighbours, state_[id] == State::free ? 0 : 1,
+        state_[id] == State::free ? id : last_used_[id]};
+    if (best < 0 || key < best_key) {
+      best = static_cast<int>(id);
+      best_key = key;
+    }
+  }
+  return best;
 }
 
 PrefixLookup KvManager::lookup_at_least(std::span<const Token> tokens, int min_tokens) const {

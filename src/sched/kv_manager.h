@@ -89,8 +89,10 @@ class KvManager {
 
   bool cache_enabled() const { return options_.enabled; }
   // An id for a new running sequence whose prompt found `hit`: the hit's own cached id when
-  // there are no ids beyond the running ones (always so with a buffer per sequence); otherwise
-  // a free one, evicting a cached one if need be (never the hit's source).
+  // there are no ids beyond the running ones (always so with a buffer per sequence). Otherwise,
+  // with a buffer per sequence, the id that keeps the running ones together (llama.cpp computes
+  // each run of consecutive ids in a pass of its own), its cached cells evicted; in one buffer
+  // a free id, else the least recently used cached one's (never the hit's source).
   int acquire(const PrefixLookup& hit = {});
   // The longest cached prefix of `tokens` a sequence may reuse, keeping at least one token to
   // compute (its logits start the completion).
@@ -133,6 +135,7 @@ class KvManager {
   PrefixLookup lookup_at_least(std::span<const Token> tokens, int min_tokens) const;
   bool window_allows(int source, int tokens) const;
   void end_oldest_trials();
+  int compact_id() const;
   // Frees a cached sequence, first saving its state in the host tier when there is one.
   void evict(int id);
   void save_to_host(int id, const TokenList& tokens);

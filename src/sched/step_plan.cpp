@@ -1,5 +1,7 @@
 #include "sched/step_plan.h"
 
+#include <algorithm>
+
 namespace brisk {
 
 void StepPlan::clear() {
@@ -17,6 +19,12 @@ void StepPlan::add_decode(Sequence& sequence) {
 void StepPlan::add_prefill(Sequence& sequence, int tokens) {
   entries_.push_back({&sequence, tokens, false});
   tokens_ += tokens;
+}
+
+void StepPlan::order_by_sequence_id() {
+  std::stable_sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) {
+    return a.sequence->slot() < b.sequence->slot();
+  });
 }
 
 void StepPlan::fill_batch(ModelRunner& engine) {

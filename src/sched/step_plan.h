@@ -29,6 +29,11 @@ class StepPlan {
   int decode_tokens() const { return decode_tokens_; }
   const std::vector<Entry>& entries() const { return entries_; }
 
+  // Lists the entries by sequence id. With a KV buffer per sequence llama.cpp cuts a batch into
+  // ubatches of consecutive sequence ids in increasing order (llama_batch_allocr::split_equal,
+  // sequential), each computed on its own: in admission order, ids 8..15 then 0..7 took two
+  // passes over the weights a step instead of one.
+  void order_by_sequence_id();
   // Puts the planned tokens into the engine's (cleared) batch.
   void fill_batch(ModelRunner& engine);
   // After a successful decode: the sequences hold the planned tokens in their cells.

@@ -45,6 +45,7 @@ void StepScheduler::step() {
   for (;;) {
     plan_step(admit);
     if (plan_.empty()) break;
+    if (!kv_shared_) plan_.order_by_sequence_id();
     plan_.fill_batch(engine_);
     const TimePoint started = now();
     const DecodeStatus status = engine_.decode();

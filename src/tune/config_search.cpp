@@ -132,6 +132,10 @@ class Search {
       Setting setting = result_.candidates[best_].setting;
       setting[knob.name] = label;
       if (considered(setting)) continue;
+      if (const auto refused = options_.refusal ? options_.refusal(setting) : std::nullopt) {
+        consider(setting, "pruned").note = *refused;
+        continue;
+      }
       if (predicted && best_predicted > 0 && *predicted < options_.prune_below * best_predicted) {
         Candidate& pruned = consider(setting, "pruned");
         pruned.note = "predicted goodput under " +

@@ -55,6 +55,9 @@ struct SearchOptions {
   int confirm_top = 2;      // configurations re-measured besides the baseline
   int confirm_repeats = 1;  // re-measurements of each, interleaved
   double confirm_share = 0.3;  // of the budget kept for the confirmation
+  // Why a configuration cannot serve the workload at all (pruned unmeasured, with that note);
+  // nullopt when it can. None: every configuration can.
+  std::function<std::optional<std::string>(const Setting&)> refusal;
 };
 
 // What to do with a configuration: start its server, search its goodput, stop the server.

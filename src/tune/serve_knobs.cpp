@@ -113,4 +113,20 @@ ServeKnobs brisk_serve_knobs(std::vector<std::string> base_flags, int cores) {
   return serve;
 }
 
+std::optional<std::string> share_refusal(const ServeKnobs& serve, const Setting& setting,
+                                         int longest_request_tokens) {
+  const auto layout = setting.find("kv-layout");
+  if (layout == setting.end() || layout->second != "per-sequence") return std::nullopt;
+  std::vector<std::string> fixed = serve.fixed_args;
+  const int ctx_size = std::atoi(take_flag(fixed, {"--ctx-size", "-c"}).value_or("8192").c_str());
+  const auto seqs = setting.find("max-seqs");
+  const int max_seqs = seqs == setting.end() ? 16 : std::max(1, std::atoi(seqs->second.c_str()));
+  const int share = ctx_size / max_seqs;
+  if (longest_request_tokens <= share) return std::nullopt;
+  return "a KV buffer per sequence holds " + std::to_string(share) + " cells (--ctx-size " +
+         std::to_string(ctx_size) + " / --max-seqs " + std::to_string(max_seqs) +
+         "): the workload's longest request, " + std::to_string(longest_request_tokens) +
+         " tokens, would be refused";
+}
+
 }  // namespace brisk::tune

@@ -18,4 +18,10 @@ struct ServeKnobs {
 
 ServeKnobs brisk_serve_knobs(std::vector<std::string> base_flags, int cores);
 
+// Why `setting` cannot serve requests of `longest_request_tokens` (prompt + answer) at all: with
+// a KV buffer per sequence each holds --ctx-size / --max-seqs cells, and brisk serve refuses a
+// longer request (400). nullopt when it can.
+std::optional<std::string> share_refusal(const ServeKnobs& serve, const Setting& setting,
+                                         int longest_request_tokens);
+
 }  // namespace brisk::tune

@@ -418,6 +418,12 @@ int run_tune(const TuneOptions& options) {
   search.margin = options.margin;
   search.confirm_top = options.confirm_top;
   search.confirm_repeats = options.confirm_repeats;
+  if (options.server_cmd.empty() && options.dataset.empty()) {
+    const int longest = options.input_tokens.longest() + options.output_tokens.longest();
+    search.refusal = [&space, longest](const Setting& setting) {
+      return share_refusal(space.serve, setting, longest);
+    };
+  }
   std::cerr << fmt::format("brisk tune: {} on {}, SLO {}, budget {}, {}\n", report.server,
                            options.model, options.slo, format_duration(options.budget_s),
                            space.verify.empty()

@@ -69,6 +69,14 @@ class FakeModelRunner final : public ModelRunner {
       return DecodeStatus::no_kv_space;  // nothing applied, as llama_decode
     }
     std::set<int> sequences;
+    // llama.cpp's sequential split (a buffer per sequence) computes each run of consecutive
+    // sequence ids, in increasing order, in its own pass.
+    int runs = batch_.empty() ? 0 : 1;
+    for (size_t i = 1; i < batch_.size(); ++i) {
+      const int previous = batch_[i - 1].sequence;
+      if (batch_[i].sequence != previous && batch_[i].sequence != previous + 1) ++runs;
+    }
+    max_sequence_runs_ = std::max(max_sequence_runs_, runs);
     logits_.assign(batch_.size() * static_cast<size_t>(vocabulary_), 0.0f);
     for (size_t i = 0; i < batch_.size(); ++i) {
       const Entry& entry = batch_[i];
@@ -206,6 +214,11 @@ class FakeModelRunner final : public ModelRunner {
     std::lock_guard lock(mutex_);
     return misplaced_;
   }
+  // The most runs of consecutive, increasing sequence ids a batch held.
+  int max_sequence_runs() const {
+    std::lock_guard lock(mutex_);
+    return max_sequence_runs_;
+  }
   int max_sequences_in_a_step() const {
     std::lock_guard lock(mutex_);
     return max_sequences_in_a_step_;
@@ -277,6 +290,7 @@ class FakeModelRunner final : public ModelRunner {
   int no_kv_space_ = 0;
   int misplaced_ = 0;
   int max_sequences_in_a_step_ = 0;
+  int max_sequence_runs_ = 0;
   int max_cells_used_ = 0;
   int max_batch_ = 0;
 };

@@ -474,6 +474,36 @@ TEST(PerSequenceLayout, ATakenOverSequencesTailGoesToTheHostTier) {
   expect_same_streams(outcomes, alone(jobs));
 }
 
+// llama.cpp computes a batch of a buffer per sequence one run of consecutive, increasing ids at
+// a time: when a wave fills every id, some cached and taken in another order than they were
+// admitted, every step is listed by id: one run, one pass.
+TEST(PerSequenceLayout, AFullWaveIsOneRunOfSequenceIdsEveryStep) {
+  auto job = [](int i) {
+    Job made;
+    made.prompt = range(100 * i + 1, 20);
+    made.max_tokens = 12;
+    made.sampling = greedy();
+    return made;
+  };
+  FakeModelRunner runner(4096, -1, 97, 8);
+  runner.per_sequence = true;
+  SchedulerRun run(runner, options(8, 512));
+  std::vector<Job> jobs;
+  for (int i = 0; i < 10; ++i) {
+    jobs.push_back(job(i));
+    // Three first: two done by decode 3 (their ids then cached), one still running when a
+    // wave of seven arrives.
+    jobs.back().max_tokens = i < 2 ? 2 : i == 2 ? 30 : 12;
+    jobs.back().submit_before_decode = i < 3 ? 0 : 6;
+  }
+  const auto outcomes = run.all(jobs);
+  for (Job& made : jobs) made.submit_before_decode = 0;
+  expect_same_streams(outcomes, alone(jobs));
+  EXPECT_EQ(run.metric("brisk_prefix_cache_misses_total{reason=\"no_match\"}"), 10);
+  EXPECT_EQ(runner.max_sequence_runs(), 1);
+  EXPECT_EQ(runner.misplaced_tokens(), 0);
+}
+
 // A prompt sharing a running sequence's prefix gets a copy of its cells (llama.cpp copies a
 // sequence's whole buffer, then the copy is trimmed): both streams as if each ran alone.
 TEST(PerSequenceLayout, APrefixOfARunningSequenceIsCopied) {

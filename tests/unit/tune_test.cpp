@@ -294,6 +294,46 @@ TEST(TuneSearch, PredictionOrdersTheKnobsAndPrunesHopelessValues) {
   EXPECT_EQ(result.candidates[result.best].setting.at("batch"), "1024");
 }
 
+// A configuration that cannot serve the workload (brisk serve would refuse its longest request)
+// is pruned with the reason, never measured.
+TEST(TuneSearch, AConfigurationThatRefusesTheWorkloadIsNotMeasured) {
+  FakeClock clock;
+  int runs = 0;
+  Budget budget(1e6, [&] { return clock.now_s; });
+  const std::vector<Knob> knobs = fake_knobs();
+  SearchOptions options;
+  options.refusal = [](const Setting& setting) -> std::optional<std::string> {
+    if (setting.at("slots") == "8") return "too small a share";
+    return std::nullopt;
+  };
+  const SearchResult result = search_configurations(knobs, baseline_setting(knobs), {},
+                                                    fake_measure(clock, runs, budget), budget,
+                                                    options);
+  const auto eight = std::find_if(result.candidates.begin(), result.candidates.end(),
+                                  [](const Candidate& c) { return c.setting.at("slots") == "8"; });
+  ASSERT_NE(eight, result.candidates.end());
+  EXPECT_EQ(eight->stage, "pruned");
+  EXPECT_EQ(eight->note, "too small a share");
+  EXPECT_FALSE(eight->measured());
+  EXPECT_EQ(result.candidates[result.best].setting.at("slots"), "4");  // the best of the rest
+}
+
+// With a buffer per sequence a request is limited to --ctx-size / --max-seqs cells.
+TEST(TuneServeKnobs, APerSequenceShareTooSmallForTheLongestRequestIsARefusal) {
+  const ServeKnobs serve = brisk_serve_knobs({"--model", "m", "--ctx-size", "4096"}, 2);
+  Setting setting = baseline_setting(serve.knobs);
+  EXPECT_FALSE(share_refusal(serve, setting, 1000));  // one buffer: a request may use all of it
+  setting["kv-layout"] = "per-sequence";
+  setting["max-seqs"] = "4";
+  EXPECT_FALSE(share_refusal(serve, setting, 1024));
+  const auto refused = share_refusal(serve, setting, 1025);
+  ASSERT_TRUE(refused);
+  EXPECT_NE(refused->find("1024 cells"), std::string::npos) << *refused;
+  const ServeKnobs defaults = brisk_serve_knobs({"--model", "m"}, 2);  // --ctx-size 8192
+  EXPECT_TRUE(share_refusal(defaults, setting, 2049));
+  EXPECT_FALSE(share_refusal(defaults, setting, 2048));
+}
+
 TEST(TuneSearch, KnobsThePredictionCannotSeeAlternateWithThoseItCan) {
   std::vector<Knob> knobs = fake_knobs();  // slots (not predicted), batch
   knobs[1].predicted = true;
