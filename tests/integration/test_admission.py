@@ -140,18 +140,26 @@ def test_ready_is_503_while_the_queue_is_full(brisk_guarded):
         futures = [pool.submit(one, i) for i in range(3)]
         deadline = time.monotonic() + 60
         saturated = None
+        seen: dict[str, int] = {}  # /ready answers, and 503s seen before any KV cell was used
         while time.monotonic() < deadline and saturated is None:
             r = httpx.get(brisk_guarded.base_url + "/ready", timeout=10)
+            seen[str(r.status_code)] = seen.get(str(r.status_code), 0) + 1
             if r.status_code == 503:
                 metrics = get_metrics(brisk_guarded)
                 # Past the first request's first step, so its KV cells are counted.
                 if metrics["brisk_kv_cache_usage_ratio"] > 0:
                     saturated = r
+                else:
+                    seen["503 with no KV cell used"] = seen.get("503 with no KV cell used", 0) + 1
             else:
                 assert r.status_code == 200, r.text
             if saturated is None:
                 time.sleep(0.02)
-        assert saturated is not None, "/ready never said 503 with the queue full"
+        if saturated is None:  # seen once in CI (2026-12-04): say what the requests got
+            answers = [(f.result().status_code, f.result().text[:200]) for f in futures]
+            pytest.fail(f"/ready never said 503 with the queue full: /ready answered {seen}; "
+                        f"the requests got {answers}; metrics at the end: "
+                        f"{ {k: v for k, v in get_metrics(brisk_guarded).items() if 'request' in k} }")
         assert saturated.json() == {"status": "queue_full"}, saturated.text
         assert metrics["brisk_requests_waiting"] == 2, metrics
         assert metrics["vllm:num_requests_waiting" + model_label] == 2, metrics

@@ -220,6 +220,35 @@ def test_per_sequence_kv_limits_each_request_to_its_share(tmp_path_factory):
         _stop_and_check_clean_exit(server)
 
 
+def test_one_sequence_at_a_time_keeps_a_seeded_text_whatever_else_is_sent(tmp_path_factory):
+    """docs/api.md's guarantee for reproducible seeds: with --max-seqs 1 every request runs alone,
+    with the prefix cache off its whole prompt is computed, and with --target-itl-ms 0 in chunks
+    that depend on the prompt alone; a seeded request then gives the same text sent alone, sent
+    again and sent among seven others at once. Otherwise it need not: a batch's kernels round
+    differently, and a cached prefix leaves a shorter suffix to compute (docs/api.md)."""
+    server = _start_brisk(tmp_path_factory, "brisk-one-at-a-time",
+                          ["--max-seqs", "1", "--prefix-cache", "off", "--target-itl-ms", "0"],
+                          api_key=None)
+    story = ("Once upon a time, in a village by the sea, there lived an old fisherman who "
+             "mended his nets every morning and told stories to the children every evening. ")
+    body = {"prompt": story * 2 + "One day,", "max_tokens": 24,
+            "temperature": 1, "seed": 11, "ignore_eos": True}
+    try:
+        with server.client() as http:
+            alone = http.post("/v1/completions", json=body).json()["choices"][0]["text"]
+            again = http.post("/v1/completions", json=body).json()
+            others = [dict(body, prompt=f"Story {i}: a dragon, a knight and a", seed=i)
+                      for i in range(6)]
+            with concurrent.futures.ThreadPoolExecutor(8) as pool:
+                answers = list(pool.map(lambda b: http.post("/v1/completions", json=b).json(),
+                                        [body, *others, body]))
+    finally:
+        _stop_and_check_clean_exit(server)
+    texts = [answers[0]["choices"][0]["text"], answers[-1]["choices"][0]["text"]]
+    assert again["choices"][0]["text"] == alone
+    assert texts == [alone, alone], (alone, texts)
+
+
 def _fingerprints(http) -> set[str]:
     """system_fingerprint of a whole completion, a chat and every chunk of a streamed chat."""
     seen = {http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 2}
