@@ -24,7 +24,6 @@ writes every run as JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -33,8 +32,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sampling_compare import row_numbers, run_bench  # noqa: E402
-from serve_compare import BIN_DIR, free_port, log, machine_info, start_server  # noqa: E402
+from sampling_compare import row_numbers, run_bench, write_out  # noqa: E402
+from serve_compare import BIN_DIR, free_port, log, start_server  # noqa: E402
 
 SERVERS = ["brisk-unified", "brisk-per-seq", "llama-server"]
 
@@ -113,10 +112,7 @@ def main() -> int:
               + f" | {row['unified_ratio']:.2f}x | {row['per_seq_ratio']:.2f}x | "
               + " / ".join(f"{med(streams, s, 'itl_p50_ms'):.0f}" for s in servers)
               + f" | {errors:g} |")
-    if args.out:
-        args.out.write_text(json.dumps({"machine": machine_info(), "args": {
-            k: str(v) for k, v in vars(args).items()}, "table": table, "runs": runs}, indent=1))
-        log(f"wrote {args.out}")
+    write_out(args, table, runs)
     return 0
 
 

@@ -94,6 +94,15 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def write_out(args: argparse.Namespace, table: list[dict], runs: list[dict]) -> None:
+    """--out: the machine, the arguments, the table of medians and every run, as JSON."""
+    if not args.out:
+        return
+    args.out.write_text(json.dumps({"machine": machine_info(), "args": {
+        k: str(v) for k, v in vars(args).items()}, "table": table, "runs": runs}, indent=1))
+    log(f"wrote {args.out}")
+
+
 def parse_args() -> argparse.Namespace:
     home = Path(os.environ.get("BRISK_HOME", Path.home() / ".cache" / "brisk"))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -173,10 +182,7 @@ def main() -> int:
               f"| {1000 / med('brisk', 'tpot_p50_ms'):.1f} / "
               f"{1000 / med('llama-server', 'tpot_p50_ms'):.1f} |"
               + (f" before: {before:.1f} tok/s" if before == before else ""))
-    if args.out:
-        args.out.write_text(json.dumps({"machine": machine_info(), "args": {
-            k: str(v) for k, v in vars(args).items()}, "table": table, "runs": runs}, indent=1))
-        log(f"wrote {args.out}")
+    write_out(args, table, runs)
     return 0
 
 

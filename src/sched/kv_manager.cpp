@@ -84,28 +84,25 @@ KvManager::KvManager(ModelRunner& engine, int running_limit, int sequence_ids,
 int KvManager::acquire(const PrefixLookup& hit) {
   if (takes_over_ && hit.tokens > 0 && !hit.from_host && hit.source >= 0 &&
       state_[static_cast<size_t>(hit.source)] == State::cached) {
-    state_[static_cast<size_t>(hit.source)] = State::running;
-    reused_[static_cast<size_t>(hit.source)] = false;
-    return hit.source;
+    return start_running(hit.source);
   }
   if (per_sequence_) {
     const int id = compact_id();
     if (id < 0) return -1;
     if (state_[static_cast<size_t>(id)] == State::cached) evict(id);
-    state_[static_cast<size_t>(id)] = State::running;
-    reused_[static_cast<size_t>(id)] = false;
-    return id;
+    return start_running(id);
   }
   for (;;) {
-    for (size_t id = 0; id < state_.size(); ++id) {
-      if (state_[id] == State::free) {
-        state_[id] = State::running;
-        reused_[id] = false;
-        return static_cast<int>(id);
-      }
-    }
+    const auto free = std::find(state_.begin(), state_.end(), State::free);
+    if (free != state_.end()) return start_running(static_cast<int>(free - state_.begin()));
     if (!evict_oldest(hit.source)) return -1;
   }
+}
+
+int KvManager::start_running(int id) {
+  state_[static_cast<size_t>(id)] = State::running;
+  reused_[static_cast<size_t>(id)] = false;
+  return id;
 }
 
 // llama.cpp computes each run of consecutive running ids in a pass of its own (StepPlan): the

@@ -136,6 +136,8 @@ class KvManager {
   bool window_allows(int source, int tokens) const;
   void end_oldest_trials();
   int compact_id() const;
+  // `id` (free, or cached and kept) becomes a running sequence's.
+  int start_running(int id);
   // Frees a cached sequence, first saving its state in the host tier when there is one.
   void evict(int id);
   void save_to_host(int id, const TokenList& tokens);

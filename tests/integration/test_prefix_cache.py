@@ -87,6 +87,18 @@ def compare_greedy(on: list[dict], off: list[dict]) -> int | None:
     return None
 
 
+def compare_conversations(model_name: str, answers: list, answers_off: list) -> None:
+    """conversation()'s answers against a cache-off server's, each with compare_greedy, up to
+    a flip in the last question's answer: the second turn's prompt holds it, so the runs no
+    longer compare after it."""
+    for i, (a, b) in enumerate(zip(answers, answers_off)):
+        flipped_at = compare_greedy(a, b)
+        if flipped_at is not None:
+            print(f"{model_name}: answer {i} flipped at a near-tie, token {flipped_at}")
+            if i == len(QUESTIONS) - 1:
+                break
+
+
 def test_cached_prefixes_are_reused_and_change_no_greedy_token(servers):
     model, start = servers
     on = start("on")
@@ -102,12 +114,7 @@ def test_cached_prefixes_are_reused_and_change_no_greedy_token(servers):
     finally:
         _stop_and_check_clean_exit(off)
 
-    for i, (a, b) in enumerate(zip(answers_on, answers_off)):
-        flipped_at = compare_greedy(a, b)
-        if flipped_at is not None:
-            print(f"{model[0]}: answer {i} flipped at a near-tie, token {flipped_at}")
-            if i == len(QUESTIONS) - 1:
-                break  # the last turn's prompt holds this answer: the runs no longer compare
+    compare_conversations(model[0], answers_on, answers_off)
     # The first answer reuses nothing, so it is computed the same way: token for token equal.
     assert [t["token"] for t in answers_on[0]] == [t["token"] for t in answers_off[0]]
     assert cached_off == [0, 0, 0, 0]
@@ -153,9 +160,7 @@ def test_a_buffer_per_sequence_reuses_prefixes_in_place_and_by_copy(servers, tmp
                                                max_tokens=TOKENS, temperature=0)
     finally:
         _stop_and_check_clean_exit(off)
-    for i, (a, b) in enumerate(zip(answers, answers_off)):
-        if compare_greedy(a, b) is not None and i == len(QUESTIONS) - 1:
-            break
+    compare_conversations(model[0], answers, answers_off)
     assert cached[0] == 0
     assert all(c >= 150 for c in cached[1:]), cached
     assert cached[3] > cached[2], cached
@@ -189,9 +194,7 @@ def test_evicted_prefixes_come_back_from_host_memory_with_the_same_greedy_text(s
         answers_off, _ = conversation(off, model[0])
     finally:
         _stop_and_check_clean_exit(off)
-    for i, (a, b) in enumerate(zip(answers_host, answers_off)):
-        if compare_greedy(a, b) is not None and i == len(QUESTIONS) - 1:
-            break
+    compare_conversations(model[0], answers_host, answers_off)
     assert cached_host[0] == 0
     assert all(c >= 150 for c in cached_host[1:]), cached_host
     assert metrics["brisk_prefix_cache_sequences"] == 0  # nothing stays in the KV cache
