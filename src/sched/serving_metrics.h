@@ -18,6 +18,7 @@ struct SchedulerStats {
   int waiting = 0;
   int preempted = 0;    // of `waiting`: preempted, waiting to recompute their KV
   int max_waiting = 0;  // --max-queued-requests: the queue is full at this many
+  int free_sequences = 0;  // sequences no request runs on (as of the last step)
   double kv_cache_usage_ratio = 0;
   int prefix_cache_cells = 0;      // KV cells only cached prefixes hold (evictable)
   int prefix_cache_sequences = 0;  // finished requests whose cells are kept for reuse
@@ -26,8 +27,11 @@ struct SchedulerStats {
   int kv_committed_cells = 0;  // and what their prompts still need (as of the last step)
   AdmissionBlock admission_blocked = AdmissionBlock::none;  // why the queue waits
 
-  // As submit() decides: preempted requests do not take places in the queue.
-  bool queue_full() const { return max_waiting > 0 && waiting - preempted >= max_waiting; }
+  // As submit() decides: preempted requests do not take places in the queue, nor do those a
+  // free sequence takes at the next step.
+  bool queue_full() const {
+    return max_waiting > 0 && waiting - preempted - free_sequences >= max_waiting;
+  }
 };
 
 // Where one engine step's time went (brisk_step_phase_seconds).
