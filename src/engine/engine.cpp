@@ -121,7 +121,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options, std::string* 
                   : " (out of memory? try smaller values)");
     return nullptr;
   }
-  engine->attach_cpu_threadpool(threads, options.poll);
+  engine->threadpool_ = CpuThreadpool::attach(engine->context_, threads, options.poll);
   engine->context_size_ = static_cast<int>(llama_n_ctx(engine->context_));
   engine->sequence_context_size_ = static_cast<int>(llama_n_ctx_seq(engine->context_));
   engine->sequence_ids_ = static_cast<int>(llama_n_seq_max(engine->context_));
@@ -137,34 +137,8 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options, std::string* 
 Engine::~Engine() {
   if (batch_) llama_batch_free(*batch_);
   if (context_) llama_free(context_);
-  if (threadpool_ != nullptr && free_threadpool_ != nullptr) free_threadpool_(threadpool_);
+  threadpool_.reset();
   if (model_) llama_model_free(model_);
-}
-
-// Without a threadpool of its own, ggml's CPU backend starts and joins fresh worker threads for
-// every graph it computes, on every decode; llama-server attaches a persistent one, so do we.
-// The pool's functions come through the backend registry, as llama.cpp's common library does,
-// so this works whether the CPU backend is linked in or loaded.
-void Engine::attach_cpu_threadpool(int threads, int poll) {
-  ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
-  if (cpu == nullptr) return;
-  ggml_backend_reg_t registry = ggml_backend_dev_backend_reg(cpu);
-  using NewThreadpool = ggml_threadpool* (*)(ggml_threadpool_params*);
-  auto new_threadpool = reinterpret_cast<NewThreadpool>(
-      ggml_backend_reg_get_proc_address(registry, "ggml_threadpool_new"));
-  free_threadpool_ = reinterpret_cast<void (*)(ggml_threadpool*)>(
-      ggml_backend_reg_get_proc_address(registry, "ggml_threadpool_free"));
-  if (new_threadpool == nullptr || free_threadpool_ == nullptr) return;
-  ggml_threadpool_params params = ggml_threadpool_params_default(threads);
-  params.poll = static_cast<uint32_t>(poll);
-  threadpool_ = new_threadpool(&params);
-  if (threadpool_ == nullptr) {
-    spdlog::warn(
-        "could not create a CPU threadpool of {} threads; ggml will start threads per step",
-        threads);
-    return;
-  }
-  llama_attach_threadpool(context_, threadpool_, nullptr);
 }
 
 TokenList Engine::tokenize(std::string_view text, bool add_special) const {

@@ -7,6 +7,7 @@
 
 #include "engine/chat_template.h"
 #include "engine/grammar.h"
+#include "engine/llama_backend.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/token.h"
@@ -15,7 +16,6 @@ struct llama_model;
 struct llama_context;
 struct llama_vocab;
 struct llama_batch;
-struct ggml_threadpool;
 
 namespace brisk {
 
@@ -106,14 +106,12 @@ class Engine final : public ModelRunner {
 
  private:
   Engine() = default;
-  void attach_cpu_threadpool(int threads, int poll);
 
   llama_model* model_ = nullptr;
   llama_context* context_ = nullptr;
   const llama_vocab* vocab_ = nullptr;
   std::unique_ptr<llama_batch> batch_;
-  ggml_threadpool* threadpool_ = nullptr;
-  void (*free_threadpool_)(ggml_threadpool*) = nullptr;
+  std::unique_ptr<CpuThreadpool> threadpool_;
   int batch_capacity_ = 0;
   int context_size_ = 0;
   int sequence_context_size_ = 0;

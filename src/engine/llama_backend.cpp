@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "ggml-backend.h"
 #include "llama.h"
 
 namespace brisk {
@@ -60,5 +61,33 @@ std::string token_text(const llama_vocab* vocab, Token token) {
   piece.resize(static_cast<size_t>(std::max(length, 0)));
   return piece;
 }
+
+// The pool's functions come through the backend registry, as llama.cpp's common library does,
+// so this works whether the CPU backend is linked in or loaded.
+std::unique_ptr<CpuThreadpool> CpuThreadpool::attach(llama_context* context, int threads,
+                                                     int poll) {
+  ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+  if (cpu == nullptr) return nullptr;
+  ggml_backend_reg_t registry = ggml_backend_dev_backend_reg(cpu);
+  using NewThreadpool = ggml_threadpool* (*)(ggml_threadpool_params*);
+  auto new_pool = reinterpret_cast<NewThreadpool>(
+      ggml_backend_reg_get_proc_address(registry, "ggml_threadpool_new"));
+  auto free_pool = reinterpret_cast<void (*)(ggml_threadpool*)>(
+      ggml_backend_reg_get_proc_address(registry, "ggml_threadpool_free"));
+  if (new_pool == nullptr || free_pool == nullptr) return nullptr;
+  ggml_threadpool_params params = ggml_threadpool_params_default(threads);
+  params.poll = static_cast<uint32_t>(poll);
+  ggml_threadpool* pool = new_pool(&params);
+  if (pool == nullptr) {
+    spdlog::warn(
+        "could not create a CPU threadpool of {} threads; ggml will start threads per step",
+        threads);
+    return nullptr;
+  }
+  llama_attach_threadpool(context, pool, nullptr);
+  return std::unique_ptr<CpuThreadpool>(new CpuThreadpool(pool, free_pool));
+}
+
+CpuThreadpool::~CpuThreadpool() { free_pool_(pool_); }
 
 }  // namespace brisk

@@ -1,11 +1,14 @@
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include "engine/token.h"
 
 struct llama_vocab;
+struct llama_context;
+struct ggml_threadpool;
 
 namespace brisk {
 
@@ -18,5 +21,23 @@ void init_llama_backend_once();
 TokenList tokenize_text(const llama_vocab* vocab, std::string_view text, bool add_special,
                         bool parse_special);
 std::string token_text(const llama_vocab* vocab, Token token);
+
+// A persistent pool of CPU worker threads attached to a context. Without one, ggml's CPU backend
+// starts and joins fresh threads for every graph it computes; llama-server attaches one, so do
+// we. Free the context before its pool.
+class CpuThreadpool {
+ public:
+  // Null (and a warning) when the CPU backend offers no pools; ggml then starts threads per step.
+  static std::unique_ptr<CpuThreadpool> attach(llama_context* context, int threads, int poll);
+  ~CpuThreadpool();
+  CpuThreadpool(const CpuThreadpool&) = delete;
+  CpuThreadpool& operator=(const CpuThreadpool&) = delete;
+
+ private:
+  CpuThreadpool(ggml_threadpool* pool, void (*free_pool)(ggml_threadpool*))
+      : pool_(pool), free_pool_(free_pool) {}
+  ggml_threadpool* pool_;
+  void (*free_pool_)(ggml_threadpool*);
+};
 
 }  // namespace brisk

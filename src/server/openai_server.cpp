@@ -69,14 +69,29 @@ constexpr Route kRoutes[] = {
     {"/metrics", http::verb::get},         {"/debug/scheduler", http::verb::get},
     {"/v1/models", http::verb::get},       {"/v1/chat/completions", http::verb::post},
     {"/v1/completions", http::verb::post}, {"/tokenize", http::verb::post},
+    {"/v1/embeddings", http::verb::post},
 };
+
+// The routes only a generative model serves (the completion engine's).
+bool is_generation_route(std::string_view path) {
+  return path == "/v1/chat/completions" || path == "/v1/completions" || path == "/debug/scheduler";
+}
 
 }  // namespace
 
 OpenAiServer::OpenAiServer(Engine& engine, EngineLoop& engine_loop, ServingMetrics& metrics,
                            ServerOptions options)
-    : engine_(engine),
-      engine_loop_(engine_loop),
+    : engine_(&engine),
+      engine_loop_(&engine_loop),
+      metrics_(metrics),
+      options_(std::move(options)),
+      acceptor_(io_),
+      accept_pause_(io_),
+      connections_(options_.max_connections) {}
+
+OpenAiServer::OpenAiServer(EmbeddingsRoute& embeddings, ServingMetrics& metrics,
+                           ServerOptions options)
+    : embeddings_(&embeddings),
       metrics_(metrics),
       options_(std::move(options)),
       acceptor_(io_),
@@ -158,7 +173,8 @@ void OpenAiServer::run_io() {
 }
 
 void OpenAiServer::drain() {
-  engine_loop_.shutdown(options_.drain_timeout);
+  if (engine_loop_) engine_loop_->shutdown(options_.drain_timeout);
+  if (embeddings_) embeddings_->shutdown(options_.drain_timeout);
   // Every request has its final update; let the responses reach their clients.
   const TimePoint deadline = Clock::now() + std::chrono::seconds(2);
   while (connections_.busy() > 0 && Clock::now() < deadline) {
@@ -270,6 +286,8 @@ void OpenAiServer::handle(HttpRequest&& request, const std::shared_ptr<HttpSessi
     return session->respond(std::move(response));
   }
 
+  if (auto error = check_model_kind(path))
+    return session->respond(reject(*error, "wrong_model_kind"));
   if (path == "/health")
     return session->respond(json_response(http::status::ok, {{"status", "ok"}}));
   if (path == "/ready") {
@@ -278,7 +296,7 @@ void OpenAiServer::handle(HttpRequest&& request, const std::shared_ptr<HttpSessi
           json_response(http::status::service_unavailable, {{"status", "draining"}}));
     }
     // A full queue answers 429 to every new request: a balancer should send them elsewhere.
-    if (engine_loop_.stats().queue_full()) {
+    if (engine_loop_ ? engine_loop_->stats().queue_full() : embeddings_->queue_full()) {
       return session->respond(
           json_response(http::status::service_unavailable, {{"status", "queue_full"}}));
     }
@@ -287,9 +305,10 @@ void OpenAiServer::handle(HttpRequest&& request, const std::shared_ptr<HttpSessi
   if (path == "/metrics") {
     HttpResponse response{http::status::ok, 11};
     response.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-    const SchedulerStats stats = engine_loop_.stats();
-    response.body() = metrics_.render_prometheus(stats) + connections_.render_prometheus() +
-                      render_grammar_metrics(engine_.grammars());
+    const SchedulerStats stats = engine_loop_ ? engine_loop_->stats() : SchedulerStats{};
+    response.body() = metrics_.render_prometheus(stats) + connections_.render_prometheus();
+    response.body() +=
+        engine_ ? render_grammar_metrics(engine_->grammars()) : embeddings_->render_metrics();
     if (trace_) response.body() += trace_->render_prometheus();
     if (options_.vllm_metrics) {
       response.body() += ServingMetrics::render_vllm_compat(stats, options_.model_name);
@@ -297,10 +316,12 @@ void OpenAiServer::handle(HttpRequest&& request, const std::shared_ptr<HttpSessi
     return session->respond(std::move(response));
   }
   if (path == "/debug/scheduler") {
-    return session->respond(json_response(http::status::ok, scheduler_json(engine_loop_.snapshot())));
+    return session->respond(
+        json_response(http::status::ok, scheduler_json(engine_loop_->snapshot())));
   }
   if (path == "/v1/models") return session->respond(models_response());
   if (path == "/tokenize") return session->respond(handle_tokenize(request));
+  if (path == "/v1/embeddings") return embeddings_->handle(request, session);
   handle_completion(request,
                     path == "/v1/chat/completions" ? CompletionKind::chat : CompletionKind::text,
                     session);
@@ -330,11 +351,11 @@ void OpenAiServer::handle_completion(const HttpRequest& http_request, Completion
   }
   const auto& prompts = std::get<std::vector<PreparedPrompt>>(prepared);
   for (const auto& [token, bias] : params.sampling.logit_bias) {
-    if (token >= engine_.vocabulary_size()) {
+    if (token >= engine_->vocabulary_size()) {
       return session->respond(reject(
           ApiError::invalid(fmt::format("'logit_bias' names token {}, but the vocabulary has {} "
                                         "tokens",
-                                        token, engine_.vocabulary_size()),
+                                        token, engine_->vocabulary_size()),
                             "logit_bias"),
           "invalid_request"));
     }
@@ -360,9 +381,9 @@ void OpenAiServer::handle_completion(const HttpRequest& http_request, Completion
       echoes.push_back(prompt.echo);
     }
   }
-  auto exchange = std::make_shared<CompletionExchange>(
-      session, std::move(params), options_.model_name, options_.system_fingerprint, engine_loop_,
-      engine_);
+  auto exchange =
+      std::make_shared<CompletionExchange>(session, std::move(params), options_.model_name,
+                                           options_.system_fingerprint, *engine_loop_, *engine_);
   std::vector<std::shared_ptr<Request>> requests;
   std::vector<std::string> prompt_texts;
   for (size_t i = 0; i < choices.size(); ++i) {
@@ -372,7 +393,7 @@ void OpenAiServer::handle_completion(const HttpRequest& http_request, Completion
   }
   if (trace_) exchange->record_to(*trace_, std::move(prompt_texts));
   double estimated_wait_ms = 0;
-  const SubmitStatus status = engine_loop_.submit_all(std::move(requests), &estimated_wait_ms);
+  const SubmitStatus status = engine_loop_->submit_all(std::move(requests), &estimated_wait_ms);
   if (status == SubmitStatus::accepted) return exchange->begin();
 
   exchange->abandon();  // the exchange will never hear from these requests
@@ -389,16 +410,16 @@ void OpenAiServer::handle_completion(const HttpRequest& http_request, Completion
       error.message = fmt::format(
           "the prompts waiting in the server's queue already hold more than {} tokens "
           "(--max-queued-tokens); retry after a short wait",
-          engine_loop_.options().max_queued_tokens);
+          engine_loop_->options().max_queued_tokens);
     } else {
       // When enough of the work ahead should be done for a new request to start in time.
-      const double over_ms = estimated_wait_ms - engine_loop_.options().max_queue_delay_ms;
+      const double over_ms = estimated_wait_ms - engine_loop_->options().max_queue_delay_ms;
       retry_after_s = std::max(1, static_cast<int>(std::ceil(over_ms / 1000.0)));
       error.code = "queue_delay";
       error.message = fmt::format(
           "this request would wait about {:.0f} ms before it starts, more than the server's "
           "limit of {:.0f} ms (--max-queue-delay-ms); retry in {} s",
-          estimated_wait_ms, engine_loop_.options().max_queue_delay_ms, retry_after_s);
+          estimated_wait_ms, engine_loop_->options().max_queue_delay_ms, retry_after_s);
     }
     HttpResponse response = reject(error, error.code);
     response.set(http::field::retry_after, std::to_string(retry_after_s));
@@ -416,7 +437,7 @@ void OpenAiServer::handle_completion(const HttpRequest& http_request, Completion
 std::string OpenAiServer::trace_prompt_text(const TokenList& tokens) const {
   if (!trace_ || !trace_->options().include_text) return {};
   std::string text;
-  for (Token token : tokens) text += engine_.token_piece(token);
+  for (Token token : tokens) text += engine_->token_piece(token);
   return text;
 }
 
@@ -468,7 +489,9 @@ HttpResponse OpenAiServer::handle_tokenize(const HttpRequest& request) {
   }
   const bool add_special = add_special_field != body.end() && add_special_field->is_boolean() &&
                            add_special_field->get<bool>();
-  const TokenList tokens = engine_.tokenize(body["content"].get<std::string>(), add_special);
+  const std::string text = body["content"].get<std::string>();
+  const TokenList tokens =
+      engine_ ? engine_->tokenize(text, add_special) : embeddings_->model().tokenize(text);
   return json_response(http::status::ok, {{"tokens", tokens}});
 }
 
@@ -480,8 +503,28 @@ HttpResponse OpenAiServer::models_response() const {
                 {"object", "model"},
                 {"created", created},
                 {"owned_by", "brisk"},
-                {"max_model_len", engine_.max_request_tokens()}};
+                {"max_model_len", engine_ ? engine_->max_request_tokens()
+                                          : embeddings_->model().max_input_tokens()}};
   return json_response(http::status::ok, {{"object", "list"}, {"data", json::array({model})}});
+}
+
+// A generative model serves the completion routes; an embedding model /v1/embeddings.
+std::optional<ApiError> OpenAiServer::check_model_kind(std::string_view path) const {
+  if (engine_ == nullptr && is_generation_route(path)) {
+    return ApiError::invalid(fmt::format("'{}' is an embedding model: it serves /v1/embeddings, "
+                                         "not {}",
+                                         options_.model_name, path),
+                             "model");
+  }
+  if (embeddings_ == nullptr && path == "/v1/embeddings") {
+    return ApiError::invalid(
+        fmt::format("'{}' is a generative model and makes no embeddings; serve an embedding "
+                    "model (a GGUF that declares a pooling type, e.g. brisk serve --model "
+                    "all-minilm-l6-v2) for /v1/embeddings",
+                    options_.model_name),
+        "model");
+  }
+  return std::nullopt;
 }
 
 HttpResponse OpenAiServer::reject(const ApiError& error, const std::string& reason) {

@@ -9,11 +9,12 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "sched/serving_metrics.h"
 #include "sched/engine_loop.h"
+#include "sched/serving_metrics.h"
 #include "server/api_error.h"
 #include "server/completion_params.h"
 #include "server/connection_limiter.h"
+#include "server/embeddings_route.h"
 #include "server/http_session.h"
 #include "server/trace_writer.h"
 
@@ -34,7 +35,8 @@ struct ServerOptions {
   int io_threads = 2;
   std::chrono::seconds drain_timeout{10};
   GenerationDefaults generation;
-  bool vllm_metrics = false;  // --metrics-compat vllm: the gauges under vLLM's names too  // what requests that name no sampling parameter get
+  bool vllm_metrics = false;  // --metrics-compat vllm: the gauges under vLLM's names too  // what
+                              // requests that name no sampling parameter get
 };
 
 // OpenAI's system_fingerprint for a server whose numbers depend on `numerics` (what it runs and
@@ -46,8 +48,11 @@ std::string system_fingerprint_for(const std::string& numerics);
 // Generation itself is the engine loop's; this class only turns HTTP into Requests and back.
 class OpenAiServer {
  public:
+  // A generative model on the completion routes.
   OpenAiServer(Engine& engine, EngineLoop& engine_loop, ServingMetrics& metrics,
                ServerOptions options);
+  // An embedding model on /v1/embeddings.
+  OpenAiServer(EmbeddingsRoute& embeddings, ServingMetrics& metrics, ServerOptions options);
 
   bool listen(std::string* error);
   int port() const { return bound_port_; }
@@ -98,9 +103,10 @@ class OpenAiServer {
                                          TokenList* tokens, ChatPrompt* chat);
   // Choice `choice` (0 to n - 1) of `prompt`: its own sampler seed, output constraint and
   // tool-call parser; a later choice shares the first one's prompt cells (`first`).
-  std::variant<ChoiceRequest, ApiError> make_choice_request(
-      const CompletionParams& params, const PreparedPrompt& prompt, int choice,
-      const std::shared_ptr<Request>& first);
+  std::variant<ChoiceRequest, ApiError> make_choice_request(const CompletionParams& params,
+                                                            const PreparedPrompt& prompt,
+                                                            int choice,
+                                                            const std::shared_ptr<Request>& first);
   bool prefill_constraint(TokenConstraint& constraint, const std::string& generation_prompt,
                           std::string* error);
   std::optional<ApiError> check_lengths(const CompletionParams& params, const TokenList& tokens,
@@ -108,9 +114,12 @@ class OpenAiServer {
   HttpResponse handle_tokenize(const HttpRequest& request);
   HttpResponse models_response() const;
   HttpResponse reject(const ApiError& error, const std::string& reason);
+  std::optional<ApiError> check_model_kind(std::string_view path) const;
 
-  Engine& engine_;
-  EngineLoop& engine_loop_;
+  // One model per server for now: a generative one (engine and loop) or an embedding one.
+  Engine* engine_ = nullptr;
+  EngineLoop* engine_loop_ = nullptr;
+  EmbeddingsRoute* embeddings_ = nullptr;
   ServingMetrics& metrics_;
   ServerOptions options_;
   net::io_context io_;

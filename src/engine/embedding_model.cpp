@@ -1,0 +1,173 @@
+#include "engine/embedding_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+
+#include "engine/gguf_metadata.h"
+#include "engine/llama_backend.h"
+#include "llama.h"
+
+namespace brisk {
+namespace {
+
+// The unit length OpenAI's embeddings have (llama-server's default embd_normalize, 2).
+void normalize_into(const float* vector, int dimensions, float* out) {
+  double sum = 0;
+  for (int i = 0; i < dimensions; ++i) sum += static_cast<double>(vector[i]) * vector[i];
+  const double scale = sum > 0 ? 1.0 / std::sqrt(sum) : 0.0;
+  for (int i = 0; i < dimensions; ++i) out[i] = static_cast<float>(vector[i] * scale);
+}
+
+}  // namespace
+
+bool is_embedding_model_file(const std::string& path) {
+  std::string ignored;
+  const std::optional<GgufMetadata> metadata = read_gguf_metadata(path, &ignored);
+  return metadata && metadata->arch_number("pooling_type").value_or(0) > 0;
+}
+
+std::unique_ptr<EmbeddingModel> EmbeddingModel::load(const EmbeddingModelOptions& options,
+                                                     std::string* error) {
+  init_llama_backend_once();
+  std::unique_ptr<EmbeddingModel> model(new EmbeddingModel());
+  llama_model_params model_params = llama_model_default_params();
+  model_params.n_gpu_layers = options.gpu_layers;
+  model->model_ = llama_model_load_from_file(options.model_path.c_str(), model_params);
+  if (model->model_ == nullptr) {
+    *error = "could not load model '" + options.model_path +
+             "' (is it a complete GGUF file? run with --log-level debug for llama.cpp's reason)";
+    return nullptr;
+  }
+  model->vocab_ = llama_model_get_vocab(model->model_);
+  const int max_inputs = static_cast<int>(llama_max_parallel_sequences());
+  if (options.max_batch_inputs < 1 || options.max_batch_inputs > max_inputs) {
+    *error = "--max-batch-inputs must be between 1 and " + std::to_string(max_inputs) +
+             " (llama.cpp's sequence ids), got " + std::to_string(options.max_batch_inputs);
+    return nullptr;
+  }
+  const int threads =
+      options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+  llama_context_params params = llama_context_default_params();
+  // A non-causal encoder must see each input whole in one ubatch, so a batch is one ubatch.
+  params.n_ctx = static_cast<uint32_t>(options.max_batch_tokens);
+  params.n_batch = params.n_ubatch = static_cast<uint32_t>(options.max_batch_tokens);
+  params.n_seq_max = static_cast<uint32_t>(options.max_batch_inputs);
+  params.kv_unified = true;  // a causal embedding model's inputs share the one cache
+  params.n_threads = params.n_threads_batch = threads;
+  params.embeddings = true;
+  params.no_perf = true;
+  model->context_ = llama_init_from_model(model->model_, params);
+  if (model->context_ == nullptr) {
+    *error = "could not create a llama.cpp context of " + std::to_string(options.max_batch_tokens) +
+             " tokens and " + std::to_string(options.max_batch_inputs) +
+             " inputs (out of memory? try a smaller --max-batch-tokens)";
+    return nullptr;
+  }
+  if (llama_pooling_type(model->context_) == LLAMA_POOLING_TYPE_NONE) {
+    *error = "the model '" + options.model_path +
+             "' declares no pooling, so it makes no sentence embeddings";
+    return nullptr;
+  }
+  model->threadpool_ = CpuThreadpool::attach(model->context_, threads, /*poll=*/50);
+  model->dimensions_ = llama_model_n_embd_out(model->model_);
+  model->max_batch_tokens_ = options.max_batch_tokens;
+  model->max_batch_inputs_ = options.max_batch_inputs;
+  model->batch_ = std::make_unique<llama_batch>(llama_batch_init(options.max_batch_tokens, 0, 1));
+  return model;
+}
+
+EmbeddingModel::~EmbeddingModel() {
+  if (batch_) llama_batch_free(*batch_);
+  if (context_) llama_free(context_);
+  threadpool_.reset();
+  if (model_) llama_model_free(model_);
+}
+
+TokenList EmbeddingModel::tokenize(std::string_view text) const {
+  // No special-token parsing: a document that contains "[SEP]" is text, not a separator.
+  return tokenize_text(vocab_, text, /*add_special=*/true, /*parse_special=*/false);
+}
+
+void EmbeddingModel::truncate(TokenList* tokens, int max_tokens) const {
+  if (max_tokens < 1 || tokens->size() <= static_cast<size_t>(max_tokens)) return;
+  const bool ends_in_separator = llama_vocab_get_add_sep(vocab_) || llama_vocab_get_add_eos(vocab_);
+  const Token last = tokens->back();
+  tokens->resize(static_cast<size_t>(max_tokens));
+  if (ends_in_separator && max_tokens > 1) tokens->back() = last;
+}
+
+int EmbeddingModel::vocabulary_size() const { return llama_vocab_n_tokens(vocab_); }
+
+int EmbeddingModel::max_input_tokens() const {
+  const int trained = llama_model_n_ctx_train(model_);
+  return trained > 0 ? std::min(trained, max_batch_tokens_) : max_batch_tokens_;
+}
+
+int EmbeddingModel::train_context_size() const { return llama_model_n_ctx_train(model_); }
+
+std::string EmbeddingModel::pooling_name() const {
+  switch (llama_pooling_type(context_)) {
+    case LLAMA_POOLING_TYPE_MEAN:
+      return "mean";
+    case LLAMA_POOLING_TYPE_CLS:
+      return "cls";
+    case LLAMA_POOLING_TYPE_LAST:
+      return "last";
+    case LLAMA_POOLING_TYPE_RANK:
+      return "rank";
+    default:
+      return "none";
+  }
+}
+
+std::string EmbeddingModel::description() const {
+  char buffer[256];
+  const int32_t length = llama_model_desc(model_, buffer, sizeof(buffer));
+  return std::string(buffer, static_cast<size_t>(std::max(length, 0)));
+}
+
+bool EmbeddingModel::embed(std::span<const TokenList* const> inputs, std::vector<float>* vectors,
+                           std::string* error) {
+  size_t tokens_in_all = 0;
+  for (const TokenList* input : inputs) tokens_in_all += input->size();
+  // llama.cpp asserts these; the batcher never builds such a batch, so this is a bug's message.
+  if (tokens_in_all > static_cast<size_t>(max_batch_tokens_) ||
+      inputs.size() > static_cast<size_t>(max_batch_inputs_) ||
+      std::any_of(inputs.begin(), inputs.end(), [](const TokenList* t) { return t->empty(); })) {
+    *error = "a batch of " + std::to_string(inputs.size()) + " inputs and " +
+             std::to_string(tokens_in_all) + " tokens does not fit the model's batch";
+    return false;
+  }
+  llama_batch& batch = *batch_;
+  batch.n_tokens = 0;
+  for (size_t sequence = 0; sequence < inputs.size(); ++sequence) {
+    const TokenList& tokens = *inputs[sequence];
+    for (size_t position = 0; position < tokens.size(); ++position) {
+      const int index = batch.n_tokens++;
+      batch.token[index] = tokens[position];
+      batch.pos[index] = static_cast<llama_pos>(position);
+      batch.n_seq_id[index] = 1;
+      batch.seq_id[index][0] = static_cast<llama_seq_id>(sequence);
+      batch.logits[index] = 1;  // llama.cpp pools over every token of an embedding batch
+    }
+  }
+  // A causal embedding model keeps a cache; the last batch's inputs must not be seen.
+  if (llama_memory_t memory = llama_get_memory(context_)) llama_memory_clear(memory, true);
+  if (const int32_t status = llama_decode(context_, batch); status != 0) {
+    *error = "llama.cpp could not compute the batch (status " + std::to_string(status) + ")";
+    return false;
+  }
+  vectors->resize(inputs.size() * static_cast<size_t>(dimensions_));
+  for (size_t sequence = 0; sequence < inputs.size(); ++sequence) {
+    const float* pooled = llama_get_embeddings_seq(context_, static_cast<llama_seq_id>(sequence));
+    if (pooled == nullptr) {
+      *error = "llama.cpp returned no embedding for input " + std::to_string(sequence);
+      return false;
+    }
+    normalize_into(pooled, dimensions_, vectors->data() + sequence * dimensions_);
+  }
+  return true;
+}
+
+}  // namespace brisk

@@ -1,0 +1,73 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "engine/embedding_runner.h"
+
+#include "engine/llama_backend.h"
+
+struct llama_model;
+struct llama_context;
+struct llama_vocab;
+struct llama_batch;
+
+namespace brisk {
+
+struct EmbeddingModelOptions {
+  std::string model_path;
+  int max_batch_tokens = 4096;  // tokens of all inputs in one batch (one llama.cpp ubatch)
+  int max_batch_inputs = 64;    // inputs in one batch (llama.cpp sequence ids, at most 256)
+  int threads = 0;              // 0 = all cores
+  int gpu_layers = 0;
+};
+
+// True when the GGUF at `path` is a pooling model (it declares a pooling type: BERT-style
+// sentence encoders, rerankers, embedding LLMs) that brisk serves on /v1/embeddings rather than
+// on the completion routes.
+bool is_embedding_model_file(const std::string& path);
+
+// A sentence-embedding model on llama.cpp: pooling and causality come from the GGUF, as
+// llama-server reads them. Tokenizing is safe from any thread; embed() belongs to one thread.
+class EmbeddingModel final : public EmbeddingRunner {
+ public:
+  static std::unique_ptr<EmbeddingModel> load(const EmbeddingModelOptions& options,
+                                              std::string* error);
+  ~EmbeddingModel() override;
+  EmbeddingModel(const EmbeddingModel&) = delete;
+  EmbeddingModel& operator=(const EmbeddingModel&) = delete;
+
+  // With the model's own special tokens (e.g. [CLS] ... [SEP]), as llama-server embeds.
+  TokenList tokenize(std::string_view text) const;
+  // Cuts a tokenized text to `max_tokens`, keeping the separator the tokenizer appends (BERT's
+  // [SEP]), as TEI's truncate does.
+  void truncate(TokenList* tokens, int max_tokens) const;
+  int vocabulary_size() const;
+  // The longest input: the model's trained context, within one batch.
+  int max_input_tokens() const;
+  int train_context_size() const;
+  // "mean", "cls", "last" or "rank".
+  std::string pooling_name() const;
+  std::string description() const;
+
+  int dimensions() const override { return dimensions_; }
+  int max_batch_tokens() const override { return max_batch_tokens_; }
+  int max_batch_inputs() const override { return max_batch_inputs_; }
+  bool embed(std::span<const TokenList* const> inputs, std::vector<float>* vectors,
+             std::string* error) override;
+
+ private:
+  EmbeddingModel() = default;
+
+  llama_model* model_ = nullptr;
+  llama_context* context_ = nullptr;
+  const llama_vocab* vocab_ = nullptr;
+  std::unique_ptr<CpuThreadpool> threadpool_;
+  std::unique_ptr<llama_batch> batch_;
+  int dimensions_ = 0;
+  int max_batch_tokens_ = 0;
+  int max_batch_inputs_ = 0;
+};
+
+}  // namespace brisk

@@ -1,0 +1,35 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/embedding_model.h"
+#include "sched/embedding_batcher.h"
+#include "server/http_session.h"
+
+namespace brisk {
+
+// /v1/embeddings: checks and tokenizes a request on the I/O thread, queues its inputs in the
+// dynamic batcher and answers when every input has its vector (docs/api.md, "Embeddings").
+class EmbeddingsRoute {
+ public:
+  EmbeddingsRoute(EmbeddingModel& model, EmbeddingBatcher& batcher, EmbeddingMetrics& metrics,
+                  std::string model_name);
+
+  void handle(const HttpRequest& request, const std::shared_ptr<HttpSession>& session);
+  EmbeddingModel& model() { return model_; }
+  std::string render_metrics() const;
+  bool queue_full() const;
+  // Stops admitting and lets queued inputs finish for up to `drain_timeout`.
+  void shutdown(std::chrono::milliseconds drain_timeout) { batcher_.shutdown(drain_timeout); }
+
+ private:
+  HttpResponse reject(const ApiError& error, const std::string& reason);
+
+  EmbeddingModel& model_;
+  EmbeddingBatcher& batcher_;
+  EmbeddingMetrics& metrics_;
+  const std::string model_name_;
+};
+
+}  // namespace brisk
