@@ -120,6 +120,31 @@ std::string conflicting_flags(const BenchFlags& flags) {
       }
     }
   }
+  if (flags.endpoint == "embeddings") {
+    if (!flags.dataset.empty() || !flags.sharegpt.empty() || !flags.preset.empty() ||
+        !flags.sessions.empty()) {
+      return "--endpoint embeddings sends synthetic inputs of --input-tokens: drop --dataset, "
+             "--sharegpt, --preset and --sessions";
+    }
+    if (flags.output_tokens_given) {
+      return "--endpoint embeddings generates nothing: drop --output-tokens";
+    }
+    if (!flags.sampling.sent_sampling().empty()) {
+      return "--endpoint embeddings samples nothing: drop the sampling flags";
+    }
+    std::string ignored;  // a malformed --slo is reported where it is parsed
+    for (const SloLimit& limit :
+         parse_slo_limits(flags.slo, ignored).value_or(std::vector<SloLimit>{})) {
+      if (limit.metric != "e2e") {
+        return fmt::format(
+            "an embeddings answer has no first token: an SLO on {} could never "
+            "be checked; limit e2e",
+            limit.metric);
+      }
+    }
+  } else if (flags.inputs_per_request != 1) {
+    return "--inputs-per-request is for --endpoint embeddings";
+  }
   for (const std::string& rate : flags.rates) {
     if (flags.duration_s && rate == "inf") {
       return "--rate inf sends every request at once, which needs a count: use --num-requests "
@@ -179,7 +204,10 @@ int run_bench(const BenchFlags& flags) {
   const bench::TokenCalibration calibration =
       bench::calibrate_tokens(*target, model, setup_timeout);
   bench::WorkloadSpec spec;
-  spec.kind = flags.endpoint == "chat" ? bench::ApiKind::chat : bench::ApiKind::completions;
+  spec.kind = flags.endpoint == "chat"         ? bench::ApiKind::chat
+              : flags.endpoint == "embeddings" ? bench::ApiKind::embeddings
+                                               : bench::ApiKind::completions;
+  spec.inputs_per_request = flags.inputs_per_request;
   spec.model = model;
   spec.input_tokens = *bench::parse_length_distribution(flags.input_tokens, error);
   spec.output_tokens = *bench::parse_length_distribution(flags.output_tokens, error);
@@ -188,7 +216,7 @@ int run_bench(const BenchFlags& flags) {
   spec.sharegpt_path = flags.sharegpt;
   spec.sharegpt_wanted = flags.duration_s ? 1000 : flags.warmup_requests + flags.num_requests;
   spec.seed = flags.seed;
-  spec.stream = !flags.no_stream;
+  spec.stream = !flags.no_stream && spec.kind != bench::ApiKind::embeddings;
   spec.sampling = *sampling;
 
   // One shared workload, or one per preset case (each then its own load point).
@@ -404,8 +432,7 @@ int run_bench(const BenchFlags& flags) {
       return 2;
     }
     const bench::RateSearch search = bench::find_max_rate(
-        *slo, flags.search_steps,
-        [&](double rate) { return run_point(open_point(rate)); },
+        *slo, flags.search_steps, [&](double rate) { return run_point(open_point(rate)); },
         [](const bench::RateTrial& trial) {
           if (std::isinf(trial.rate)) return;
           std::cerr << fmt::format(

@@ -11,8 +11,14 @@ namespace brisk {
 CLI::Option* add_bench_flags(CLI::App& app, BenchFlags& flags) {
   app.add_option("--url", flags.url, "Base URL of the OpenAI-compatible server")
       ->capture_default_str();
-  app.add_option("--endpoint", flags.endpoint, "Which API to drive")
-      ->check(CLI::IsMember({"completions", "chat"}))
+  app.add_option("--endpoint", flags.endpoint,
+                 "Which API to drive: completions, chat, or embeddings (synthetic inputs of "
+                 "--input-tokens, --inputs-per-request in each request)")
+      ->check(CLI::IsMember({"completions", "chat", "embeddings"}))
+      ->capture_default_str();
+  app.add_option("--inputs-per-request", flags.inputs_per_request,
+                 "--endpoint embeddings: inputs in each request")
+      ->check(CLI::Range(1, 2048))
       ->capture_default_str();
   app.add_option("--model", flags.model, "Model name (default: the first of GET /v1/models)");
   app.add_option("--api-key", flags.api_key, "Sent as 'Authorization: Bearer KEY'");

@@ -15,6 +15,7 @@ namespace brisk {
 struct BenchFlags {
   std::string url = "http://127.0.0.1:8080";
   std::string endpoint = "completions";
+  int inputs_per_request = 1;
   std::string model;
   std::string api_key;
   std::vector<int> concurrency{1};

@@ -58,6 +58,7 @@ json run_json(const LoadPointOutcome& outcome, std::optional<double> usd_per_hou
       {"request_throughput", s.request_throughput},
       {"input_token_throughput", s.input_token_throughput},
       {"output_token_throughput", s.output_token_throughput},
+      {"embedding_throughput", s.embedding_throughput},
       {"duration_s", s.duration_s},
       {"chunk_token_mismatch", s.chunk_token_mismatch},
       {"new_connections", s.new_connections},
@@ -180,6 +181,10 @@ std::string summary_table(const BenchReport& report) {
         load_label, s.ok, s.failed, s.request_throughput, s.output_token_throughput,
         pair(s.ttft_ms), pair(s.itl_ms), pair(s.tpot_ms), pair(s.e2e_ms), s.chunk_token_mismatch,
         s.schedule_lag_ms.p99);
+    if (s.total_embeddings > 0) {
+      table += fmt::format("{:>16} embeddings {:.1f}/s, input tokens {:.0f}/s\n", "",
+                           s.embedding_throughput, s.input_token_throughput);
+    }
   }
   return table;
 }

@@ -92,6 +92,27 @@ bool read_completion_object(const json& object, ApiKind kind, RequestRecord& rec
   return !choice_text((*choices)[0], kind, true).empty();
 }
 
+// An embeddings answer: one vector per input sent (of any encoding), its prompt tokens, no output.
+void read_embeddings_object(const json& object, RequestRecord& record) {
+  const auto data = object.find("data");
+  if (data == object.end() || !data->is_array()) {
+    record.fail(RequestError::malformed_sse, "an embeddings answer without a \"data\" list");
+    return;
+  }
+  record.embeddings = static_cast<int>(data->size());
+  if (record.embeddings != record.embedding_inputs) {
+    record.fail(RequestError::malformed_sse,
+                std::to_string(record.embeddings) + " vectors came back for " +
+                    std::to_string(record.embedding_inputs) + " inputs");
+    return;
+  }
+  if (const auto usage = object.find("usage"); usage != object.end() && usage->is_object()) {
+    if (const auto count = token_count(*usage, "prompt_tokens")) record.prompt_tokens = *count;
+  }
+  record.completion_tokens = 0;  // nothing is generated
+  read_server_timings(object, record);
+}
+
 // The error's message, or else the start of what the server sent. (Not error.dump(): dumping
 // recurses, and a server can nest arrays deeper than the stack.)
 std::string error_message_of(const json& object, std::string_view sent) {
@@ -124,6 +145,8 @@ void read_response_body(std::string_view body, ApiKind kind, RequestRecord& reco
     record.fail(RequestError::malformed_sse, "response is not JSON");
   } else if (object.contains("error")) {
     record.fail(RequestError::stream_error, error_message_of(object, body));
+  } else if (kind == ApiKind::embeddings) {
+    read_embeddings_object(object, record);
   } else {
     read_completion_object(object, kind, record);
   }

@@ -71,6 +71,11 @@ std::string build_completion_body(ApiKind kind, const std::string& model, const 
   return body.dump();
 }
 
+std::string build_embeddings_body(const std::string& model,
+                                  const std::vector<std::string>& inputs) {
+  return json{{"model", model}, {"input", inputs}}.dump();
+}
+
 std::string build_token_prompt_body(const std::string& model, const std::vector<int>& prompt,
                                     int max_tokens, bool stream, const SamplingOptions& sampling) {
   json body = request_body(model, max_tokens, stream, sampling);
@@ -133,6 +138,7 @@ net::awaitable<bool> OpenAiConnection::connect(TimePoint deadline, RequestRecord
 net::awaitable<void> OpenAiConnection::send(const CompletionRequest& request,
                                             RequestRecord& record) {
   record.streamed = request.stream;
+  record.embedding_inputs = request.inputs;
   const TimePoint deadline = Clock::now() + timeout_;
   // A kept-alive connection the server has closed since (its idle timeout), or is closing, is
   // replaced before anything goes out on it. A request is sent again only when the server

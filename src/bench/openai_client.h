@@ -26,6 +26,7 @@ struct CompletionRequest {
   std::string route;  // full request target, e.g. "/v1/completions"
   std::string body;   // JSON body
   bool stream = true;
+  int inputs = 0;  // an embeddings request: the inputs it sends (as many vectors must come back)
 };
 
 // The JSON body of a completion request. Streaming asks for a final `usage` event
@@ -41,6 +42,9 @@ std::string build_token_prompt_body(const std::string& model, const std::vector<
 // The same for /v1/chat/completions with a whole `messages` array (e.g. a multi-turn test case).
 std::string build_messages_body(const std::string& model, const nlohmann::json& messages,
                                 int max_tokens, bool stream, const SamplingOptions& sampling);
+
+// /v1/embeddings with these inputs, as OpenAI's `input` list (non-streamed).
+std::string build_embeddings_body(const std::string& model, const std::vector<std::string>& inputs);
 
 // One virtual user's HTTP/1.1 connection to the target. It sends one request at a time and keeps
 // the connection alive between requests, as a real client pool would, so connection setup is not

@@ -58,6 +58,9 @@ struct RequestRecord {
   // Prompt tokens the server reused from its cache (`usage.prompt_tokens_details.cached_tokens`,
   // or llama-server's `timings.cache_n`); -1 when it did not say.
   int cached_prompt_tokens = -1;
+  // An embeddings request: the inputs it sent, and the vectors that came back (-1: none read).
+  int embedding_inputs = 0;
+  int embeddings = -1;
 
   // What the server measured itself, when it reports it: brisk's `brisk_timings` (queue and
   // prefill) or llama-server's `timings` (prompt processing only, no queue); -1 when absent.

@@ -51,6 +51,7 @@ RunStatistics compute_run_statistics(const std::vector<RequestRecord>& records, 
     e2e.push_back(e2e_ms);
     const auto& chunks = record.content_chunks;
     if (record.prompt_tokens > 0) stats.total_input_tokens += record.prompt_tokens;
+    if (record.embeddings > 0) stats.total_embeddings += record.embeddings;
     if (record.completion_tokens >= 0) {
       stats.total_output_tokens += record.completion_tokens;
     } else {
@@ -97,6 +98,7 @@ RunStatistics compute_run_statistics(const std::vector<RequestRecord>& records, 
     stats.request_throughput = stats.ok / stats.duration_s;
     stats.input_token_throughput = stats.total_input_tokens / stats.duration_s;
     stats.output_token_throughput = stats.total_output_tokens / stats.duration_s;
+    stats.embedding_throughput = stats.total_embeddings / stats.duration_s;
     stats.goodput = stats.good_requests / stats.duration_s;
   }
   return stats;

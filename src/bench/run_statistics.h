@@ -55,6 +55,9 @@ struct RunStatistics {
   double output_token_throughput = 0;  // usage.completion_tokens of successes per second
   long total_input_tokens = 0;
   long total_output_tokens = 0;
+  // Embeddings runs: vectors received, and per second.
+  long total_embeddings = 0;
+  double embedding_throughput = 0;
 
   // Successful streamed requests whose content-chunk count differs from
   // usage.completion_tokens: the server batches several tokens per chunk (ITL then

@@ -36,7 +36,15 @@ std::optional<TargetEndpoint> parse_target_url(const std::string& url, std::stri
 }
 
 const char* completion_route(ApiKind kind) {
-  return kind == ApiKind::chat ? "/v1/chat/completions" : "/v1/completions";
+  switch (kind) {
+    case ApiKind::chat:
+      return "/v1/chat/completions";
+    case ApiKind::embeddings:
+      return "/v1/embeddings";
+    case ApiKind::completions:
+      break;
+  }
+  return "/v1/completions";
 }
 
 }  // namespace brisk::bench

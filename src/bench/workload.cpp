@@ -164,6 +164,14 @@ int SyntheticWorkload::output_tokens(int run_index, int request_index) const {
 }
 
 CompletionRequest SyntheticWorkload::request(int run_index, int request_index) const {
+  if (options_.kind == ApiKind::embeddings) {
+    // Each input its own prompt, numbered on from the request's, so none repeats another.
+    std::vector<std::string> inputs;
+    const int count = options_.inputs_per_request;
+    for (int i = 0; i < count; ++i) inputs.push_back(prompt(run_index, request_index * count + i));
+    return CompletionRequest{target_.route(completion_route(options_.kind)),
+                             build_embeddings_body(options_.model, inputs), false, count};
+  }
   return CompletionRequest{
       target_.route(completion_route(options_.kind)),
       build_completion_body(options_.kind, options_.model, prompt(run_index, request_index),

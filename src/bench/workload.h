@@ -46,6 +46,7 @@ struct WorkloadOptions {
   uint64_t seed = 0;
   bool stream = true;
   SamplingOptions sampling;
+  int inputs_per_request = 1;  // embeddings: inputs in each request
 };
 
 // Synthetic prompts whose lengths in tokens follow `input_tokens`, each asking for a length drawn

@@ -20,9 +20,9 @@ BuiltWorkload synthetic(const WorkloadSpec& spec, const TargetEndpoint& target,
                         const TokenCalibration& calibration, std::chrono::milliseconds timeout) {
   auto workload = std::make_unique<SyntheticWorkload>(
       WorkloadOptions{spec.kind, spec.model, spec.input_tokens, spec.output_tokens, spec.seed,
-                      spec.stream, spec.sampling},
+                      spec.stream, spec.sampling, spec.inputs_per_request},
       target, calibration);
-  if (calibration.measured() && spec.kind == ApiKind::completions) {
+  if (calibration.measured() && spec.kind != ApiKind::chat) {
     // (Chat prompts are wrapped in the server's template, which /tokenize does not apply.)
     workload->fit_prompt_length([&](const std::string& text) {
       return count_tokens(target, calibration, text, /*add_special=*/true, timeout);
@@ -32,7 +32,12 @@ BuiltWorkload synthetic(const WorkloadSpec& spec, const TargetEndpoint& target,
                       {"seed", spec.seed},
                       {"tokenizer", tokenizer_api_name(calibration.api)}};
   description.update(length_fields("input_tokens", spec.input_tokens));
-  description.update(length_fields("output_tokens", spec.output_tokens));
+  if (spec.kind == ApiKind::embeddings) {
+    description["endpoint"] = "embeddings";
+    description["inputs_per_request"] = spec.inputs_per_request;
+  } else {
+    description.update(length_fields("output_tokens", spec.output_tokens));
+  }
   const int mean_tokens = static_cast<int>(std::lround(spec.input_tokens.mean()));
   std::string summary = fmt::format(
       "input={} tokens ({} filler words at the mean, {:.2f} tokens/word {}) output={} tokens",
@@ -41,6 +46,10 @@ BuiltWorkload synthetic(const WorkloadSpec& spec, const TargetEndpoint& target,
           ? fmt::format("measured via /tokenize, {} fields", tokenizer_api_name(calibration.api))
           : std::string("assumed: the server has no /tokenize brisk speaks"),
       spec.output_tokens.spec());
+  if (spec.kind == ApiKind::embeddings) {
+    summary = fmt::format("{} inputs per request, {}", spec.inputs_per_request,
+                          summary.substr(0, summary.find(" output=")));
+  }
   // Every prompt starts with its unique id line (so no prefix cache can answer it), plus BOS.
   const int shortest_tokens = calibration.header_tokens + 1;
   if (calibration.measured() && spec.input_tokens.mean() < shortest_tokens) {

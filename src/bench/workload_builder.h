@@ -28,7 +28,8 @@ struct WorkloadSpec {
   int sharegpt_wanted = 1000;        // conversations to sample from it
   uint64_t seed = 0;
   bool stream = true;
-  SamplingOptions sampling;  // sent with every request, whatever the source
+  SamplingOptions sampling;    // sent with every request, whatever the source
+  int inputs_per_request = 1;  // --endpoint embeddings: --inputs-per-request
 };
 
 // A workload ready to send, and its description for result.json's "workload".

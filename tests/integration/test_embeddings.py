@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import hashlib
+import json
 import math
 import struct
 import subprocess
@@ -31,6 +32,7 @@ from conftest import (
     get_metrics,
     model_path,
     require_file,
+    run_bench_args,
 )
 
 EMBEDDING_MODEL = "all-minilm-l6-v2"
@@ -265,3 +267,32 @@ def test_vectors_match_an_independent_numpy_bert(embedder, tmp_path):
          str(tmp_path / "model.zip"), "--server", embedder.base_url],
         capture_output=True, text=True, timeout=300)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+@pytest.mark.parametrize("target", ["embedder", "llama_embedder"])
+def test_bench_drives_the_embeddings_endpoint_of_either_server(target, request, tmp_path):
+    """brisk bench --endpoint embeddings against brisk and llama-server: every vector comes back,
+    the prompt tokens are the ones asked for, and result.json says what was sent."""
+    server = request.getfixturevalue(target)
+    run_bench_args("--url", server.base_url, "--endpoint", "embeddings", "--model", EMBEDDING_MODEL,
+                   "--inputs-per-request", 4, "--input-tokens", 32, "--concurrency", 4,
+                   "--num-requests", 8, "--warmup-requests", 0, "--out", tmp_path)
+    result = json.loads((tmp_path / "result.json").read_text())
+    run = result["runs"][0]
+    assert run["requests"] == {"ok": 8, "failed": 0, "timeouts": 0}
+    assert result["workload"]["endpoint"] == "embeddings"
+    assert result["workload"]["inputs_per_request"] == 4
+    assert run["embedding_throughput"] == pytest.approx(4 * run["request_throughput"], rel=1e-6)
+    # 32 tokens an input: the header line's tokens and [CLS]/[SEP] are fitted in.
+    tokens_per_input = run["input_token_throughput"] / run["embedding_throughput"]
+    assert 28 <= tokens_per_input <= 36
+
+
+def test_bench_refuses_what_embeddings_cannot_do(embedder):
+    for extra in (["--output-tokens", "64"], ["--temperature", "0.5"], ["--slo", "ttft:500"]):
+        proc = run_bench_args("--url", embedder.base_url, "--endpoint", "embeddings",
+                              "--num-requests", 1, *extra, check=False)
+        assert proc.returncode == 2 and "embeddings" in proc.stderr, proc.stderr
+    proc = run_bench_args("--url", embedder.base_url, "--inputs-per-request", 4,
+                          "--num-requests", 1, check=False)
+    assert proc.returncode == 2 and "--endpoint embeddings" in proc.stderr

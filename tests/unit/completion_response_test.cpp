@@ -15,6 +15,26 @@ RequestRecord read_body(const std::string& body, ApiKind kind = ApiKind::chat) {
 
 }  // namespace
 
+TEST(CompletionResponse, AnEmbeddingsAnswerCountsItsVectorsAndPromptTokens) {
+  RequestRecord record;
+  record.embedding_inputs = 2;
+  read_response_body(
+      R"({"object":"list","data":[{"index":0,"embedding":"AAA="},{"index":1,"embedding":[0.5]}],
+          "usage":{"prompt_tokens":20,"total_tokens":20}})",
+      ApiKind::embeddings, record);
+  EXPECT_TRUE(record.ok()) << record.error_detail;
+  EXPECT_EQ(record.embeddings, 2);
+  EXPECT_EQ(record.prompt_tokens, 20);
+  EXPECT_EQ(record.completion_tokens, 0);  // generates nothing: not "a server without usage"
+
+  RequestRecord short_answer;
+  short_answer.embedding_inputs = 3;
+  read_response_body(R"({"data":[{"index":0,"embedding":[1]}]})", ApiKind::embeddings,
+                     short_answer);
+  EXPECT_FALSE(short_answer.ok());
+  EXPECT_NE(short_answer.error_detail.find("1 vectors came back for 3 inputs"), std::string::npos);
+}
+
 TEST(CompletionResponse, ReadsUsageAndContentOfAStreamChunk) {
   RequestRecord record;
   read_stream_event(R"({"choices":[{"index":0,"delta":{"content":"Red"}}]})", ApiKind::chat,
