@@ -135,7 +135,7 @@ int run_embedding_serve(ServeFlags& flags, const ResolveResult& model) {
     spdlog::warn(
         "--max-batch-tokens {} is below the model's trained context: longer inputs get a "
         "400 (or are truncated with \"truncate\": true)",
-        flags.embedding.max_batch_tokens);
+        embedding_model->max_batch_tokens());
   }
   ServingMetrics metrics;
   EmbeddingMetrics embedding_metrics;
@@ -159,7 +159,7 @@ int run_embedding_serve(ServeFlags& flags, const ResolveResult& model) {
       flags.server.model_name, embedding_model->description(), embedding_model->dimensions(),
       embedding_model->pooling_name(), flags.server.host, server.port(),
       embedding_model->max_input_tokens(), flags.embedding.max_batch_inputs,
-      flags.embedding.max_batch_tokens, flags.batch_window.window_ms,
+      embedding_model->max_batch_tokens(), flags.batch_window.window_ms,
       preferred.empty() ? "none" : preferred);
   server.run_until_signal();
   batcher.shutdown(std::chrono::milliseconds(0));
@@ -554,8 +554,8 @@ CommandRunner register_serve_command(CLI::App& app) {
           ->check(CLI::Range(1, 256)),
       app.add_option("--max-batch-tokens", flags->embedding.max_batch_tokens,
                      "Embedding models: tokens of all inputs in one batch; also the longest "
-                     "input")
-          ->check(CLI::Range(8, 1 << 16))
+                     "input (0: the model's training context)")
+          ->check(CLI::Range(0, 1 << 16))
           ->capture_default_str(),
       app.add_option("--max-batch-inputs", flags->embedding.max_batch_inputs,
                      "Embedding models: inputs in one batch")

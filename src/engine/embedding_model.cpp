@@ -46,12 +46,15 @@ std::unique_ptr<EmbeddingModel> EmbeddingModel::load(const EmbeddingModelOptions
              " (llama.cpp's sequence ids), got " + std::to_string(options.max_batch_inputs);
     return nullptr;
   }
+  const int trained = llama_model_n_ctx_train(model->model_);
+  const int batch_tokens =
+      options.max_batch_tokens > 0 ? options.max_batch_tokens : std::max(trained, 64);
   const int threads =
       options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   llama_context_params params = llama_context_default_params();
   // A non-causal encoder must see each input whole in one ubatch, so a batch is one ubatch.
-  params.n_ctx = static_cast<uint32_t>(options.max_batch_tokens);
-  params.n_batch = params.n_ubatch = static_cast<uint32_t>(options.max_batch_tokens);
+  params.n_ctx = static_cast<uint32_t>(batch_tokens);
+  params.n_batch = params.n_ubatch = static_cast<uint32_t>(batch_tokens);
   params.n_seq_max = static_cast<uint32_t>(options.max_batch_inputs);
   params.kv_unified = true;  // a causal embedding model's inputs share the one cache
   params.n_threads = params.n_threads_batch = threads;
@@ -59,7 +62,7 @@ std::unique_ptr<EmbeddingModel> EmbeddingModel::load(const EmbeddingModelOptions
   params.no_perf = true;
   model->context_ = llama_init_from_model(model->model_, params);
   if (model->context_ == nullptr) {
-    *error = "could not create a llama.cpp context of " + std::to_string(options.max_batch_tokens) +
+    *error = "could not create a llama.cpp context of " + std::to_string(batch_tokens) +
              " tokens and " + std::to_string(options.max_batch_inputs) +
              " inputs (out of memory? try a smaller --max-batch-tokens)";
     return nullptr;
@@ -71,9 +74,9 @@ std::unique_ptr<EmbeddingModel> EmbeddingModel::load(const EmbeddingModelOptions
   }
   model->threadpool_ = CpuThreadpool::attach(model->context_, threads, /*poll=*/50);
   model->dimensions_ = llama_model_n_embd_out(model->model_);
-  model->max_batch_tokens_ = options.max_batch_tokens;
+  model->max_batch_tokens_ = batch_tokens;
   model->max_batch_inputs_ = options.max_batch_inputs;
-  model->batch_ = std::make_unique<llama_batch>(llama_batch_init(options.max_batch_tokens, 0, 1));
+  model->batch_ = std::make_unique<llama_batch>(llama_batch_init(batch_tokens, 0, 1));
   return model;
 }
 

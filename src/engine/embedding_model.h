@@ -17,7 +17,10 @@ namespace brisk {
 
 struct EmbeddingModelOptions {
   std::string model_path;
-  int max_batch_tokens = 4096;  // tokens of all inputs in one batch (one llama.cpp ubatch)
+  // Tokens of all inputs in one batch (one llama.cpp ubatch); 0: the model's training context.
+  // llama.cpp attends over a whole batch at once (masked), so attention grows with the square
+  // of a batch's tokens: 4096-token batches ran 1.8x slower per vector than 512 (BENCHMARKS.md).
+  int max_batch_tokens = 0;
   int max_batch_inputs = 64;    // inputs in one batch (llama.cpp sequence ids, at most 256)
   int threads = 0;              // 0 = all cores
   int gpu_layers = 0;
