@@ -14,6 +14,15 @@
 #include "common/sha256.h"
 #include "common/subprocess.h"
 
+// src/CMakeLists.txt names the checkout and gguf-py for `brisk pull`'s conversions; a build that
+// does not (tests/fuzz) leaves them to BRISK_SOURCE_DIR and BRISK_GGUF_PY at run time.
+#ifndef BRISK_SOURCE_DIR
+#define BRISK_SOURCE_DIR "."
+#endif
+#ifndef BRISK_GGUF_PY_DIR
+#define BRISK_GGUF_PY_DIR ""
+#endif
+
 namespace brisk {
 namespace fs = std::filesystem;
 
