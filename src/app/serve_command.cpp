@@ -18,6 +18,7 @@
 #include "sched/engine_loop.h"
 #include "sched/serving_metrics.h"
 #include "server/generation_config.h"
+#include "server/model_registry.h"
 #include "server/openai_server.h"
 #include "server/trace_writer.h"
 
@@ -60,11 +61,13 @@ std::optional<std::string> check_file_descriptor_room(int max_connections) {
 }
 
 struct ServeFlags {
-  std::string model = "gemma3-270m";
-  std::string served_model_name;
+  // Served side by side; the first is the default of requests that name no model.
+  std::vector<std::string> models = {"gemma3-270m"};
+  std::vector<std::string> served_model_names;  // one per model, in their order
   EngineOptions engine;
   SchedulerOptions scheduler;
   ServerOptions server;
+  GenerationDefaults generation;
   int read_timeout_s = 30;
   int keep_alive_timeout_s = 30;
   int write_timeout_s = 60;
@@ -108,62 +111,156 @@ constexpr std::string_view kFlagsOfEveryModel[] = {"--help",
                                                    "--log-format",
                                                    "--log-level"};
 
+std::string served_name(const ServeFlags& flags, size_t index, const ResolveResult& model) {
+  return flags.served_model_names.empty() ? model.served_name : flags.served_model_names[index];
+}
+
 // An embedding model serves /v1/embeddings through the dynamic batcher; nothing of the
 // completion engine (KV cache, step scheduler) is built.
-int run_embedding_serve(ServeFlags& flags, const ResolveResult& model) {
-  for (const CLI::Option* option : flags.generation_flags) {
-    if (option->count() > 0) {
-      std::cerr << "error: " << option->get_name() << " sets the completion engine; '"
-                << flags.model
-                << "' is an embedding model (its batcher takes --batch-window-ms, "
-                   "--preferred-batch-sizes, --max-batch-tokens, --max-batch-inputs, "
-                   "--max-queued-inputs)\n";
-      return 2;
-    }
-  }
-  flags.embedding.model_path = model.path.string();
-  flags.embedding.threads = flags.engine.threads;
-  flags.embedding.gpu_layers = flags.engine.gpu_layers;
+std::unique_ptr<ServedModel> load_embedding_model(const ServeFlags& flags, std::string name,
+                                                  const ResolveResult& model, std::string* error) {
+  EmbeddingModelOptions options = flags.embedding;
+  options.model_path = model.path.string();
+  options.threads = flags.engine.threads;
+  options.gpu_layers = flags.engine.gpu_layers;
   spdlog::info("loading {} (an embedding model)", model.path.string());
-  std::string error;
-  std::unique_ptr<EmbeddingModel> embedding_model = EmbeddingModel::load(flags.embedding, &error);
-  if (!embedding_model) {
-    std::cerr << "error: " << error << "\n";
-    return 1;
-  }
+  std::unique_ptr<EmbeddingModel> embedding_model = EmbeddingModel::load(options, error);
+  if (!embedding_model) return nullptr;
   if (embedding_model->max_input_tokens() < embedding_model->train_context_size()) {
     spdlog::warn(
         "--max-batch-tokens {} is below the model's trained context: longer inputs get a "
         "400 (or are truncated with \"truncate\": true)",
         embedding_model->max_batch_tokens());
   }
-  ServingMetrics metrics;
-  EmbeddingMetrics embedding_metrics;
-  EmbeddingBatcher batcher(*embedding_model, flags.batch_window, embedding_metrics);
-  flags.server.model_name =
-      flags.served_model_name.empty() ? model.served_name : flags.served_model_name;
-  EmbeddingsRoute route(*embedding_model, batcher, embedding_metrics, flags.server.model_name);
-  OpenAiServer server(route, metrics, flags.server);
-  if (!server.listen(&error)) {
-    std::cerr << "error: " << error << "\n";
-    return 1;
-  }
-  batcher.start();
   std::string preferred;
   for (int size : flags.batch_window.preferred_batch_sizes) {
     preferred += (preferred.empty() ? "" : ",") + std::to_string(size);
   }
   spdlog::info(
-      "serving embeddings of {} ({}, {} dimensions, {} pooling) on http://{}:{} — inputs up to {} "
-      "tokens; batches of up to {} inputs and {} tokens, window {} ms, preferred sizes {}",
-      flags.server.model_name, embedding_model->description(), embedding_model->dimensions(),
-      embedding_model->pooling_name(), flags.server.host, server.port(),
-      embedding_model->max_input_tokens(), flags.embedding.max_batch_inputs,
-      embedding_model->max_batch_tokens(), flags.batch_window.window_ms,
+      "{}: embeddings ({}, {} dimensions, {} pooling), inputs up to {} tokens; batches of up to "
+      "{} inputs and {} tokens, window {} ms, preferred sizes {}",
+      name, embedding_model->description(), embedding_model->dimensions(),
+      embedding_model->pooling_name(), embedding_model->max_input_tokens(),
+      options.max_batch_inputs, embedding_model->max_batch_tokens(), flags.batch_window.window_ms,
       preferred.empty() ? "none" : preferred);
-  server.run_until_signal();
-  batcher.shutdown(std::chrono::milliseconds(0));
-  return 0;
+  return ServedModel::embedding(std::move(embedding_model), flags.batch_window, std::move(name));
+}
+
+std::unique_ptr<ServedModel> load_generative_model(const ServeFlags& flags, std::string name,
+                                                   const ResolveResult& model,
+                                                   RejectionCounts& rejections,
+                                                   std::string* error) {
+  EngineOptions engine_options = flags.engine;
+  SchedulerOptions scheduler = flags.scheduler;
+  engine_options.model_path = model.path.string();
+  scheduler.prefix_cache.enabled = flags.prefix_cache == "on";
+  scheduler.prefix_cache.host_bytes = cache_ram_bytes(flags.cache_ram_mib);
+  if (scheduler.prefix_cache.enabled && scheduler.prefix_cache.host_bytes > 0) {
+    spdlog::info(
+        "prefix cache host tier: up to {} MiB of evicted prefixes in host memory "
+        "(--cache-ram)",
+        scheduler.prefix_cache.host_bytes >> 20);
+  }
+  scheduler.queue_policy.policy = flags.policy == "priority" ? SchedulingPolicy::priority
+                                  : flags.policy == "slo"    ? SchedulingPolicy::slo
+                                                             : SchedulingPolicy::fcfs;
+  // Sequence ids beyond the running ones hold finished requests' cells for reuse; in one KV
+  // buffer they cost no memory of their own (a sliding-window cache is capped at --ctx-size).
+  // With a buffer per sequence each id would take its share of --ctx-size: there the idle
+  // running ids hold the cache.
+  const int cache_seqs = flags.prefix_cache_seqs < 0 ? scheduler.max_seqs : flags.prefix_cache_seqs;
+  engine_options.max_seqs =
+      scheduler.max_seqs + (scheduler.prefix_cache.enabled && engine_options.kv_unified
+                                ? std::min(cache_seqs, 256 - scheduler.max_seqs)
+                                : 0);
+  engine_options.max_batched_tokens = scheduler.max_batched_tokens;
+
+  spdlog::info("loading {}", model.path.string());
+  std::unique_ptr<Engine> engine = Engine::load(engine_options, error);
+  if (!engine) return nullptr;
+  if (scheduler.sampling_threads == 0) {
+    // Measured on 2 cores: a second sampling thread slowed decode by ~6% (llama.cpp's workers
+    // spin on the cores it would use). Where the model is offloaded those cores are idle.
+    const int threads = engine_options.threads > 0
+                            ? engine_options.threads
+                            : static_cast<int>(std::thread::hardware_concurrency());
+    scheduler.sampling_threads = engine_options.gpu_layers > 0 ? threads : 1;
+  }
+  CompletionsRouteOptions route;
+  route.model_name = std::move(name);
+  route.generation = flags.generation;
+  // A prompt read from the prefix cache was computed in another batch than a recomputed one.
+  const std::string numerics =
+      engine->numerics_identity() +
+      (scheduler.prefix_cache.enabled ? "; prefix cache on" : "; prefix cache off");
+  route.system_fingerprint = system_fingerprint_for(numerics);
+  spdlog::info("{}: {} — ctx {} tokens, max {} per request, {} seqs, {} sampling threads",
+               route.model_name, engine->description(), engine->context_size(),
+               engine->max_request_tokens(), scheduler.max_seqs, scheduler.sampling_threads);
+  spdlog::info("{}: chat template {}", route.model_name, engine->chat_template_origin());
+  spdlog::info("{}: system_fingerprint {}: {}", route.model_name, route.system_fingerprint,
+               numerics);
+  return ServedModel::generative(std::move(engine), scheduler, std::move(route), rejections);
+}
+
+// Flags of one model kind given while no model of that kind is served.
+std::optional<std::string> check_flags_fit_the_models(const ServeFlags& flags, bool any_generative,
+                                                      bool any_embedding) {
+  if (!any_embedding) {
+    for (const CLI::Option* option : flags.embedding_flags) {
+      if (option->count() > 0) {
+        return option->get_name() +
+               " sets the batcher of an embedding model, and every model served is generative";
+      }
+    }
+  }
+  if (!any_generative) {
+    for (const CLI::Option* option : flags.generation_flags) {
+      if (option->count() > 0) {
+        return option->get_name() +
+               " sets the completion engine, and every model served is an embedding model (an "
+               "embedding model's batcher takes --batch-window-ms, --preferred-batch-sizes, "
+               "--max-batch-tokens, --max-batch-inputs, --max-queued-inputs)";
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// Every check that needs no model loaded: a mistake in the flags fails before minutes of loading.
+std::optional<std::string> check_serve_flags(ServeFlags& flags) {
+  if (flags.scheduler.max_batched_tokens <= flags.scheduler.max_seqs) {
+    return fmt::format(
+        "--max-batched-tokens ({}) must be larger than --max-seqs ({}) so prompts can make "
+        "progress beside running decodes",
+        flags.scheduler.max_batched_tokens, flags.scheduler.max_seqs);
+  }
+  if (!flags.served_model_names.empty() &&
+      flags.served_model_names.size() != flags.models.size()) {
+    return fmt::format(
+        "--served-model-name is given {} times for {} --model: give one name per model, in "
+        "the same order",
+        flags.served_model_names.size(), flags.models.size());
+  }
+  auto defaults =
+      make_generation_defaults(flags.generation_config, flags.override_generation_config);
+  if (auto* error = std::get_if<std::string>(&defaults)) return *error;
+  flags.generation = std::get<GenerationDefaults>(defaults);
+  if (auto error = check_file_descriptor_room(flags.server.max_connections)) return error;
+  std::erase(flags.server.public_routes, std::string());  // --public-routes "" protects all
+  for (const std::string& route : flags.server.public_routes) {
+    if (!route.starts_with("/")) {
+      return "--public-routes takes paths such as /health, not '" + route + "'";
+    }
+  }
+  if (flags.trace.path.empty() && flags.trace.include_text) {
+    return "--trace-text adds the prompts' text to --trace-out: name the file";
+  }
+  if (flags.prefix_cache_seqs >= 0 && !flags.engine.kv_unified) {
+    return "--prefix-cache-seqs counts extra sequences of one KV buffer (--kv-unified); with "
+           "--no-kv-unified the idle ones of --max-seqs hold the prefix cache";
+  }
+  return std::nullopt;
 }
 
 int run_serve(ServeFlags& flags) {
@@ -172,31 +269,11 @@ int run_serve(ServeFlags& flags) {
     std::cerr << "error: unknown --log-level '" << flags.log_level << "'\n";
     return 2;
   }
-  if (flags.scheduler.max_batched_tokens <= flags.scheduler.max_seqs) {
-    std::cerr << "error: --max-batched-tokens (" << flags.scheduler.max_batched_tokens
-              << ") must be larger than --max-seqs (" << flags.scheduler.max_seqs
-              << ") so prompts can make progress beside running decodes\n";
-    return 2;
-  }
-  auto defaults =
-      make_generation_defaults(flags.generation_config, flags.override_generation_config);
-  if (auto* error = std::get_if<std::string>(&defaults)) {
+  if (auto error = check_serve_flags(flags)) {
     std::cerr << "error: " << *error << "\n";
     return 2;
   }
-  flags.server.generation = std::get<GenerationDefaults>(defaults);
-  if (auto error = check_file_descriptor_room(flags.server.max_connections)) {
-    std::cerr << "error: " << *error << "\n";
-    return 2;
-  }
-  std::erase(flags.server.public_routes, std::string());  // --public-routes "" protects all
-  for (const std::string& route : flags.server.public_routes) {
-    if (!route.starts_with("/")) {
-      std::cerr << "error: --public-routes takes paths such as /health, not '" << route << "'\n";
-      return 2;
-    }
-  }
-  // Opened before the model loads, so a path that cannot be written fails at once.
+  // Opened before the models load, so a path that cannot be written fails at once.
   std::unique_ptr<TraceWriter> trace;
   if (!flags.trace.path.empty()) {
     std::string trace_error;
@@ -205,85 +282,54 @@ int run_serve(ServeFlags& flags) {
       std::cerr << "error: " << trace_error << "\n";
       return 2;
     }
-  } else if (flags.trace.include_text) {
-    std::cerr << "error: --trace-text adds the prompts' text to --trace-out: name the file\n";
+  }
+  std::vector<ResolveResult> resolved;
+  bool any_generative = false;
+  bool any_embedding = false;
+  for (const std::string& name : flags.models) {
+    resolved.push_back(ModelStore::from_environment().resolve(name));
+    if (!resolved.back().ok()) {
+      std::cerr << "error: " << resolved.back().error << "\n";
+      return 1;
+    }
+    const bool embedding = is_embedding_model_file(resolved.back().path.string());
+    any_embedding = any_embedding || embedding;
+    any_generative = any_generative || !embedding;
+  }
+  if (auto error = check_flags_fit_the_models(flags, any_generative, any_embedding)) {
+    std::cerr << "error: " << *error << "\n";
     return 2;
   }
-  if (flags.prefix_cache_seqs >= 0 && !flags.engine.kv_unified) {
-    std::cerr << "error: --prefix-cache-seqs counts extra sequences of one KV buffer "
-                 "(--kv-unified); with --no-kv-unified the idle ones of --max-seqs hold the "
-                 "prefix cache\n";
-    return 2;
+  if (flags.models.size() > 1) {
+    spdlog::info(
+        "serving {} models on the same cores: each model's steps run beside the others'",
+        flags.models.size());
   }
-  const ResolveResult model = ModelStore::from_environment().resolve(flags.model);
-  if (!model.ok()) {
-    std::cerr << "error: " << model.error << "\n";
-    return 1;
-  }
-  if (is_embedding_model_file(model.path.string())) return run_embedding_serve(flags, model);
-  for (const CLI::Option* option : flags.embedding_flags) {
-    if (option->count() > 0) {
-      std::cerr << "error: " << option->get_name() << " sets the batcher of an embedding model; '"
-                << flags.model << "' is a generative model\n";
-      return 2;
+
+  RejectionCounts rejections;
+  ModelRegistry registry;
+  for (size_t i = 0; i < resolved.size(); ++i) {
+    std::string error;
+    std::string name = served_name(flags, i, resolved[i]);
+    std::unique_ptr<ServedModel> model =
+        is_embedding_model_file(resolved[i].path.string())
+            ? load_embedding_model(flags, std::move(name), resolved[i], &error)
+            : load_generative_model(flags, std::move(name), resolved[i], rejections, &error);
+    if (!model || !registry.add(std::move(model), &error)) {
+      std::cerr << "error: " << error << "\n";
+      return 1;
     }
   }
-  flags.engine.model_path = model.path.string();
-  flags.scheduler.prefix_cache.enabled = flags.prefix_cache == "on";
-  flags.scheduler.prefix_cache.host_bytes = cache_ram_bytes(flags.cache_ram_mib);
-  if (flags.scheduler.prefix_cache.enabled && flags.scheduler.prefix_cache.host_bytes > 0) {
-    spdlog::info(
-        "prefix cache host tier: up to {} MiB of evicted prefixes in host memory "
-        "(--cache-ram)",
-        flags.scheduler.prefix_cache.host_bytes >> 20);
+  if (any_generative) {
+    spdlog::info("requests that name no sampling parameter get: {}",
+                 describe_generation_defaults(flags.generation));
   }
-  flags.scheduler.queue_policy.policy = flags.policy == "priority" ? SchedulingPolicy::priority
-                                        : flags.policy == "slo"    ? SchedulingPolicy::slo
-                                                                   : SchedulingPolicy::fcfs;
-  // Sequence ids beyond the running ones hold finished requests' cells for reuse; in one KV
-  // buffer they cost no memory of their own (a sliding-window cache is capped at --ctx-size).
-  // With a buffer per sequence each id would take its share of --ctx-size: there the idle
-  // running ids hold the cache.
-  const int cache_seqs =
-      flags.prefix_cache_seqs < 0 ? flags.scheduler.max_seqs : flags.prefix_cache_seqs;
-  flags.engine.max_seqs =
-      flags.scheduler.max_seqs + (flags.scheduler.prefix_cache.enabled && flags.engine.kv_unified
-                                      ? std::min(cache_seqs, 256 - flags.scheduler.max_seqs)
-                                      : 0);
-  flags.engine.max_batched_tokens = flags.scheduler.max_batched_tokens;
-
-  spdlog::info("loading {}", model.path.string());
-  std::string error;
-  std::unique_ptr<Engine> engine = Engine::load(flags.engine, &error);
-  if (!engine) {
-    std::cerr << "error: " << error << "\n";
-    return 1;
-  }
-  if (flags.scheduler.sampling_threads == 0) {
-    // Measured on 2 cores: a second sampling thread slowed decode by ~6% (llama.cpp's workers
-    // spin on the cores it would use). Where the model is offloaded those cores are idle.
-    const int threads = flags.engine.threads > 0
-                            ? flags.engine.threads
-                            : static_cast<int>(std::thread::hardware_concurrency());
-    flags.scheduler.sampling_threads = flags.engine.gpu_layers > 0 ? threads : 1;
-  }
-  ServingMetrics metrics;
-  EngineLoop engine_loop(*engine, flags.scheduler, metrics);
-
-  flags.server.model_name =
-      flags.served_model_name.empty() ? model.served_name : flags.served_model_name;
-  // A prompt read from the prefix cache was computed in another batch than a recomputed one.
-  const std::string numerics =
-      engine->numerics_identity() +
-      (flags.scheduler.prefix_cache.enabled ? "; prefix cache on" : "; prefix cache off");
-  flags.server.system_fingerprint = system_fingerprint_for(numerics);
-  spdlog::info("system_fingerprint {}: {}", flags.server.system_fingerprint, numerics);
   flags.server.vllm_metrics = flags.metrics_compat == "vllm";
   flags.server.limits.read_timeout = std::chrono::seconds(flags.read_timeout_s);
   flags.server.limits.keep_alive_timeout = std::chrono::seconds(flags.keep_alive_timeout_s);
   flags.server.limits.write_timeout = std::chrono::seconds(flags.write_timeout_s);
   flags.server.drain_timeout = std::chrono::seconds(flags.drain_timeout_s);
-  OpenAiServer server(*engine, engine_loop, metrics, flags.server);
+  OpenAiServer server(registry, rejections, flags.server);
   if (trace) {
     server.set_trace_writer(trace.get());
     spdlog::info(
@@ -292,20 +338,16 @@ int run_serve(ServeFlags& flags) {
         flags.trace.path, flags.trace.block_tokens,
         flags.trace.include_text ? ", prompts' text included" : ", no text");
   }
+  std::string error;
   if (!server.listen(&error)) {
     std::cerr << "error: " << error << "\n";
     return 1;
   }
-  spdlog::info("chat template: {}", engine->chat_template_origin());
-  spdlog::info("requests that name no sampling parameter get: {}",
-               describe_generation_defaults(flags.server.generation));
-  spdlog::info("sampling threads: {}", flags.scheduler.sampling_threads);
-  engine_loop.start();
-  spdlog::info("serving {} ({}) on http://{}:{} — ctx {} tokens, max {} per request, {} seqs",
-               flags.server.model_name, engine->description(), flags.server.host, server.port(),
-               engine->context_size(), engine->max_request_tokens(), flags.scheduler.max_seqs);
+  registry.start_all();
+  spdlog::info("serving {} on http://{}:{}", registry.quoted_names(), flags.server.host,
+               server.port());
   server.run_until_signal();
-  engine_loop.shutdown(std::chrono::milliseconds(0));
+  registry.shutdown_all(std::chrono::milliseconds(0));
   return 0;
 }
 
@@ -317,11 +359,17 @@ CommandRunner register_serve_command(CLI::App& app) {
 #ifdef BRISK_WITH_CUDA
   flags->engine.gpu_layers = 999;
 #endif
-  app.add_option("-m,--model", flags->model,
-                 "Catalog name (see `brisk pull`) or path to a GGUF file")
+  app.add_option("-m,--model", flags->models,
+                 "Catalog name (see `brisk pull`) or path to a GGUF file; repeat it to serve "
+                 "several models side by side (the first answers requests that name none)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->capture_default_str();
-  app.add_option("--served-model-name", flags->served_model_name,
-                 "Model id clients use (default: the catalog name or the file's stem)");
+  app.add_option("--served-model-name", flags->served_model_names,
+                 "Model id clients use (default: the catalog name or the file's stem); with "
+                 "several --model, one per model in their order")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--host", flags->server.host, "Address to bind")->capture_default_str();
   app.add_option("--port", flags->server.port, "Port to bind (0: any free port)")
       ->check(CLI::Range(0, 65535))

@@ -1,5 +1,7 @@
 #include "sched/embedding_batcher.h"
 
+#include <optional>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -281,10 +283,16 @@ void EmbeddingBatcher::run_batch(int inputs, BatchTrigger trigger) {
   mutex_.unlock();
   std::vector<float> vectors;
   std::string error;
-  const bool ok = runner_.embed(tokens, &vectors, &error);
-  const TimePoint ended = clock_();
+  bool ok = false;
+  double compute_seconds = 0;
+  {
+    std::optional<DeviceArbiter::Turn> turn;
+    if (arbiter_) turn.emplace(arbiter_->acquire(tenant_));
+    const TimePoint computing = clock_();  // another model's step may have held the device
+    ok = runner_.embed(tokens, &vectors, &error);
+    compute_seconds = seconds_between(computing, clock_());
+  }
   mutex_.lock();
-  const double compute_seconds = seconds_between(started, ended);
   metrics_.observe_batch(inputs, token_count, compute_seconds, trigger);
   if (!ok) spdlog::error("an embedding batch of {} inputs failed: {}", inputs, error);
   const size_t dimensions = static_cast<size_t>(runner_.dimensions());

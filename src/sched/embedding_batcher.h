@@ -15,6 +15,7 @@
 #include "engine/embedding_runner.h"
 #include "engine/token.h"
 #include "sched/batch_window.h"
+#include "sched/device_arbiter.h"
 
 namespace brisk {
 
@@ -79,6 +80,12 @@ class EmbeddingBatcher {
                    std::function<TimePoint()> clock = Clock::now);
   ~EmbeddingBatcher();
 
+  // With several models on one device: every batch first takes a turn of `arbiter` as
+  // `tenant`. Before start().
+  void share_device(DeviceArbiter& arbiter, DeviceArbiter::TenantId tenant) {
+    arbiter_ = &arbiter;
+    tenant_ = tenant;
+  }
   void start();
   // Any thread. queue_full when the waiting inputs would pass --max-queued-inputs.
   EmbeddingSubmit submit(std::shared_ptr<EmbeddingJob> job);
@@ -115,6 +122,8 @@ class EmbeddingBatcher {
   bool accepting_ = true;      // guarded by mutex_
   bool stopping_ = false;      // guarded by mutex_
   TimePoint drain_deadline_;   // guarded by mutex_
+  DeviceArbiter* arbiter_ = nullptr;  // null: the device is this model's alone
+  DeviceArbiter::TenantId tenant_ = -1;
   std::thread thread_;
 };
 

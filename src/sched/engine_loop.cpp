@@ -1,5 +1,7 @@
 #include "sched/engine_loop.h"
 
+#include <optional>
+
 namespace brisk {
 
 EngineLoop::EngineLoop(ModelRunner& engine, SchedulerOptions options, ServingMetrics& metrics)
@@ -8,6 +10,11 @@ EngineLoop::EngineLoop(ModelRunner& engine, SchedulerOptions options, ServingMet
       }) {}
 
 EngineLoop::~EngineLoop() { shutdown(std::chrono::milliseconds(0)); }
+
+void EngineLoop::share_device(DeviceArbiter& arbiter, DeviceArbiter::TenantId tenant) {
+  arbiter_ = &arbiter;
+  tenant_ = tenant;
+}
 
 void EngineLoop::start() {
   engine_thread_ = std::thread([this] { run(); });
@@ -122,13 +129,22 @@ void EngineLoop::receive(SchedulerReport&& report) {
 }
 
 void EngineLoop::run() {
-  while (wait_for_work()) {
+  // With a shared device the turn is held from step to step while there is work: between
+  // steps the arbiter may hand it to a model that goes first.
+  std::optional<DeviceArbiter::Turn> turn;
+  while (wait_for_work(turn)) {
+    if (arbiter_ && turn) {
+      arbiter_->between_steps(*turn);
+    } else if (arbiter_) {
+      turn.emplace(arbiter_->acquire(tenant_));
+    }
     try {
       scheduler_.step();
     } catch (const std::exception& e) {
       scheduler_.fail_running(e.what());
     }
   }
+  turn.reset();
   // The drain is over: cancel everything still here.
   {
     std::lock_guard lock(mutex_);
@@ -139,14 +155,15 @@ void EngineLoop::run() {
   scheduler_.cancel_all();
 }
 
-// Blocks while there is nothing to do, then hands the submitted requests to the scheduler; false
+// Blocks (without the device's turn) while there is nothing to do, then hands the submitted requests to the scheduler; false
 // once the loop should stop: draining, and either out of work or past the drain's deadline.
-bool EngineLoop::wait_for_work() {
+bool EngineLoop::wait_for_work(std::optional<DeviceArbiter::Turn>& turn) {
   std::unique_lock lock(mutex_);
   for (;;) {
     const bool idle = scheduler_.idle() && submitted_.empty();
     if (draining_ && (idle || Clock::now() >= drain_deadline_)) return false;
     if (!idle || wake_pending_) break;
+    turn.reset();  // idle: the device is the other models'
     if (draining_) {
       work_available_.wait_until(lock, drain_deadline_);
     } else {

@@ -5,10 +5,12 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "engine/model_runner.h"
+#include "sched/device_arbiter.h"
 #include "sched/request.h"
 #include "sched/scheduler_snapshot.h"
 #include "sched/serving_metrics.h"
@@ -27,6 +29,9 @@ class EngineLoop {
   EngineLoop(ModelRunner& engine, SchedulerOptions options, ServingMetrics& metrics);
   ~EngineLoop();
 
+  // With several models on one device: every step first takes a turn of `arbiter` as
+  // `tenant`. Before start().
+  void share_device(DeviceArbiter& arbiter, DeviceArbiter::TenantId tenant);
   void start();
   // Any thread. Refuses at once when the queue is full, or when the request would wait longer
   // than max_queue_delay_ms to start, instead of letting latency grow; `estimated_wait_ms`
@@ -49,7 +54,7 @@ class EngineLoop {
 
  private:
   void run();
-  bool wait_for_work();
+  bool wait_for_work(std::optional<DeviceArbiter::Turn>& turn);
   void receive(SchedulerReport&& report);
 
   const SchedulerOptions options_;
@@ -67,6 +72,9 @@ class EngineLoop {
   bool draining_ = false;      // guarded by mutex_
   TimePoint drain_deadline_;   // guarded by mutex_
   bool wake_pending_ = false;  // guarded by mutex_
+
+  DeviceArbiter* arbiter_ = nullptr;  // null: the device is this model's alone
+  DeviceArbiter::TenantId tenant_ = -1;
 
   std::thread engine_thread_;
 };

@@ -97,11 +97,6 @@ void ServingMetrics::count_admission_block(AdmissionBlock why) {
   if (why != AdmissionBlock::none) ++admission_blocks_[static_cast<size_t>(why)];
 }
 
-void ServingMetrics::count_rejection(const std::string& reason) {
-  std::lock_guard lock(counters_mutex_);
-  ++rejected_by_reason_[reason];
-}
-
 std::string ServingMetrics::render_prometheus(const SchedulerStats& stats) const {
   std::string out;
   append_header(out, "brisk_requests_running", "gauge", "Requests in the running batch.");
@@ -158,11 +153,6 @@ std::string ServingMetrics::render_prometheus(const SchedulerStats& stats) const
     for (const auto& [reason, count] : finished_by_reason_) {
       out += fmt::format("brisk_requests_finished_total{{finished_reason=\"{}\"}} {}\n", reason,
                          count);
-    }
-    append_header(out, "brisk_requests_rejected_total", "counter",
-                  "Requests refused before running, by reason.");
-    for (const auto& [reason, count] : rejected_by_reason_) {
-      out += fmt::format("brisk_requests_rejected_total{{reason=\"{}\"}} {}\n", reason, count);
     }
   }
 

@@ -42,7 +42,8 @@ struct StepPhases {
   double commit_seconds = 0;    // stop matching, detokenizing, posting tokens to the streams
 };
 
-// Every number /metrics shows. Names follow vLLM's with a brisk_ prefix (docs/metrics.md).
+// Every number /metrics shows of one generative model (its refusals:
+// server/rejection_counts.h). Names follow vLLM's with a brisk_ prefix (docs/metrics.md).
 class ServingMetrics {
  public:
   ServingMetrics();
@@ -52,7 +53,6 @@ class ServingMetrics {
   void observe_step(int decode_tokens, int prefill_tokens, double step_seconds,
                     const StepPhases& phases);
   void observe_finished(const RequestTimings& timings, FinishReason reason);
-  void count_rejection(const std::string& reason);
   void count_preemption() { ++preemptions_; }
   // A step whose admission pass left requests waiting, and why (a counter cannot miss a
   // short block between two scrapes, as the waiting_by_reason gauge can).
@@ -113,7 +113,6 @@ class ServingMetrics {
   std::atomic<uint64_t> host_capacity_bytes_{0};
   mutable std::mutex counters_mutex_;
   std::map<std::string, uint64_t> finished_by_reason_;
-  std::map<std::string, uint64_t> rejected_by_reason_;
   std::map<std::string, uint64_t> prefix_misses_by_reason_;
 };
 

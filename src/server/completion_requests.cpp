@@ -2,15 +2,15 @@
 
 #include <cctype>
 
-#include "server/openai_server.h"
+#include "server/completions_route.h"
 
 // How a validated request becomes the engine's requests: its prompts (a chat's rendering, or
 // each of a completions' prompt list) and, for each, its n choices.
 
 namespace brisk {
 
-std::variant<std::vector<OpenAiServer::PreparedPrompt>, OpenAiServer::Refusal>
-OpenAiServer::prepare_prompts(const CompletionParams& params) {
+std::variant<std::vector<CompletionsRoute::PreparedPrompt>, CompletionsRoute::Refusal>
+CompletionsRoute::prepare_prompts(const CompletionParams& params) {
   std::vector<PreparedPrompt> prompts;
   const size_t count = params.kind == CompletionKind::chat ? 1 : params.prompts.size();
   for (size_t i = 0; i < count; ++i) {
@@ -25,7 +25,7 @@ OpenAiServer::prepare_prompts(const CompletionParams& params) {
     }
     if (params.echo && text != nullptr) {
       if (text->tokens) {
-        for (Token token : *text->tokens) prompt.echo += engine_->token_piece(token);
+        for (Token token : *text->tokens) prompt.echo += engine_.token_piece(token);
       } else {
         prompt.echo = text->text;
       }
@@ -35,7 +35,7 @@ OpenAiServer::prepare_prompts(const CompletionParams& params) {
   return prompts;
 }
 
-std::variant<OpenAiServer::ChoiceRequest, ApiError> OpenAiServer::make_choice_request(
+std::variant<CompletionsRoute::ChoiceRequest, ApiError> CompletionsRoute::make_choice_request(
     const CompletionParams& params, const PreparedPrompt& prompt, int choice,
     const std::shared_ptr<Request>& first) {
   ChoiceRequest out;
@@ -61,7 +61,7 @@ std::variant<OpenAiServer::ChoiceRequest, ApiError> OpenAiServer::make_choice_re
     // A parser follows one output: each later choice gets its own from the same rendering.
     ChatPrompt again;
     std::string error;
-    if (!engine_->render_chat(params.messages, &params.tools->tools, &again, &error)) {
+    if (!engine_.render_chat(params.messages, &params.tools->tools, &again, &error)) {
       return ApiError::invalid(error, "tools");
     }
     out.tool_parser = again.parser;
@@ -76,7 +76,7 @@ std::variant<OpenAiServer::ChoiceRequest, ApiError> OpenAiServer::make_choice_re
     }
     std::string error;
     request->constraint =
-        engine_->compile_grammar({GrammarRequest::Kind::gbnf, chat.grammar}, &error);
+        engine_.compile_grammar({GrammarRequest::Kind::gbnf, chat.grammar}, &error);
     if (!request->constraint ||
         !prefill_constraint(*request->constraint, chat.generation_prompt, &error)) {
       return ApiError::invalid("the tools' call syntax did not compile into a grammar: " + error,
@@ -95,7 +95,7 @@ std::variant<OpenAiServer::ChoiceRequest, ApiError> OpenAiServer::make_choice_re
     // Compiled here, on an I/O thread: a bad schema is a 400 before the request is queued. Each
     // choice gets its own state of the (cached) compiled grammar.
     std::string error;
-    request->constraint = engine_->compile_grammar(*params.grammar, &error);
+    request->constraint = engine_.compile_grammar(*params.grammar, &error);
     if (!request->constraint) return ApiError::invalid(std::move(error), params.grammar_field);
   }
   out.request = std::move(request);
@@ -105,11 +105,11 @@ std::variant<OpenAiServer::ChoiceRequest, ApiError> OpenAiServer::make_choice_re
 // A tool-call grammar starts at the template's generation prompt, which the prompt already ends
 // with: the constraint takes its tokens first (as llama.cpp's sampler does), skipping a leading
 // space some tokenizers add before a first special token.
-bool OpenAiServer::prefill_constraint(TokenConstraint& constraint,
+bool CompletionsRoute::prefill_constraint(TokenConstraint& constraint,
                                       const std::string& generation_prompt, std::string* error) {
-  const TokenList tokens = engine_->tokenize(generation_prompt, false);
+  const TokenList tokens = engine_.tokenize(generation_prompt, false);
   for (size_t i = 0; i < tokens.size(); ++i) {
-    const std::string piece = engine_->token_piece(tokens[i]);
+    const std::string piece = engine_.token_piece(tokens[i]);
     if (i == 0 && !piece.empty() && std::isspace(static_cast<unsigned char>(piece[0])) &&
         !std::isspace(static_cast<unsigned char>(generation_prompt[0]))) {
       continue;
@@ -125,39 +125,39 @@ bool OpenAiServer::prefill_constraint(TokenConstraint& constraint,
   return true;
 }
 
-std::optional<ApiError> OpenAiServer::prepare_prompt(const CompletionParams& params,
+std::optional<ApiError> CompletionsRoute::prepare_prompt(const CompletionParams& params,
                                                      const TextPrompt* text, TokenList* tokens,
                                                      ChatPrompt* chat) {
   if (params.kind == CompletionKind::chat) {
     std::string error;
     const ChatTools* tools = params.tools ? &params.tools->tools : nullptr;
-    if (!engine_->render_chat(params.messages, tools, chat, &error)) {
+    if (!engine_.render_chat(params.messages, tools, chat, &error)) {
       return ApiError::invalid(error, tools != nullptr ? "tools" : "messages");
     }
-    *tokens = engine_->tokenize(chat->prompt, true);
+    *tokens = engine_.tokenize(chat->prompt, true);
     return std::nullopt;
   }
   if (text->tokens) {
     for (Token token : *text->tokens) {
-      if (token >= engine_->vocabulary_size()) {
+      if (token >= engine_.vocabulary_size()) {
         return ApiError::invalid(fmt::format("token id {} is outside the vocabulary (size {})",
-                                             token, engine_->vocabulary_size()),
+                                             token, engine_.vocabulary_size()),
                                  "prompt");
       }
     }
     *tokens = *text->tokens;
     return std::nullopt;
   }
-  *tokens = engine_->tokenize(text->text, true);
+  *tokens = engine_.tokenize(text->text, true);
   if (tokens->empty()) return ApiError::invalid("'prompt' produced no tokens", "prompt");
   return std::nullopt;
 }
 
 // A request's length limit is min(--ctx-size, the model's training context): prompt and
 // completion together must fit, since they share one KV sequence.
-std::optional<ApiError> OpenAiServer::check_lengths(const CompletionParams& params,
+std::optional<ApiError> CompletionsRoute::check_lengths(const CompletionParams& params,
                                                     const TokenList& tokens, int* max_tokens) {
-  const int limit = engine_->max_request_tokens();
+  const int limit = engine_.max_request_tokens();
   const int prompt_tokens = static_cast<int>(tokens.size());
   if (prompt_tokens >= limit) {
     return ApiError::invalid(

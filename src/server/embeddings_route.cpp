@@ -87,16 +87,7 @@ void EmbeddingsRoute::handle(const HttpRequest& request,
     return session->respond(reject(*error, "invalid_request"));
   }
   EmbeddingParams params = std::move(std::get<EmbeddingParams>(parsed));
-  if (params.model && *params.model != model_name_) {
-    ApiError error;
-    error.status = 404;
-    error.type = "not_found_error";
-    error.code = "model_not_found";
-    error.param = "model";
-    error.message = fmt::format("the model '{}' does not exist here; this server serves '{}'",
-                                *params.model, model_name_);
-    return session->respond(reject(error, "unknown_model"));
-  }
+  // The server chose this route by the model the body names (server/model_registry.h).
   if (params.dimensions && *params.dimensions != model_.dimensions()) {
     return session->respond(reject(
         ApiError::invalid(fmt::format("'dimensions' {} is not available: {} makes vectors of {} "

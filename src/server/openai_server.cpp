@@ -16,25 +16,12 @@
 
 #include "common/clock.h"
 #include "common/sha256.h"
-#include "server/completion_exchange.h"
+#include "server/metrics_exposition.h"
 #include "server/openai_json.h"
 #include "server/scheduler_json.h"
 
 namespace brisk {
 namespace {
-
-// Output formats (response_format, grammar) converted and parsed, and those found compiled.
-std::string render_grammar_metrics(const GrammarCompiler& grammars) {
-  return fmt::format(
-      "# HELP brisk_grammar_compilations_total Output formats (JSON schemas, GBNF) compiled into "
-      "grammars, the ones refused included.\n"
-      "# TYPE brisk_grammar_compilations_total counter\n"
-      "brisk_grammar_compilations_total {}\n"
-      "# HELP brisk_grammar_cache_hits_total Requests whose output format was already compiled.\n"
-      "# TYPE brisk_grammar_cache_hits_total counter\n"
-      "brisk_grammar_cache_hits_total {}\n",
-      grammars.misses(), grammars.hits());
-}
 
 using nlohmann::json;
 
@@ -72,31 +59,23 @@ constexpr Route kRoutes[] = {
     {"/v1/embeddings", http::verb::post},
 };
 
-// The routes only a generative model serves (the completion engine's).
-bool is_generation_route(std::string_view path) {
-  return path == "/v1/chat/completions" || path == "/v1/completions" || path == "/debug/scheduler";
-}
-
 }  // namespace
 
-OpenAiServer::OpenAiServer(Engine& engine, EngineLoop& engine_loop, ServingMetrics& metrics,
+OpenAiServer::OpenAiServer(ModelRegistry& models, RejectionCounts& rejections,
                            ServerOptions options)
-    : engine_(&engine),
-      engine_loop_(&engine_loop),
-      metrics_(metrics),
+    : models_(models),
+      rejections_(rejections),
       options_(std::move(options)),
       acceptor_(io_),
       accept_pause_(io_),
       connections_(options_.max_connections) {}
 
-OpenAiServer::OpenAiServer(EmbeddingsRoute& embeddings, ServingMetrics& metrics,
-                           ServerOptions options)
-    : embeddings_(&embeddings),
-      metrics_(metrics),
-      options_(std::move(options)),
-      acceptor_(io_),
-      accept_pause_(io_),
-      connections_(options_.max_connections) {}
+void OpenAiServer::set_trace_writer(TraceWriter* trace) {
+  trace_ = trace;
+  for (const auto& model : models_.models()) {
+    if (CompletionsRoute* route = model->completions()) route->set_trace_writer(trace);
+  }
+}
 
 bool OpenAiServer::listen(std::string* error) {
   beast::error_code ec;
@@ -173,8 +152,7 @@ void OpenAiServer::run_io() {
 }
 
 void OpenAiServer::drain() {
-  if (engine_loop_) engine_loop_->shutdown(options_.drain_timeout);
-  if (embeddings_) embeddings_->shutdown(options_.drain_timeout);
+  models_.shutdown_all(options_.drain_timeout);
   // Every request has its final update; let the responses reach their clients.
   const TimePoint deadline = Clock::now() + std::chrono::seconds(2);
   while (connections_.busy() > 0 && Clock::now() < deadline) {
@@ -225,7 +203,7 @@ void OpenAiServer::on_accepted(tcp::socket&& socket) {
       "the server has {} open connections, its limit (--max-connections); retry shortly or "
       "reuse a keep-alive connection",
       options_.max_connections);
-  metrics_.count_rejection("too_many_connections");
+  rejections_.count("", "too_many_connections");
   HttpResponse response = error_response(error);
   response.set(http::field::retry_after, "1");
   session->refuse(std::move(response));
@@ -255,7 +233,7 @@ std::optional<HttpResponse> OpenAiServer::check_header(
   error.code = "invalid_api_key";
   error.message = authorization.empty() ? "missing API key: send 'Authorization: Bearer <key>'"
                                         : "invalid API key";
-  metrics_.count_rejection("unauthorized");
+  rejections_.count("", "unauthorized");
   return error_response(error);
 }
 
@@ -286,191 +264,112 @@ void OpenAiServer::handle(HttpRequest&& request, const std::shared_ptr<HttpSessi
     return session->respond(std::move(response));
   }
 
-  if (auto error = check_model_kind(path))
-    return session->respond(reject(*error, "wrong_model_kind"));
   if (path == "/health")
     return session->respond(json_response(http::status::ok, {{"status", "ok"}}));
-  if (path == "/ready") {
-    if (draining_) {
-      return session->respond(
-          json_response(http::status::service_unavailable, {{"status", "draining"}}));
-    }
-    // A full queue answers 429 to every new request: a balancer should send them elsewhere.
-    if (engine_loop_ ? engine_loop_->stats().queue_full() : embeddings_->queue_full()) {
-      return session->respond(
-          json_response(http::status::service_unavailable, {{"status", "queue_full"}}));
-    }
-    return session->respond(json_response(http::status::ok, {{"status", "ready"}}));
-  }
-  if (path == "/metrics") {
-    HttpResponse response{http::status::ok, 11};
-    response.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-    const SchedulerStats stats = engine_loop_ ? engine_loop_->stats() : SchedulerStats{};
-    response.body() = metrics_.render_prometheus(stats) + connections_.render_prometheus();
-    response.body() +=
-        engine_ ? render_grammar_metrics(engine_->grammars()) : embeddings_->render_metrics();
-    if (trace_) response.body() += trace_->render_prometheus();
-    if (options_.vllm_metrics) {
-      response.body() += ServingMetrics::render_vllm_compat(stats, options_.model_name);
-    }
-    return session->respond(std::move(response));
-  }
-  if (path == "/debug/scheduler") {
-    return session->respond(
-        json_response(http::status::ok, scheduler_json(engine_loop_->snapshot())));
-  }
+  if (path == "/ready") return session->respond(ready_response());
+  if (path == "/metrics") return session->respond(metrics_response());
+  if (path == "/debug/scheduler") return session->respond(handle_scheduler(request));
   if (path == "/v1/models") return session->respond(models_response());
   if (path == "/tokenize") return session->respond(handle_tokenize(request));
-  if (path == "/v1/embeddings") return embeddings_->handle(request, session);
-  handle_completion(request,
-                    path == "/v1/chat/completions" ? CompletionKind::chat : CompletionKind::text,
-                    session);
+  auto found = model_for(request, path);
+  if (auto* refusal = std::get_if<HttpResponse>(&found)) return session->respond(std::move(*refusal));
+  ServedModel& model = *std::get<ServedModel*>(found);
+  if (path == "/v1/embeddings") return model.embeddings()->handle(request, session);
+  model.completions()->handle(
+      request, path == "/v1/chat/completions" ? CompletionKind::chat : CompletionKind::text,
+      session);
 }
 
-void OpenAiServer::handle_completion(const HttpRequest& http_request, CompletionKind kind,
-                                     const std::shared_ptr<HttpSession>& session) {
-  const TimePoint arrival = Clock::now();
-  auto parsed = parse_completion_params(http_request.body(), kind, options_.generation);
-  if (auto* error = std::get_if<ApiError>(&parsed)) {
-    return session->respond(reject(*error, "invalid_request"));
-  }
-  CompletionParams params = std::move(std::get<CompletionParams>(parsed));
-  if (params.model && *params.model != options_.model_name) {
+std::variant<ServedModel*, HttpResponse> OpenAiServer::model_for(const HttpRequest& request,
+                                                                 std::string_view path) {
+  const std::optional<std::string> name = requested_model_name(request.body());
+  ServedModel* model = name ? models_.find(*name) : &models_.default_model();
+  if (model == nullptr) {
     ApiError error;
     error.status = 404;
     error.type = "not_found_error";
     error.code = "model_not_found";
     error.param = "model";
-    error.message = fmt::format("the model '{}' does not exist here; this server serves '{}'",
-                                *params.model, options_.model_name);
-    return session->respond(reject(error, "unknown_model"));
+    error.message = fmt::format("the model '{}' does not exist here; this server serves {}",
+                                *name, models_.quoted_names());
+    return reject(error, "unknown_model");
   }
-  auto prepared = prepare_prompts(params);
-  if (auto* refusal = std::get_if<Refusal>(&prepared)) {
-    return session->respond(reject(refusal->error, refusal->reason));
+  const bool embeddings = path == "/v1/embeddings";
+  if (embeddings && model->kind() != ModelKind::embedding) {
+    return reject(
+        ApiError::invalid(
+            fmt::format("'{}' is a generative model and makes no embeddings; name an embedding "
+                        "model (a GGUF that declares a pooling type, e.g. brisk serve --model "
+                        "all-minilm-l6-v2) for /v1/embeddings",
+                        model->name()),
+            "model"),
+        "wrong_model_kind");
   }
-  const auto& prompts = std::get<std::vector<PreparedPrompt>>(prepared);
-  for (const auto& [token, bias] : params.sampling.logit_bias) {
-    if (token >= engine_->vocabulary_size()) {
-      return session->respond(reject(
-          ApiError::invalid(fmt::format("'logit_bias' names token {}, but the vocabulary has {} "
-                                        "tokens",
-                                        token, engine_->vocabulary_size()),
-                            "logit_bias"),
-          "invalid_request"));
-    }
+  if (!embeddings && model->kind() != ModelKind::generative) {
+    return reject(ApiError::invalid(fmt::format("'{}' is an embedding model: it serves "
+                                                "/v1/embeddings, not {}",
+                                                model->name(), path),
+                                    "model"),
+                  "wrong_model_kind");
   }
-  if (auto error = read_priority_header(http_request, params))
-    return session->respond(reject(*error, "invalid_request"));
-  if (auto error = read_session_header(http_request, params))
-    return session->respond(reject(*error, "invalid_request"));
-  // Choice index = prompt index * n + i, as OpenAI and vLLM number them.
-  std::vector<ChoiceRequest> choices;
-  std::vector<std::string> echoes;
-  for (const PreparedPrompt& prompt : prompts) {
-    std::shared_ptr<Request> first;
-    for (int i = 0; i < params.n; ++i) {
-      auto made = make_choice_request(params, prompt, i, first);
-      if (auto* error = std::get_if<ApiError>(&made)) {
-        return session->respond(reject(*error, "invalid_request"));
-      }
-      ChoiceRequest& choice = std::get<ChoiceRequest>(made);
-      choice.request->arrival = arrival;
-      if (i == 0) first = choice.request;
-      choices.push_back(std::move(choice));
-      echoes.push_back(prompt.echo);
-    }
-  }
-  auto exchange =
-      std::make_shared<CompletionExchange>(session, std::move(params), options_.model_name,
-                                           options_.system_fingerprint, *engine_loop_, *engine_);
-  std::vector<std::shared_ptr<Request>> requests;
-  std::vector<std::string> prompt_texts;
-  for (size_t i = 0; i < choices.size(); ++i) {
-    exchange->add_choice(choices[i].request, std::move(echoes[i]), choices[i].tool_parser);
-    requests.push_back(choices[i].request);
-    if (trace_) prompt_texts.push_back(trace_prompt_text(choices[i].request->prompt_tokens));
-  }
-  if (trace_) exchange->record_to(*trace_, std::move(prompt_texts));
-  double estimated_wait_ms = 0;
-  const SubmitStatus status = engine_loop_->submit_all(std::move(requests), &estimated_wait_ms);
-  if (status == SubmitStatus::accepted) return exchange->begin();
-
-  exchange->abandon();  // the exchange will never hear from these requests
-  ApiError error;
-  if (status != SubmitStatus::shutting_down) {
-    error.status = 429;
-    error.type = "rate_limit_exceeded";
-    int retry_after_s = 1;
-    if (status == SubmitStatus::queue_full) {
-      error.code = "queue_full";
-      error.message = "the server's request queue is full; retry after a short wait";
-    } else if (status == SubmitStatus::queued_tokens_full) {
-      error.code = "queued_tokens_full";
-      error.message = fmt::format(
-          "the prompts waiting in the server's queue already hold more than {} tokens "
-          "(--max-queued-tokens); retry after a short wait",
-          engine_loop_->options().max_queued_tokens);
-    } else {
-      // When enough of the work ahead should be done for a new request to start in time.
-      const double over_ms = estimated_wait_ms - engine_loop_->options().max_queue_delay_ms;
-      retry_after_s = std::max(1, static_cast<int>(std::ceil(over_ms / 1000.0)));
-      error.code = "queue_delay";
-      error.message = fmt::format(
-          "this request would wait about {:.0f} ms before it starts, more than the server's "
-          "limit of {:.0f} ms (--max-queue-delay-ms); retry in {} s",
-          estimated_wait_ms, engine_loop_->options().max_queue_delay_ms, retry_after_s);
-    }
-    HttpResponse response = reject(error, error.code);
-    response.set(http::field::retry_after, std::to_string(retry_after_s));
-    return session->respond(std::move(response));
-  }
-  error.status = 503;
-  error.type = "server_error";
-  error.code = "shutting_down";
-  error.message = "the server is shutting down";
-  session->respond(reject(error, "shutting_down"));
+  return model;
 }
 
-// A gateway may set the priority in a header (X-Request-Priority) instead of the body; the body's
-// field wins when both are there.
-std::string OpenAiServer::trace_prompt_text(const TokenList& tokens) const {
-  if (!trace_ || !trace_->options().include_text) return {};
-  std::string text;
-  for (Token token : tokens) text += engine_->token_piece(token);
-  return text;
+HttpResponse OpenAiServer::ready_response() const {
+  if (draining_) return json_response(http::status::service_unavailable, {{"status", "draining"}});
+  // A full queue answers 429 to every new request: a balancer should send them elsewhere. With
+  // several models the server is ready while any of them takes requests.
+  json states = json::object();
+  bool any_ready = false;
+  for (const auto& model : models_.models()) {
+    const bool full = model->queue_full();
+    any_ready = any_ready || !full;
+    states[model->name()] = full ? "queue_full" : "ready";
+  }
+  json body = {{"status", any_ready ? "ready" : "queue_full"}};
+  if (models_.several()) body["models"] = states;
+  return json_response(any_ready ? http::status::ok : http::status::service_unavailable, body);
 }
 
-std::optional<ApiError> OpenAiServer::read_session_header(const HttpRequest& http_request,
-                                                          CompletionParams& params) {
-  const auto header = http_request.find("x-session-id");
-  if (header == http_request.end() || !params.session.empty()) return std::nullopt;
-  if (header->value().size() > kMaxSessionIdBytes) {
-    return ApiError::invalid(
-        fmt::format("the X-Session-Id header must be at most {} bytes", kMaxSessionIdBytes),
-        "user");
+HttpResponse OpenAiServer::metrics_response() const {
+  MetricsExposition exposition;
+  for (const auto& model : models_.models()) {
+    exposition.add(model->render_metrics(), models_.several() ? model->name() : "");
   }
-  params.session = std::string(header->value());
-  return std::nullopt;
+  exposition.add(rejections_.render_prometheus(models_.several()), "");
+  if (const DeviceArbiter* arbiter = models_.arbiter()) {
+    exposition.add(arbiter->render_prometheus(), "");  // labelled by model already
+  }
+  exposition.add(connections_.render_prometheus(), "");
+  if (trace_) exposition.add(trace_->render_prometheus(), "");
+  if (options_.vllm_metrics) {
+    // vLLM's series carry its own model_name label.
+    for (const auto& model : models_.models()) exposition.add(model->render_vllm_compat(), "");
+  }
+  HttpResponse response{http::status::ok, 11};
+  response.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+  response.body() = exposition.render();
+  return response;
 }
 
-std::optional<ApiError> OpenAiServer::read_priority_header(const HttpRequest& http_request,
-                                                           CompletionParams& params) {
-  const auto header = http_request.find("x-request-priority");
-  if (header == http_request.end() || params.priority) return std::nullopt;
-  const std::string value(header->value());
-  int priority = 0;
-  const auto [end, status] = std::from_chars(value.data(), value.data() + value.size(), priority);
-  if (status != std::errc() || end != value.data() + value.size() || priority < -kMaxPriority ||
-      priority > kMaxPriority) {
-    return ApiError::invalid(
-        "the X-Request-Priority header must be an integer between -1000000 and 1000000 (lower "
-        "runs sooner), got '" +
-            value + "'",
-        "priority");
+// The scheduler of the model named by ?model=NAME, else of the first generative model.
+HttpResponse OpenAiServer::handle_scheduler(const HttpRequest& request) {
+  const std::string_view target(request.target().data(), request.target().size());
+  const size_t query = target.find("?model=");
+  ServedModel* model = query == std::string_view::npos
+                           ? models_.first_of(ModelKind::generative)
+                           : models_.find(target.substr(query + 7));
+  if (model == nullptr || model->kind() != ModelKind::generative) {
+    ApiError error = ApiError::invalid(
+        query == std::string_view::npos
+            ? "no generative model is served: /debug/scheduler shows a completion engine's "
+              "scheduler"
+            : fmt::format("?model= names no generative model; this server serves {}",
+                          models_.quoted_names()),
+        "model");
+    return reject(error, "invalid_request");
   }
-  params.priority = priority;
-  return std::nullopt;
+  return json_response(http::status::ok, scheduler_json(model->engine_loop()->snapshot()));
 }
 
 HttpResponse OpenAiServer::handle_tokenize(const HttpRequest& request) {
@@ -489,9 +388,33 @@ HttpResponse OpenAiServer::handle_tokenize(const HttpRequest& request) {
   }
   const bool add_special = add_special_field != body.end() && add_special_field->is_boolean() &&
                            add_special_field->get<bool>();
-  const std::string text = body["content"].get<std::string>();
-  const TokenList tokens =
-      engine_ ? engine_->tokenize(text, add_special) : embeddings_->model().tokenize(text);
+  for (const auto& [field, value] : body.items()) {
+    if (field != "content" && field != "add_special" && field != "model") {
+      return reject(ApiError::invalid(fmt::format("'{}' is not a field of /tokenize (it takes "
+                                                  "content, add_special and model)",
+                                                  field),
+                                      field),
+                    "invalid_request");
+    }
+  }
+  ServedModel* model = &models_.default_model();
+  if (const auto named = body.find("model"); named != body.end()) {
+    if (!named->is_string()) {
+      return reject(ApiError::invalid("'model' must be a string", "model"), "invalid_request");
+    }
+    model = models_.find(named->get<std::string>());
+    if (model == nullptr) {
+      ApiError error = ApiError::invalid(
+          fmt::format("the model '{}' does not exist here; this server serves {}",
+                      named->get<std::string>(), models_.quoted_names()),
+          "model");
+      error.status = 404;
+      error.type = "not_found_error";
+      error.code = "model_not_found";
+      return reject(error, "unknown_model");
+    }
+  }
+  const TokenList tokens = model->tokenize(body["content"].get<std::string>(), add_special);
   return json_response(http::status::ok, {{"tokens", tokens}});
 }
 
@@ -499,36 +422,21 @@ HttpResponse OpenAiServer::models_response() const {
   static const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
                                      std::chrono::system_clock::now().time_since_epoch())
                                      .count();
-  json model = {{"id", options_.model_name},
-                {"object", "model"},
-                {"created", created},
-                {"owned_by", "brisk"},
-                {"max_model_len", engine_ ? engine_->max_request_tokens()
-                                          : embeddings_->model().max_input_tokens()}};
-  return json_response(http::status::ok, {{"object", "list"}, {"data", json::array({model})}});
-}
-
-// A generative model serves the completion routes; an embedding model /v1/embeddings.
-std::optional<ApiError> OpenAiServer::check_model_kind(std::string_view path) const {
-  if (engine_ == nullptr && is_generation_route(path)) {
-    return ApiError::invalid(fmt::format("'{}' is an embedding model: it serves /v1/embeddings, "
-                                         "not {}",
-                                         options_.model_name, path),
-                             "model");
+  json data = json::array();
+  for (const auto& model : models_.models()) {
+    data.push_back({{"id", model->name()},
+                    {"object", "model"},
+                    {"created", created},
+                    {"owned_by", "brisk"},
+                    {"max_model_len", model->max_model_len()},
+                    {"kind", model->kind_name()},
+                    {"state", "loaded"}});
   }
-  if (embeddings_ == nullptr && path == "/v1/embeddings") {
-    return ApiError::invalid(
-        fmt::format("'{}' is a generative model and makes no embeddings; serve an embedding "
-                    "model (a GGUF that declares a pooling type, e.g. brisk serve --model "
-                    "all-minilm-l6-v2) for /v1/embeddings",
-                    options_.model_name),
-        "model");
-  }
-  return std::nullopt;
+  return json_response(http::status::ok, {{"object", "list"}, {"data", data}});
 }
 
 HttpResponse OpenAiServer::reject(const ApiError& error, const std::string& reason) {
-  metrics_.count_rejection(reason);
+  rejections_.count("", reason);
   return error_response(error);
 }
 
