@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "app/commands.h"
-#include "app/duration_flag.h"
+#include "app/serve_flags.h"
+#include "common/models_file.h"
 #include "common/log.h"
 #include "common/model_store.h"
 #include "engine/embedding_model.h"
@@ -60,64 +62,21 @@ std::optional<std::string> check_file_descriptor_room(int max_connections) {
       limit.rlim_cur > kReservedFileDescriptors ? limit.rlim_cur - kReservedFileDescriptors : 0);
 }
 
-struct ServeFlags {
-  // Served side by side; the first is the default of requests that name no model.
-  std::vector<std::string> models = {"gemma3-270m"};
-  std::vector<std::string> served_model_names;  // one per model, in their order
-  EngineOptions engine;
-  SchedulerOptions scheduler;
-  ServerOptions server;
-  GenerationDefaults generation;
-  int read_timeout_s = 30;
-  int keep_alive_timeout_s = 30;
-  int write_timeout_s = 60;
-  int drain_timeout_s = 10;
-  std::string log_format = "text";
-  std::string metrics_compat = "none";
-  std::string log_level = "info";
-  std::string generation_config = kGenerationConfigPresets[0];
-  std::string override_generation_config;
-  std::string prefix_cache = "on";
-  std::string policy = "fcfs";
-  int prefix_cache_seqs = -1;  // -1: as many as --max-seqs
-  int64_t cache_ram_mib = -1;  // -1: kDefaultCacheRamMib, at most a quarter of the RAM
-  TraceWriter::Options trace;  // --trace-out: no trace when its path is empty
-  // An embedding model's batcher (docs/cli.md, "Embeddings"); `embedding_flags` are those that
-  // only an embedding model takes.
-  EmbeddingModelOptions embedding;
-  BatchWindowOptions batch_window;
-  std::vector<CLI::Option*> embedding_flags;
-  std::vector<CLI::Option*> generation_flags;  // those an embedding model does not take
+// One model to serve: what to load, under which names, with which flags and share of the device.
+struct ModelSpec {
+  std::string model;   // as --model (or `model` of the file) names it
+  std::string origin;  // where it was named, for messages: "--model X" or "FILE:LINE: [[model]] N"
+  ResolveResult resolved;
+  bool embedding = false;
+  std::string name;  // empty until resolved: the catalog name or the file's stem
+  std::vector<std::string> aliases;
+  DeviceTenantOptions share;
+  ModelFlags flags;
 };
-
-// The flags that mean the same for an embedding model as for a generative one.
-constexpr std::string_view kFlagsOfEveryModel[] = {"--help",
-                                                   "--model",
-                                                   "--served-model-name",
-                                                   "--host",
-                                                   "--port",
-                                                   "--api-key",
-                                                   "--public-routes",
-                                                   "--threads",
-                                                   "--gpu-layers",
-                                                   "--max-body-bytes",
-                                                   "--max-header-bytes",
-                                                   "--max-connections",
-                                                   "--read-timeout",
-                                                   "--keep-alive-timeout",
-                                                   "--write-timeout",
-                                                   "--drain-timeout",
-                                                   "--io-threads",
-                                                   "--log-format",
-                                                   "--log-level"};
-
-std::string served_name(const ServeFlags& flags, size_t index, const ResolveResult& model) {
-  return flags.served_model_names.empty() ? model.served_name : flags.served_model_names[index];
-}
 
 // An embedding model serves /v1/embeddings through the dynamic batcher; nothing of the
 // completion engine (KV cache, step scheduler) is built.
-std::unique_ptr<ServedModel> load_embedding_model(const ServeFlags& flags, std::string name,
+std::unique_ptr<ServedModel> load_embedding_model(const ModelFlags& flags, std::string name,
                                                   const ResolveResult& model, std::string* error) {
   EmbeddingModelOptions options = flags.embedding;
   options.model_path = model.path.string();
@@ -146,8 +105,9 @@ std::unique_ptr<ServedModel> load_embedding_model(const ServeFlags& flags, std::
   return ServedModel::embedding(std::move(embedding_model), flags.batch_window, std::move(name));
 }
 
-std::unique_ptr<ServedModel> load_generative_model(const ServeFlags& flags, std::string name,
-                                                   const ResolveResult& model,
+std::unique_ptr<ServedModel> load_generative_model(const ModelFlags& flags,
+                                                   const GenerationDefaults& generation,
+                                                   std::string name, const ResolveResult& model,
                                                    RejectionCounts& rejections,
                                                    std::string* error) {
   EngineOptions engine_options = flags.engine;
@@ -188,7 +148,7 @@ std::unique_ptr<ServedModel> load_generative_model(const ServeFlags& flags, std:
   }
   CompletionsRouteOptions route;
   route.model_name = std::move(name);
-  route.generation = flags.generation;
+  route.generation = generation;
   // A prompt read from the prefix cache was computed in another batch than a recomputed one.
   const std::string numerics =
       engine->numerics_identity() +
@@ -203,8 +163,21 @@ std::unique_ptr<ServedModel> load_generative_model(const ServeFlags& flags, std:
   return ServedModel::generative(std::move(engine), scheduler, std::move(route), rejections);
 }
 
-// Flags of one model kind given while no model of that kind is served.
-std::optional<std::string> check_flags_fit_the_models(const ServeFlags& flags, bool any_generative,
+// A flag only the other kind of model takes, given to `spec` in its models file entry.
+std::optional<std::string> check_entry_flags_fit(const ModelSpec& spec) {
+  const auto& wrong = spec.embedding ? spec.flags.generation_flags : spec.flags.embedding_flags;
+  for (const CLI::Option* option : wrong) {
+    if (option->count() == 0) continue;
+    return fmt::format("{}: '{}' sets {}, and '{}' is {} model", spec.origin,
+                       option->get_name().substr(2),
+                       spec.embedding ? "the completion engine" : "the batcher of an embedding model",
+                       spec.model, spec.embedding ? "an embedding" : "a generative");
+  }
+  return std::nullopt;
+}
+
+// A command-line model flag of a kind no served model has.
+std::optional<std::string> check_flags_fit_the_models(const ModelFlags& flags, bool any_generative,
                                                       bool any_embedding) {
   if (!any_embedding) {
     for (const CLI::Option* option : flags.embedding_flags) {
@@ -227,13 +200,29 @@ std::optional<std::string> check_flags_fit_the_models(const ServeFlags& flags, b
   return std::nullopt;
 }
 
-// Every check that needs no model loaded: a mistake in the flags fails before minutes of loading.
-std::optional<std::string> check_serve_flags(ServeFlags& flags) {
+// The checks of one generative model's flags that need nothing loaded; its generation defaults.
+std::variant<GenerationDefaults, std::string> check_generative_flags(const ModelFlags& flags) {
   if (flags.scheduler.max_batched_tokens <= flags.scheduler.max_seqs) {
     return fmt::format(
         "--max-batched-tokens ({}) must be larger than --max-seqs ({}) so prompts can make "
         "progress beside running decodes",
         flags.scheduler.max_batched_tokens, flags.scheduler.max_seqs);
+  }
+  if (flags.prefix_cache_seqs >= 0 && !flags.engine.kv_unified) {
+    return std::string(
+        "--prefix-cache-seqs counts extra sequences of one KV buffer (--kv-unified); with "
+        "--no-kv-unified the idle ones of --max-seqs hold the prefix cache");
+  }
+  return make_generation_defaults(flags.generation_config, flags.override_generation_config);
+}
+
+// The server's own flags, checked before any model loads.
+std::optional<std::string> check_server_flags(ServeFlags& flags) {
+  if (!flags.models_file.empty() &&
+      (flags.models_option->count() > 0 || !flags.served_model_names.empty())) {
+    return std::string(
+        "--models names the models and their names: leave out --model and "
+        "--served-model-name");
   }
   if (!flags.served_model_names.empty() &&
       flags.served_model_names.size() != flags.models.size()) {
@@ -242,10 +231,6 @@ std::optional<std::string> check_serve_flags(ServeFlags& flags) {
         "the same order",
         flags.served_model_names.size(), flags.models.size());
   }
-  auto defaults =
-      make_generation_defaults(flags.generation_config, flags.override_generation_config);
-  if (auto* error = std::get_if<std::string>(&defaults)) return *error;
-  flags.generation = std::get<GenerationDefaults>(defaults);
   if (auto error = check_file_descriptor_room(flags.server.max_connections)) return error;
   std::erase(flags.server.public_routes, std::string());  // --public-routes "" protects all
   for (const std::string& route : flags.server.public_routes) {
@@ -254,13 +239,122 @@ std::optional<std::string> check_serve_flags(ServeFlags& flags) {
     }
   }
   if (flags.trace.path.empty() && flags.trace.include_text) {
-    return "--trace-text adds the prompts' text to --trace-out: name the file";
-  }
-  if (flags.prefix_cache_seqs >= 0 && !flags.engine.kv_unified) {
-    return "--prefix-cache-seqs counts extra sequences of one KV buffer (--kv-unified); with "
-           "--no-kv-unified the idle ones of --max-seqs hold the prefix cache";
+    return std::string("--trace-text adds the prompts' text to --trace-out: name the file");
   }
   return std::nullopt;
+}
+
+// Why the models cannot be served, and the exit status that says so (1: a model cannot be
+// found, 2: the flags or the models file are wrong).
+struct SpecFailure {
+  std::string message;
+  int exit_status = 2;
+};
+
+std::optional<SpecFailure> resolve(ModelSpec& spec) {
+  spec.resolved = ModelStore::from_environment().resolve(spec.model);
+  if (!spec.resolved.ok()) {
+    return SpecFailure{spec.origin.starts_with("--model")
+                           ? spec.resolved.error
+                           : spec.origin + ": " + spec.resolved.error,
+                       1};
+  }
+  spec.embedding = is_embedding_model_file(spec.resolved.path.string());
+  if (spec.name.empty()) spec.name = spec.resolved.served_name;
+  spec.share.name = spec.name;
+  return std::nullopt;
+}
+
+// The models of a --models file: each starts from the command line's model flags and applies
+// its own over them.
+std::variant<std::vector<ModelSpec>, SpecFailure> specs_from_file(const ServeFlags& flags) {
+  auto read = read_models_file(flags.models_file);
+  if (auto* error = std::get_if<std::string>(&read)) return SpecFailure{*error, 2};
+  std::vector<ModelSpec> specs;
+  for (const ModelFileEntry& entry : std::get<std::vector<ModelFileEntry>>(read)) {
+    ModelSpec spec;
+    spec.model = entry.model;
+    spec.origin =
+        fmt::format("{}:{}: [[model]] {}", flags.models_file, entry.line, specs.size() + 1);
+    spec.name = entry.name;
+    spec.aliases = entry.aliases;
+    spec.share.weight = entry.weight;
+    spec.share.critical = entry.critical;
+    if (auto error = resolve(spec)) return *error;
+    spec.flags = flags.model;
+    spec.flags.embedding_flags.clear();
+    spec.flags.generation_flags.clear();
+    CLI::App entry_flags("the flags of one model");
+    add_model_flags(entry_flags, spec.flags);
+    std::vector<std::string> args(entry.flag_args.rbegin(), entry.flag_args.rend());
+    try {
+      entry_flags.parse(args);
+    } catch (const CLI::ExtrasError& e) {
+      return SpecFailure{fmt::format("{}: {} (its keys are model, name, aliases, critical, "
+                                     "weight and the model flags of `brisk serve --help` "
+                                     "without their dashes; the server's own, such as port, "
+                                     "go on the command line)",
+                                     spec.origin, e.what()),
+                         2};
+    } catch (const CLI::ParseError& e) {
+      return SpecFailure{fmt::format("{}: {}", spec.origin, e.what()), 2};
+    }
+    if (auto error = check_entry_flags_fit(spec)) return SpecFailure{*error, 2};
+    spec.flags.embedding_flags.clear();  // their options die with entry_flags
+    spec.flags.generation_flags.clear();
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+std::variant<std::vector<ModelSpec>, SpecFailure> specs_from_command_line(
+    const ServeFlags& flags) {
+  std::vector<ModelSpec> specs;
+  for (size_t i = 0; i < flags.models.size(); ++i) {
+    ModelSpec spec;
+    spec.model = flags.models[i];
+    spec.origin = "--model " + spec.model;
+    if (!flags.served_model_names.empty()) spec.name = flags.served_model_names[i];
+    if (auto error = resolve(spec)) return *error;
+    spec.flags = flags.model;
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+std::optional<std::string> check_names_are_distinct(const std::vector<ModelSpec>& specs) {
+  std::set<std::string> seen;
+  for (const ModelSpec& spec : specs) {
+    std::vector<std::string> names = spec.aliases;
+    names.push_back(spec.name);
+    for (const std::string& name : names) {
+      if (!seen.insert(name).second) {
+        return fmt::format("two models are served as '{}': give each its own name{}", name,
+                           spec.origin.starts_with("--model") ? " (--served-model-name)" : "");
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::unique_ptr<ServedModel> load_model(const ModelSpec& spec, RejectionCounts& rejections,
+                                        std::string* error) {
+  std::unique_ptr<ServedModel> model;
+  if (spec.embedding) {
+    model = load_embedding_model(spec.flags, spec.name, spec.resolved, error);
+  } else {
+    auto generation = check_generative_flags(spec.flags);
+    if (auto* message = std::get_if<std::string>(&generation)) {
+      *error = *message;
+      return nullptr;
+    }
+    model = load_generative_model(spec.flags, std::get<GenerationDefaults>(generation), spec.name,
+                                  spec.resolved, rejections, error);
+  }
+  if (!model) return nullptr;
+  model->device_share() = spec.share;
+  model->set_aliases(spec.aliases);
+  return model;
 }
 
 int run_serve(ServeFlags& flags) {
@@ -269,7 +363,35 @@ int run_serve(ServeFlags& flags) {
     std::cerr << "error: unknown --log-level '" << flags.log_level << "'\n";
     return 2;
   }
-  if (auto error = check_serve_flags(flags)) {
+  if (auto error = check_server_flags(flags)) {
+    std::cerr << "error: " << *error << "\n";
+    return 2;
+  }
+  // Every model's flags are checked before the first one loads: a mistake fails in a moment,
+  // not after minutes of loading.
+  auto made = flags.models_file.empty() ? specs_from_command_line(flags) : specs_from_file(flags);
+  if (auto* failure = std::get_if<SpecFailure>(&made)) {
+    std::cerr << "error: " << failure->message << "\n";
+    return failure->exit_status;
+  }
+  std::vector<ModelSpec>& specs = std::get<std::vector<ModelSpec>>(made);
+  if (auto error = check_names_are_distinct(specs)) {
+    std::cerr << "error: " << *error << "\n";
+    return 2;
+  }
+  bool any_generative = false;
+  bool any_embedding = false;
+  for (ModelSpec& spec : specs) {
+    any_embedding = any_embedding || spec.embedding;
+    any_generative = any_generative || !spec.embedding;
+    if (spec.embedding) continue;
+    auto generation = check_generative_flags(spec.flags);
+    if (auto* error = std::get_if<std::string>(&generation)) {
+      std::cerr << "error: " << (specs.size() > 1 ? spec.name + ": " : "") << *error << "\n";
+      return 2;
+    }
+  }
+  if (auto error = check_flags_fit_the_models(flags.model, any_generative, any_embedding)) {
     std::cerr << "error: " << *error << "\n";
     return 2;
   }
@@ -283,46 +405,21 @@ int run_serve(ServeFlags& flags) {
       return 2;
     }
   }
-  std::vector<ResolveResult> resolved;
-  bool any_generative = false;
-  bool any_embedding = false;
-  for (const std::string& name : flags.models) {
-    resolved.push_back(ModelStore::from_environment().resolve(name));
-    if (!resolved.back().ok()) {
-      std::cerr << "error: " << resolved.back().error << "\n";
-      return 1;
-    }
-    const bool embedding = is_embedding_model_file(resolved.back().path.string());
-    any_embedding = any_embedding || embedding;
-    any_generative = any_generative || !embedding;
-  }
-  if (auto error = check_flags_fit_the_models(flags, any_generative, any_embedding)) {
-    std::cerr << "error: " << *error << "\n";
-    return 2;
-  }
-  if (flags.models.size() > 1) {
-    spdlog::info(
-        "serving {} models on the same cores: each model's steps run beside the others'",
-        flags.models.size());
-  }
 
   RejectionCounts rejections;
   ModelRegistry registry;
-  for (size_t i = 0; i < resolved.size(); ++i) {
+  for (const ModelSpec& spec : specs) {
     std::string error;
-    std::string name = served_name(flags, i, resolved[i]);
-    std::unique_ptr<ServedModel> model =
-        is_embedding_model_file(resolved[i].path.string())
-            ? load_embedding_model(flags, std::move(name), resolved[i], &error)
-            : load_generative_model(flags, std::move(name), resolved[i], rejections, &error);
+    std::unique_ptr<ServedModel> model = load_model(spec, rejections, &error);
     if (!model || !registry.add(std::move(model), &error)) {
       std::cerr << "error: " << error << "\n";
       return 1;
     }
   }
-  if (any_generative) {
+  if (any_generative && flags.models_file.empty()) {
+    auto generation = check_generative_flags(flags.model);
     spdlog::info("requests that name no sampling parameter get: {}",
-                 describe_generation_defaults(flags.generation));
+                 describe_generation_defaults(std::get<GenerationDefaults>(generation)));
   }
   flags.server.vllm_metrics = flags.metrics_compat == "vllm";
   flags.server.limits.read_timeout = std::chrono::seconds(flags.read_timeout_s);
@@ -344,6 +441,16 @@ int run_serve(ServeFlags& flags) {
     return 1;
   }
   registry.start_all();
+  if (registry.several()) {
+    std::string shares;
+    for (const auto& model : registry.models()) {
+      const DeviceTenantOptions& share = model->device_share();
+      shares += fmt::format("{}{} {}", shares.empty() ? "" : ", ", model->name(),
+                            share.critical ? std::string("critical")
+                                           : fmt::format("weight {}", share.weight));
+    }
+    spdlog::info("one model's step at a time on this device: {}", shares);
+  }
   spdlog::info("serving {} on http://{}:{}", registry.quoted_names(), flags.server.host,
                server.port());
   server.run_until_signal();
@@ -355,274 +462,8 @@ int run_serve(ServeFlags& flags) {
 
 CommandRunner register_serve_command(CLI::App& app) {
   auto flags = std::make_shared<ServeFlags>();
-  flags->scheduler.sampling_threads = 0;  // as many as --threads, settled once they are known
-#ifdef BRISK_WITH_CUDA
-  flags->engine.gpu_layers = 999;
-#endif
-  app.add_option("-m,--model", flags->models,
-                 "Catalog name (see `brisk pull`) or path to a GGUF file; repeat it to serve "
-                 "several models side by side (the first answers requests that name none)")
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
-      ->capture_default_str();
-  app.add_option("--served-model-name", flags->served_model_names,
-                 "Model id clients use (default: the catalog name or the file's stem); with "
-                 "several --model, one per model in their order")
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  app.add_option("--host", flags->server.host, "Address to bind")->capture_default_str();
-  app.add_option("--port", flags->server.port, "Port to bind (0: any free port)")
-      ->check(CLI::Range(0, 65535))
-      ->capture_default_str();
-  app.add_option("--api-key", flags->server.api_key,
-                 "Require 'Authorization: Bearer KEY' on every route but --public-routes");
-  app.add_option("--public-routes", flags->server.public_routes,
-                 "Routes served without the --api-key (probes, Prometheus); pass an empty "
-                 "string to protect every route")
-      ->delimiter(',')
-      ->expected(0, -1)
-      ->capture_default_str();
-  app.add_option("-c,--ctx-size", flags->engine.ctx_size,
-                 "KV cache capacity in tokens, shared by all running requests")
-      ->check(CLI::Range(64, 1 << 22))
-      ->capture_default_str();
-  app.add_option("--max-seqs", flags->scheduler.max_seqs, "Most requests running at once")
-      ->check(CLI::Range(1, 256))
-      ->capture_default_str();
-  app.add_option("--max-batched-tokens", flags->scheduler.max_batched_tokens,
-                 "Token budget of one engine step (decodes + prefill chunks)")
-      ->check(CLI::Range(2, 1 << 16))
-      ->capture_default_str();
-  app.add_option("--target-itl-ms,--max-step-ms", flags->scheduler.max_step_ms,
-                 "While streams decode, cut prompt chunks so a step (the gap between two tokens "
-                 "of every running stream) stays under this many ms, from measured step costs "
-                 "(0: off; only --max-batched-tokens limits them)")
-      ->check(CLI::Range(0.0, 60000.0))
-      ->capture_default_str();
-  app.add_option("--min-prefill-step-tokens", flags->scheduler.min_prefill_step_tokens,
-                 "A step that carries prompt tokens carries at least this many tokens in all, "
-                 "whatever --target-itl-ms says: on CPU, llama.cpp's flash attention is several "
-                 "times cheaper per prompt token from 64 tokens a step; 64 trades a longer p99 "
-                 "inter-token gap for throughput and first tokens (1: no floor)")
-      ->check(CLI::Range(1, 1 << 16))
-      ->capture_default_str();
-  app.add_option("--long-prefill-tokens", flags->scheduler.long_prefill_tokens,
-                 "A prompt with more tokens than this left to prefill is long: short prompts get "
-                 "each step's token budget first (0: oldest first, no distinction)")
-      ->check(CLI::Range(0, 1 << 22))
-      ->capture_default_str();
-  app.add_option("--max-long-prefills", flags->scheduler.max_long_prefills,
-                 "Long prompts prefilled at once; the others wait their turn")
-      ->check(CLI::Range(1, 256))
-      ->capture_default_str();
-  app.add_option("--max-queued-requests", flags->scheduler.max_queued_requests,
-                 "Waiting requests beyond which new ones get 429")
-      ->check(CLI::Range(0, 1 << 20))
-      ->capture_default_str();
-  app.add_option("--max-queue-delay-ms", flags->scheduler.max_queue_delay_ms,
-                 "Refuse at once (429, Retry-After) a request whose estimated wait before its "
-                 "prompt starts, from the work ahead and measured step costs, is longer than "
-                 "this (0: off)")
-      ->check(CLI::Range(0.0, 3600000.0))
-      ->capture_default_str();
-  app.add_option("--max-queued-tokens", flags->scheduler.max_queued_tokens,
-                 "Prompt tokens waiting in the queue beyond which new requests get 429 (0: no "
-                 "limit)")
-      ->check(CLI::Range(0, 1 << 30))
-      ->capture_default_str();
-  app.add_option("-t,--threads", flags->engine.threads, "CPU threads for llama.cpp (0: all cores)")
-      ->check(CLI::Range(0, 1024))
-      ->capture_default_str();
-  app.add_option("--poll", flags->engine.poll,
-                 "How long llama.cpp's CPU threads spin waiting for the next step, 0-100 (as "
-                 "llama-server's --poll): lower frees the cores for other work, higher answers "
-                 "sooner")
-      ->check(CLI::Range(0, 100))
-      ->capture_default_str();
-  app.add_option("--sampling-threads", flags->scheduler.sampling_threads,
-                 "Threads that sample a step's sequences in parallel (0: 1 when the model runs on "
-                 "the CPU, as many as --threads when its layers are on a GPU)")
-      ->check(CLI::Range(0, 256))
-      ->capture_default_str();
-  app.add_option("--generation-config", flags->generation_config,
-                 "Defaults for sampling parameters a request leaves out: openai (temperature 1, "
-                 "the full distribution) or llama-server (temperature 0.8, top_k 40, top_p 0.95, "
-                 "min_p 0.05)")
-      ->check(CLI::IsMember({"openai", "llama-server"}))
-      ->capture_default_str();
-  app.add_option("--override-generation-config", flags->override_generation_config,
-                 "JSON applied over --generation-config, e.g. '{\"temperature\": 0.7, "
-                 "\"top_k\": 40, \"max_tokens\": 512}' (fields: temperature, top_p, top_k, "
-                 "min_p, max_tokens)");
-  app.add_option("--gpu-layers,--n-gpu-layers", flags->engine.gpu_layers,
-                 "Layers to offload to the GPU (CUDA builds; default all there, 0 elsewhere)")
-      ->check(CLI::Range(0, 100000))
-      ->capture_default_str();
-  app.add_option("--chat-template", flags->engine.chat_template,
-                 "llama.cpp built-in template name (gemma, chatml, llama3, ...); default: the "
-                 "GGUF's own, else chosen by architecture");
-  app.add_option("--chat-template-file", flags->engine.chat_template_file,
-                 "A Jinja chat template file run instead of the GGUF's (as llama-server's "
-                 "--chat-template-file): e.g. one that renders tools")
-      ->check(CLI::ExistingFile);
-  app.add_flag("--kv-unified,!--no-kv-unified", flags->engine.kv_unified,
-               "One KV buffer for all requests (default: a request may use all of --ctx-size); "
-               "--no-kv-unified gives each of --max-seqs its own ctx-size/max-seqs cells, as "
-               "llama-server does, so attention reads only its own cells: faster with many "
-               "concurrent requests, but a request is limited to its share");
-  const auto kv_cache_type = CLI::Validator(
-      [](std::string& name) {
-        return is_kv_cache_type(name) ? std::string()
-                                      : "not a KV cache type: one of " + kv_cache_type_names();
-      },
-      "TYPE");
-  app.add_option("--cache-type-k", flags->engine.cache_type_k,
-                 "KV cache type for K: f16 (default), bf16, f32, q8_0, q5_1, q5_0, q4_1, q4_0, "
-                 "iq4_nl; q8_0 halves the cache's memory and the bytes attention reads")
-      ->check(kv_cache_type)
-      ->capture_default_str();
-  app.add_option("--cache-type-v", flags->engine.cache_type_v,
-                 "KV cache type for V, as --cache-type-k (a quantized V needs flash attention)")
-      ->check(kv_cache_type)
-      ->capture_default_str();
-  app.add_flag("--swa-full", flags->engine.swa_full,
-               "Keep full-size sliding-window KV caches (more memory; on a sliding-window model "
-               "such as Gemma 3 every cached prefix then stays reusable)");
-  app.add_option("--policy", flags->policy,
-                 "Which waiting request starts next: fcfs (arrival order), priority (the "
-                 "request's `priority` field or X-Request-Priority header, lower first, aged by "
-                 "--priority-aging-ms; a higher one preempts the lowest running one), or slo "
-                 "(earliest first-token deadline first: deadline_ms, else --slo-ttft-ms)")
-      ->check(CLI::IsMember({"fcfs", "priority", "slo"}))
-      ->capture_default_str();
-  app.add_option("--priority-aging-ms", flags->scheduler.queue_policy.priority_aging_ms,
-                 "--policy priority: every this many ms waited improve a request's priority by "
-                 "one, so nothing starves (0: no aging)")
-      ->check(CLI::Range(0.0, 3.6e6))
-      ->capture_default_str();
-  app.add_option("--slo-ttft-ms", flags->scheduler.queue_policy.slo_ttft_ms,
-                 "--policy slo: the first-token deadline of a request that sends no deadline_ms")
-      ->check(CLI::Range(1.0, 3.6e6))
-      ->capture_default_str();
-  app.add_option("--prefix-cache", flags->prefix_cache,
-                 "Keep finished requests' KV cells and reuse them for prompts that start with "
-                 "the same tokens (shared system prompts, the next turn of a chat); needs "
-                 "--kv-unified")
-      ->check(CLI::IsMember({"on", "off"}))
-      ->capture_default_str();
-  app.add_option("--prefix-cache-min-tokens", flags->scheduler.prefix_cache.min_tokens,
-                 "Shortest cached prefix reused (a shorter match is computed again)")
-      ->check(CLI::Range(1, 1 << 22))
-      ->capture_default_str();
-  app.add_option("--prefix-cache-trial-seqs", flags->scheduler.prefix_cache.trial_sequences,
-                 "Cached prefixes no later prompt has reused yet, kept at most (oldest freed "
-                 "first): each step's attention spans every cell kept, so prompts that never "
-                 "repeat would slow all streams; raise it for chats whose next turn comes after "
-                 "many other requests")
-      ->check(CLI::Range(0, 255))
-      ->capture_default_str();
-  app.add_option("--prefix-cache-seqs", flags->prefix_cache_seqs,
-                 "Finished requests whose cells are kept at most (default: --max-seqs; the "
-                 "least recently used is evicted first, and whenever running requests need "
-                 "the cells)")
-      ->check(CLI::Range(1, 255));
-  app.add_option("--cache-ram", flags->cache_ram_mib,
-                 "MiB of host memory for the prefix cache's second tier: evicted prefixes' KV "
-                 "state is kept there and restored on a hit instead of recomputed (0: off; "
-                 "default: 8192, at most a quarter of the machine's memory)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
-  app.add_option("--max-body-bytes", flags->server.limits.max_body_bytes,
-                 "Largest request body accepted (413 beyond)")
-      ->check(CLI::Range(size_t{1024}, size_t{1} << 32))
-      ->capture_default_str();
-  app.add_option("--max-header-bytes", flags->server.limits.max_header_bytes,
-                 "Largest request line + headers accepted (431 beyond)")
-      ->check(CLI::Range(size_t{1024}, size_t{1} << 20))
-      ->capture_default_str();
-  app.add_option("--max-connections", flags->server.max_connections,
-                 "Open client connections beyond which new ones get 503 and are closed")
-      ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
-  app.add_option("--read-timeout", flags->read_timeout_s,
-                 "Seconds a connection has to send a whole request (header and body) from its "
-                 "first byte; 100-continue does not extend it")
-      ->transform(duration_seconds())
-      ->check(CLI::Range(1, 3600))
-      ->capture_default_str();
-  app.add_option("--keep-alive-timeout", flags->keep_alive_timeout_s,
-                 "Seconds an idle keep-alive connection waits for its next request")
-      ->transform(duration_seconds())
-      ->check(CLI::Range(1, 3600))
-      ->capture_default_str();
-  app.add_option("--write-timeout", flags->write_timeout_s,
-                 "Seconds a client may stop reading a response before it is dropped")
-      ->transform(duration_seconds())
-      ->check(CLI::Range(1, 3600))
-      ->capture_default_str();
-  app.add_option("--drain-timeout", flags->drain_timeout_s,
-                 "Seconds to finish in-flight requests on SIGTERM/SIGINT before cancelling them")
-      ->transform(duration_seconds())
-      ->check(CLI::Range(0, 3600))
-      ->capture_default_str();
-  app.add_option("--metrics-compat", flags->metrics_compat,
-                 "Also expose the queue and KV gauges under another server's names: vllm "
-                 "(vllm:num_requests_waiting, vllm:kv_cache_usage_perc, ...; what Kubernetes' "
-                 "inference gateway reads), or none")
-      ->check(CLI::IsMember({"none", "vllm"}))
-      ->capture_default_str();
-  app.add_option("--trace-out", flags->trace.path,
-                 "Append one JSON line per finished request to this file: arrival, lengths, "
-                 "cached tokens, timings, session and prefix block hashes, no text "
-                 "(docs/trace.md); brisk bench --trace replays it. SIGHUP reopens it");
-  app.add_option("--trace-block-tokens", flags->trace.block_tokens,
-                 "Prompt tokens per prefix hash in --trace-out")
-      ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
-  app.add_flag("--trace-text", flags->trace.include_text,
-               "Also write each prompt's text to --trace-out (off: no text is stored)");
-  app.add_option("--io-threads", flags->server.io_threads, "HTTP I/O threads")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
-  app.add_option("--log-format", flags->log_format, "text or json")
-      ->check(CLI::IsMember({"text", "json"}))
-      ->capture_default_str();
-  app.add_option("--log-level", flags->log_level, "trace, debug, info, warn, error")
-      ->capture_default_str();
-  flags->embedding_flags = {
-      app.add_option("--batch-window-ms", flags->batch_window.window_ms,
-                     "Embedding models: how long the oldest waiting input waits for others to "
-                     "join its batch (Triton's max_queue_delay; 0: a batch starts as soon as the "
-                     "model is free)")
-          ->check(CLI::Range(0.0, 10000.0))
-          ->capture_default_str(),
-      app.add_option("--preferred-batch-sizes", flags->batch_window.preferred_batch_sizes,
-                     "Embedding models: batch sizes (inputs) that start without waiting for the "
-                     "window, e.g. 8,16,32")
-          ->delimiter(',')
-          ->check(CLI::Range(1, 256)),
-      app.add_option("--max-batch-tokens", flags->embedding.max_batch_tokens,
-                     "Embedding models: tokens of all inputs in one batch; also the longest "
-                     "input (0: the model's training context)")
-          ->check(CLI::Range(0, 1 << 16))
-          ->capture_default_str(),
-      app.add_option("--max-batch-inputs", flags->embedding.max_batch_inputs,
-                     "Embedding models: inputs in one batch")
-          ->check(CLI::Range(1, 256))
-          ->capture_default_str(),
-      app.add_option("--max-queued-inputs", flags->batch_window.max_queued_inputs,
-                     "Embedding models: waiting inputs beyond which new requests get 429")
-          ->check(CLI::Range(1, 1 << 24))
-          ->capture_default_str(),
-  };
-  for (CLI::Option* option : flags->embedding_flags) option->group("Embedding models");
-  for (CLI::Option* option : app.get_options()) {
-    const std::string name = option->get_name(/*positional=*/false, /*all_options=*/false);
-    const bool every_model = std::find(std::begin(kFlagsOfEveryModel), std::end(kFlagsOfEveryModel),
-                                       name) != std::end(kFlagsOfEveryModel);
-    const bool embedding = std::find(flags->embedding_flags.begin(), flags->embedding_flags.end(),
-                                     option) != flags->embedding_flags.end();
-    if (!every_model && !embedding) flags->generation_flags.push_back(option);
-  }
+  add_server_flags(app, *flags);
+  add_model_flags(app, flags->model);
   return [flags] { return run_serve(*flags); };
 }
 

@@ -60,9 +60,13 @@ class ModelFieldReader : public nlohmann::json_sax<nlohmann::json> {
 }  // namespace
 
 bool ModelRegistry::add(std::unique_ptr<ServedModel> model, std::string* error) {
-  if (find(model->name())) {
-    *error = fmt::format("two models are served as '{}': give each its own name", model->name());
-    return false;
+  std::vector<std::string> names = model->aliases();
+  names.push_back(model->name());
+  for (const std::string& name : names) {
+    if (find(name)) {
+      *error = fmt::format("two models are served as '{}': give each its own name", name);
+      return false;
+    }
   }
   models_.push_back(std::move(model));
   return true;
@@ -70,7 +74,7 @@ bool ModelRegistry::add(std::unique_ptr<ServedModel> model, std::string* error) 
 
 ServedModel* ModelRegistry::find(std::string_view name) const {
   for (const auto& model : models_) {
-    if (model->name() == name) return model.get();
+    if (model->answers_to(name)) return model.get();
   }
   return nullptr;
 }

@@ -430,6 +430,7 @@ HttpResponse OpenAiServer::models_response() const {
                     {"owned_by", "brisk"},
                     {"max_model_len", model->max_model_len()},
                     {"kind", model->kind_name()},
+                    {"aliases", model->aliases()},
                     {"state", "loaded"}});
   }
   return json_response(http::status::ok, {{"object", "list"}, {"data", data}});

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace brisk {
 namespace {
 
@@ -48,6 +50,10 @@ std::unique_ptr<ServedModel> ServedModel::embedding(std::unique_ptr<EmbeddingMod
 }
 
 ServedModel::~ServedModel() { shutdown(std::chrono::milliseconds(0)); }
+
+bool ServedModel::answers_to(std::string_view name) const {
+  return name == name_ || std::find(aliases_.begin(), aliases_.end(), name) != aliases_.end();
+}
 
 std::string_view ServedModel::kind_name() const {
   return kind() == ModelKind::generative ? "generative" : "embedding";

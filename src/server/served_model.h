@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/embedding_model.h"
 #include "engine/engine.h"
@@ -33,6 +34,10 @@ class ServedModel {
   ~ServedModel();
 
   const std::string& name() const { return name_; }
+  // Other names requests may use for it (a --models file's `aliases`).
+  const std::vector<std::string>& aliases() const { return aliases_; }
+  void set_aliases(std::vector<std::string> aliases) { aliases_ = std::move(aliases); }
+  bool answers_to(std::string_view name) const;
   ModelKind kind() const { return completions_ ? ModelKind::generative : ModelKind::embedding; }
   // "generative" or "embedding", as /v1/models and error messages say it.
   std::string_view kind_name() const;
@@ -65,6 +70,7 @@ class ServedModel {
   explicit ServedModel(std::string name) : name_(name) { device_share_.name = std::move(name); }
 
   const std::string name_;
+  std::vector<std::string> aliases_;
   DeviceTenantOptions device_share_;
   // Declared in construction order: each part refers to those above it, and is destroyed first.
   std::unique_ptr<Engine> engine_;

@@ -203,7 +203,7 @@ def test_one_served_name_per_model():
 
 def test_two_models_of_one_name_are_refused():
     result = run_serve(["--model", MODEL_NAME, "--model", MODEL_NAME])
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert f"two models are served as '{MODEL_NAME}'" in result.stderr
 
 
@@ -230,3 +230,83 @@ def test_served_names_rename_each_model(tmp_path_factory):
         assert embedded.status_code == 200 and embedded.json()["model"] == "embed"
     finally:
         _stop_and_check_clean_exit(server)
+
+
+MODELS_FILE = f"""
+[[model]]
+model = "{MODEL_NAME}"
+name = "chat"
+aliases = ["gpt-4o-mini"]
+critical = true
+kv-unified = false
+max-seqs = 2
+
+[[model]]
+model = "{SECOND_MODEL_NAME}"
+weight = 2
+max-seqs = 3
+
+[[model]]
+model = "{EMBEDDING_NAME}"
+name = "embed"
+max-batch-inputs = 8
+"""
+
+
+def test_a_models_file_gives_each_model_its_names_share_and_flags(tmp_path_factory):
+    models = tmp_path_factory.mktemp("models") / "models.toml"
+    models.write_text(MODELS_FILE)
+    port = free_port()
+    server = Server(name="brisk-models-file",
+                    argv=[str(BRISK_BIN), "serve", "--host", "127.0.0.1", "--port", str(port),
+                          "--models", str(models), "--ctx-size", str(CTX_SIZE),
+                          "--threads", str(THREADS)],
+                    port=port, log_path=tmp_path_factory.mktemp("logs") / "brisk-file.log")
+    server.start("/ready")
+    try:
+        with server.client() as client:
+            listed = {m["id"]: m for m in client.get("/v1/models").json()["data"]}
+            by_alias = client.post("/v1/chat/completions",
+                                   json={"model": "gpt-4o-mini", "messages": CHAT,
+                                         "max_tokens": 2}).json()
+            client.post("/v1/completions", json={"model": SECOND_MODEL_NAME, "prompt": "Hi",
+                                                 "max_tokens": 2})  # its first step reports
+            smol = client.get(f"/debug/scheduler?model={SECOND_MODEL_NAME}").json()
+        assert list(listed) == ["chat", SECOND_MODEL_NAME, "embed"]
+        assert listed["chat"]["aliases"] == ["gpt-4o-mini"]
+        # --ctx-size from the command line, split between its own 2 sequences by kv-unified =
+        # false; the second model keeps one buffer for all.
+        assert listed["chat"]["max_model_len"] == CTX_SIZE // 2
+        assert listed[SECOND_MODEL_NAME]["max_model_len"] > CTX_SIZE // 2
+        assert by_alias["model"] == "chat"
+        assert smol["limits"]["max_seqs"] == 3, smol
+        log = server.log_tail(20000)
+        assert f"chat critical, {SECOND_MODEL_NAME} weight 2, embed weight 1" in log
+        assert "batches of up to 8 inputs" in log
+    finally:
+        _stop_and_check_clean_exit(server)
+
+
+@pytest.mark.parametrize("text, says", [
+    (f'[[model]]\nmodel = "{MODEL_NAME}"\nport = 1\n', "not expected: --port=1"),
+    (f'[[model]]\nmodel = "{EMBEDDING_NAME}"\nmax-seqs = 2\n',
+     "'max-seqs' sets the completion engine"),
+    (f'[[model]]\nmodel = "{MODEL_NAME}"\nmax-seqs = 999\n', "--max-seqs: Value 999 not in range"),
+    ('[[model]]\nname = "x"\n', "says no 'model'"),
+    (f'[[model]]\nmodel = "{MODEL_NAME}"\n[[model]]\nmodel = "{SECOND_MODEL_NAME}"\n'
+     f'aliases = ["{MODEL_NAME}"]\n', f"two models are served as '{MODEL_NAME}'"),
+])
+def test_a_models_file_that_cannot_be_served_is_refused_before_loading(tmp_path, text, says):
+    models = tmp_path / "models.toml"
+    models.write_text(text)
+    result = run_serve(["--models", str(models)])
+    assert result.returncode == 2, result.stderr
+    assert says in result.stderr
+    assert "loading" not in result.stderr
+
+
+def test_a_models_file_replaces_model_flags(tmp_path):
+    models = tmp_path / "models.toml"
+    models.write_text(f'[[model]]\nmodel = "{MODEL_NAME}"\n')
+    result = run_serve(["--models", str(models), "--model", SECOND_MODEL_NAME])
+    assert result.returncode == 2 and "leave out --model" in result.stderr
