@@ -36,14 +36,16 @@ namespace brisk {
 namespace {
 
 // The server's /metrics, when it has names brisk knows (brisk, vLLM, SGLang, TGI, llama.cpp).
-std::optional<telemetry::ServerMetrics> scrape_server_metrics(const bench::TargetEndpoint& target) {
+// With several models on the server, those of `model` (the one the run sends to).
+std::optional<telemetry::ServerMetrics> scrape_server_metrics(const bench::TargetEndpoint& target,
+                                                              const std::string& model) {
   const bench::FetchResult result =
       bench::fetch(target, target.route("/metrics"), "", std::chrono::milliseconds(2000));
   if (!result.ok()) return std::nullopt;
   std::string error;
   const auto parsed = telemetry::parse_prometheus_text(result.body, error);
   if (!parsed) return std::nullopt;
-  telemetry::ServerMetrics metrics = telemetry::read_server_metrics(parsed->samples);
+  telemetry::ServerMetrics metrics = telemetry::read_server_metrics(parsed->samples, model);
   if (!metrics.known()) return std::nullopt;
   return metrics;
 }
@@ -344,7 +346,7 @@ int run_bench(const BenchFlags& flags) {
                                     flags.duration_s ? 0 : requests, flags.duration_s.value_or(0));
     options.progress = &progress.counters();
     options.busy_poll = flags.busy_poll;
-    const auto metrics_before = scrape_server_metrics(*target);
+    const auto metrics_before = scrape_server_metrics(*target, model);
     bench::RunResult run =
         sessions           ? bench::run_sessions(*target, *sessions,
                                                  {load.trace ? bench::ApiKind::chat : spec.kind, model,
@@ -363,7 +365,7 @@ int run_bench(const BenchFlags& flags) {
             unsent);
       }
     }
-    const auto metrics_after = metrics_before ? scrape_server_metrics(*target) : std::nullopt;
+    const auto metrics_after = metrics_before ? scrape_server_metrics(*target, model) : std::nullopt;
     nlohmann::json server_delta = nullptr;
     if (metrics_before && metrics_after && metrics_before->dialect == metrics_after->dialect) {
       server_delta = telemetry::server_metrics_delta(*metrics_before, *metrics_after);

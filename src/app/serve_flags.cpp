@@ -202,7 +202,8 @@ void add_model_flags(CLI::App& app, ModelFlags& flags) {
 void add_server_flags(CLI::App& app, ServeFlags& flags) {
   app.add_option("-m,--model", flags.models,
                  "Catalog name (see `brisk pull`) or path to a GGUF file; repeat it to serve "
-                 "several models side by side (the first answers requests that name none)")
+                 "several models side by side (the first of each kind answers requests that "
+                 "name none)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->capture_default_str();

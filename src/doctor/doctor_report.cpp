@@ -151,7 +151,14 @@ json machine_resources_json(const Evidence& evidence) {
             {"kv_full_blocks", optional_json(metrics.kv_full_blocks)},
             {"prefix_query_tokens", optional_json(metrics.prefix_query_tokens)},
             {"prefix_hit_tokens", optional_json(metrics.prefix_hit_tokens)},
-            {"prefix_hit_rate", optional_json(metrics.prefix_hit_rate)}}}};
+            {"prefix_hit_rate", optional_json(metrics.prefix_hit_rate)},
+            {"others_busy_share", optional_json(metrics.others_busy_share)},
+            {"busiest_other_model", metrics.busiest_other_model.empty()
+                                        ? json(nullptr)
+                                        : json(metrics.busiest_other_model)},
+            {"own_busy_share", optional_json(metrics.own_busy_share)},
+            {"arbiter_wait_share", optional_json(metrics.arbiter_wait_share)},
+            {"arbiter_wait_ms_mean", optional_json(metrics.arbiter_wait_ms_mean)}}}};
 }
 
 json attribution_json(const PhaseAttribution& phases) {

@@ -61,6 +61,15 @@ struct ServerMetricsSummary {
   std::optional<double> prefix_query_tokens;  // over the repeated-prefix probe
   std::optional<double> prefix_hit_tokens;
   std::optional<double> prefix_hit_rate;
+  // Several models on one brisk serve (docs/models.md), over the probe: the share of its wall
+  // time the other models' steps held the device (all of them, and the busiest), the probed
+  // model's own steps' share, and the share they spent waiting for the others' (the arbiter).
+  std::optional<double> others_busy_share;
+  std::string busiest_other_model;
+  double busiest_other_share = 0;
+  std::optional<double> own_busy_share;
+  std::optional<double> arbiter_wait_share;
+  std::optional<double> arbiter_wait_ms_mean;  // per step of the probed model
 };
 
 // Host CPU and memory from /proc while the probe ran, in cores (1.0 = one core all the time).

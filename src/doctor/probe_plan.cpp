@@ -194,7 +194,7 @@ void attach_resources(const std::vector<TelemetryReading>& timeline, Evidence& e
 std::optional<ProbeOutcome> run_probe(const ProbeOptions& options, std::string& error) {
   const bench::TokenCalibration calibration =
       bench::calibrate_tokens(options.target, options.model, std::chrono::seconds(10));
-  TelemetryRecorder telemetry(options.target, options.server_pid);
+  TelemetryRecorder telemetry(options.target, options.server_pid, options.model);
   telemetry.start();
   Stages stages(options, calibration, telemetry.started_at());
   ProbeOutcome outcome;

@@ -43,6 +43,11 @@ constexpr double kPrefixReusedFractionMin = 0.3;
 constexpr double kOtherCoresMin = 0.5;
 constexpr double kOtherShareMin = 0.25;
 constexpr double kStealFractionMin = 0.1;
+// noisy_neighbour: other models of the same server held the device this share of the probe, and
+// the probed model's steps spent this share of it waiting for them; critical from the second.
+constexpr double kNeighbourBusyShareMin = 0.2;
+constexpr double kArbiterWaitShareMin = 0.05;
+constexpr double kArbiterWaitShareCritical = 0.25;
 // network_overhead: client TTFT − server TTFT at concurrency 1.
 constexpr double kOutsideMsMin = 20;
 constexpr double kOutsideShareOfTtft = 0.2;
@@ -82,6 +87,7 @@ std::optional<Finding> check_head_of_line_blocking(const Evidence& evidence);
 std::optional<Finding> check_prefix_not_cached(const Evidence& evidence);
 std::optional<Finding> check_compute_saturated(const Evidence& evidence);
 std::optional<Finding> check_cpu_contention(const Evidence& evidence);
+std::optional<Finding> check_noisy_neighbour(const Evidence& evidence);
 std::optional<Finding> check_cpu_bound_frontend(const Evidence& evidence);
 std::optional<Finding> check_model_on_cpu(const Evidence& evidence);
 std::optional<Finding> check_memory_headroom_low(const Evidence& evidence);

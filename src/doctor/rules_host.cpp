@@ -59,6 +59,52 @@ std::optional<Finding> check_cpu_contention(const Evidence& evidence) {
   return finding;
 }
 
+std::optional<Finding> check_noisy_neighbour(const Evidence& evidence) {
+  const ServerMetricsSummary& metrics = evidence.metrics;
+  if (!metrics.others_busy_share || !metrics.arbiter_wait_share) return std::nullopt;
+  if (*metrics.others_busy_share < kNeighbourBusyShareMin ||
+      *metrics.arbiter_wait_share < kArbiterWaitShareMin) {
+    return std::nullopt;
+  }
+  const double waited = *metrics.arbiter_wait_share;
+  Finding finding{"noisy_neighbour",
+                  waited >= kArbiterWaitShareCritical ? Severity::critical : Severity::warning,
+                  "", {}, "", 0, {}};
+  finding.summary = fmt::format(
+      "another model on the same device slowed this one: '{}' held the device {:.0f}% of the "
+      "probe, and '{}''s steps spent {:.0f}% of it waiting for the device{}",
+      metrics.busiest_other_model, metrics.busiest_other_share * 100, evidence.model,
+      waited * 100,
+      metrics.arbiter_wait_ms_mean
+          ? fmt::format(" ({:.1f} ms per step on average)", *metrics.arbiter_wait_ms_mean)
+          : "");
+  const std::string source = "/metrics, over the probe";
+  finding.evidence = {
+      {"other models' device time", *metrics.others_busy_share, "fraction of the probe",
+       source + " (brisk_device_busy_seconds_total)"},
+      {"busiest other model: " + metrics.busiest_other_model, metrics.busiest_other_share,
+       "fraction of the probe", source},
+      {"this model's steps waiting for the device", waited, "fraction of the probe",
+       source + " (brisk_arbiter_wait_seconds)"}};
+  if (metrics.own_busy_share) {
+    finding.evidence.push_back({"this model's device time", *metrics.own_busy_share,
+                                "fraction of the probe", source});
+  }
+  if (metrics.arbiter_wait_ms_mean) {
+    finding.evidence.push_back(
+        {"wait per step (mean)", *metrics.arbiter_wait_ms_mean, "ms", source});
+  }
+  finding.prescription = fmt::format(
+      "keep '{}' fast beside '{}': mark it `critical = true` in brisk serve --models FILE (its "
+      "steps then go first), or give it a larger `weight`; cap '{}' with its own "
+      "`max-batched-tokens` (how long each of its steps holds the device) and `max-seqs`; or "
+      "serve the two from separate devices or replicas",
+      evidence.model, metrics.busiest_other_model, metrics.busiest_other_model);
+  // Of the time its steps took on and off the device, the part spent waiting.
+  finding.impact = std::min(1.0, waited / (waited + metrics.own_busy_share.value_or(0)));
+  return finding;
+}
+
 std::optional<Finding> check_cpu_bound_frontend(const Evidence& evidence) {
   const HostSummary& host = evidence.host;
   if (!evidence.gpu.present() || host.server_cores_mean < kFrontendCoresMin) return std::nullopt;

@@ -59,13 +59,48 @@ void summarize_host_cpu(const telemetry::CpuSnapshot& first, const telemetry::Cp
   }
 }
 
+// Several models on one server: who held the device over the probe, and how long the probed
+// model's steps waited for the others'.
+void summarize_device_sharing(const telemetry::ServerMetrics& first,
+                              const telemetry::ServerMetrics& last, double probe_seconds,
+                              const std::string& model, ServerMetricsSummary& summary) {
+  if (probe_seconds <= 0 || last.device_busy_seconds_by_model.size() < 2) return;
+  double others = 0;
+  for (const auto& [name, busy] : last.device_busy_seconds_by_model) {
+    const auto before = first.device_busy_seconds_by_model.find(name);
+    const double share =
+        (busy - (before == first.device_busy_seconds_by_model.end() ? 0 : before->second)) /
+        probe_seconds;
+    if (name == model) {
+      summary.own_busy_share = share;
+      continue;
+    }
+    others += share;
+    if (share > summary.busiest_other_share) {
+      summary.busiest_other_share = share;
+      summary.busiest_other_model = name;
+    }
+  }
+  summary.others_busy_share = others;
+  if (first.arbiter_wait_seconds_total && last.arbiter_wait_seconds_total &&
+      first.arbiter_waits_total && last.arbiter_waits_total) {
+    const double waited = *last.arbiter_wait_seconds_total - *first.arbiter_wait_seconds_total;
+    const double steps = *last.arbiter_waits_total - *first.arbiter_waits_total;
+    summary.arbiter_wait_share = waited / probe_seconds;
+    if (steps > 0) summary.arbiter_wait_ms_mean = waited / steps * 1000;
+  }
+}
+
 bool is_local_host(const std::string& host) {
   return host == "localhost" || host == "::1" || host == "0.0.0.0" || host.rfind("127.", 0) == 0;
 }
 
 TelemetryRecorder::TelemetryRecorder(bench::TargetEndpoint target, int server_pid,
-                                     std::chrono::milliseconds period)
-    : target_(std::move(target)), server_pid_(server_pid), period_(period) {
+                                     std::string model, std::chrono::milliseconds period)
+    : target_(std::move(target)),
+      server_pid_(server_pid),
+      model_(std::move(model)),
+      period_(period) {
   if (server_pid_ < 0 && is_local_host(target_.host)) {
     try {
       server_pid_ = telemetry::find_listening_process(kProc, std::stoi(target_.port)).value_or(-1);
@@ -127,13 +162,18 @@ std::optional<telemetry::ServerMetrics> TelemetryRecorder::scrape_now() {
     metrics_absent_ = "GET /metrics is not Prometheus text: " + error;
     return std::nullopt;
   }
-  telemetry::ServerMetrics metrics = telemetry::read_server_metrics(parsed->samples);
+  telemetry::ServerMetrics metrics = telemetry::read_server_metrics(parsed->samples, model_);
   if (!metrics.known()) {
     metrics_absent_ = "GET /metrics has none of the queue/KV names brisk doctor knows";
     return std::nullopt;
   }
-  if (!first_metrics_) first_metrics_ = metrics;
+  const TimePoint now = Clock::now();
+  if (!first_metrics_) {
+    first_metrics_ = metrics;
+    first_metrics_at_ = now;
+  }
   last_metrics_ = metrics;
+  last_metrics_at_ = now;
   raise_to(metrics_peaks_.waiting_max, metrics.requests_waiting);
   raise_to(metrics_peaks_.running_max, metrics.requests_running);
   raise_to(metrics_peaks_.kv_usage_max, metrics.kv_usage_fraction);
@@ -299,6 +339,8 @@ ServerMetricsSummary TelemetryRecorder::metrics_summary() const {
     summary.kv_full_blocks =
         *last_metrics_->kv_full_blocks_total - *first_metrics_->kv_full_blocks_total;
   }
+  summarize_device_sharing(*first_metrics_, *last_metrics_,
+                           seconds_between(first_metrics_at_, last_metrics_at_), model_, summary);
   return summary;
 }
 

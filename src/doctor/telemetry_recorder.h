@@ -38,7 +38,8 @@ class TelemetryRecorder {
  public:
   // `server_pid` < 0: find the process listening on the target's port when the target is on
   // this machine.
-  TelemetryRecorder(bench::TargetEndpoint target, int server_pid,
+  // `model`: the probed model, read alone from a server that labels its series by model.
+  TelemetryRecorder(bench::TargetEndpoint target, int server_pid, std::string model = {},
                     std::chrono::milliseconds period = std::chrono::milliseconds(250));
   ~TelemetryRecorder();
 
@@ -62,6 +63,7 @@ class TelemetryRecorder {
 
   bench::TargetEndpoint target_;
   int server_pid_;
+  std::string model_;
   std::chrono::milliseconds period_;
   std::unique_ptr<telemetry::NvmlSampler> nvml_;
   std::string nvml_absent_;
@@ -82,6 +84,7 @@ class TelemetryRecorder {
   double memory_used_max_ = 0;
   double memory_total_bytes_ = 0;
   std::optional<telemetry::ServerMetrics> first_metrics_, last_metrics_;
+  TimePoint first_metrics_at_{}, last_metrics_at_{};
   std::string metrics_absent_;
   ServerMetricsSummary metrics_peaks_;
   std::map<int, std::pair<uint64_t, std::string>> processes_at_start_, processes_at_end_;

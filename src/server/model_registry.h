@@ -11,14 +11,15 @@
 
 namespace brisk {
 
-// The models a server serves, by name. A request names its model ("model"); one that names none
-// gets the first model added, the server's default.
+// The models a server serves, by name or alias. A request names its model ("model"); one that
+// names none gets the first model of the kind its route serves.
 class ModelRegistry {
  public:
   // False, with why, when a model of that name is already served.
   bool add(std::unique_ptr<ServedModel> model, std::string* error);
   // Null when no model has that name.
   ServedModel* find(std::string_view name) const;
+  // The first model added: /tokenize's when the body names none.
   ServedModel& default_model() const { return *models_.front(); }
   // The first model of `kind`, the default of routes only that kind serves; null when none is.
   ServedModel* first_of(ModelKind kind) const;

@@ -282,8 +282,12 @@ void OpenAiServer::handle(HttpRequest&& request, const std::shared_ptr<HttpSessi
 
 std::variant<ServedModel*, HttpResponse> OpenAiServer::model_for(const HttpRequest& request,
                                                                  std::string_view path) {
+  const bool embeddings = path == "/v1/embeddings";
+  const ModelKind kind = embeddings ? ModelKind::embedding : ModelKind::generative;
+  // A request that names no model goes to the first one that serves its route.
   const std::optional<std::string> name = requested_model_name(request.body());
-  ServedModel* model = name ? models_.find(*name) : &models_.default_model();
+  ServedModel* model = name ? models_.find(*name) : models_.first_of(kind);
+  if (!name && model == nullptr) model = &models_.default_model();  // answered below: wrong kind
   if (model == nullptr) {
     ApiError error;
     error.status = 404;
@@ -294,7 +298,6 @@ std::variant<ServedModel*, HttpResponse> OpenAiServer::model_for(const HttpReque
                                 *name, models_.quoted_names());
     return reject(error, "unknown_model");
   }
-  const bool embeddings = path == "/v1/embeddings";
   if (embeddings && model->kind() != ModelKind::embedding) {
     return reject(
         ApiError::invalid(

@@ -16,7 +16,7 @@ constexpr FieldUse R = FieldUse::refused;
 
 // name, chat, completions, use, note. Keep docs/api.md's table in the same order.
 constexpr RequestField kFields[] = {
-    {"model", true, true, H, "one of the served models (GET /v1/models); absent: the first one served"},
+    {"model", true, true, H, "one of the served models (GET /v1/models); absent: the first generative one"},
     {"messages", true, false, H,
      "roles system, developer, user, assistant (with tool_calls), tool (with tool_call_id); text "
      "content"},

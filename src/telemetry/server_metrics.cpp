@@ -80,9 +80,47 @@ std::optional<double> highest_present(const std::vector<MetricSample>& samples,
   return std::nullopt;
 }
 
+// The series of `model` and the unlabelled ones, when some series carry model="..." labels and
+// one of them is `model`'s; otherwise every series.
+std::vector<MetricSample> series_of(const std::vector<MetricSample>& samples,
+                                    const std::string& model) {
+  const auto model_of = [](const MetricSample& sample) -> const std::string* {
+    const auto label = sample.labels.find("model");
+    return label == sample.labels.end() ? nullptr : &label->second;
+  };
+  const bool labelled = !model.empty() && std::any_of(samples.begin(), samples.end(), [&](const auto& s) {
+    const std::string* of = model_of(s);
+    return of != nullptr && *of == model;
+  });
+  if (!labelled) return samples;
+  std::vector<MetricSample> out;
+  for (const MetricSample& sample : samples) {
+    const std::string* of = model_of(sample);
+    if (of == nullptr || *of == model) out.push_back(sample);
+  }
+  return out;
+}
+
+void read_device_sharing(const std::vector<MetricSample>& all, const std::string& model,
+                         ServerMetrics& metrics) {
+  for (const MetricSample& sample : all) {
+    const auto label = sample.labels.find("model");
+    if (label == sample.labels.end()) continue;
+    if (sample.name == "brisk_device_busy_seconds_total") {
+      metrics.device_busy_seconds_by_model[label->second] += sample.value;
+    } else if (label->second == model && sample.name == "brisk_arbiter_wait_seconds_sum") {
+      metrics.arbiter_wait_seconds_total = metrics.arbiter_wait_seconds_total.value_or(0) + sample.value;
+    } else if (label->second == model && sample.name == "brisk_arbiter_wait_seconds_count") {
+      metrics.arbiter_waits_total = metrics.arbiter_waits_total.value_or(0) + sample.value;
+    }
+  }
+}
+
 }  // namespace
 
-ServerMetrics read_server_metrics(const std::vector<MetricSample>& samples) {
+ServerMetrics read_server_metrics(const std::vector<MetricSample>& all_samples,
+                                  const std::string& model) {
+  const std::vector<MetricSample> samples = series_of(all_samples, model);
   for (const Dialect& dialect : dialects()) {
     ServerMetrics metrics;
     metrics.requests_waiting = first_present(samples, dialect.waiting);
@@ -102,6 +140,7 @@ ServerMetrics read_server_metrics(const std::vector<MetricSample>& samples) {
         const auto reason = sample.labels.find("reason");
         if (reason != sample.labels.end()) metrics.rejections_total[reason->second] += sample.value;
       }
+      read_device_sharing(all_samples, model, metrics);
     }
     if (dialect.queries_exclude_hits && metrics.prefix_query_tokens_total &&
         metrics.prefix_hit_tokens_total) {

@@ -29,6 +29,12 @@ struct ServerMetrics {
   std::optional<double> kv_full_blocks_total;
   // Requests refused, by reason (brisk only: brisk_requests_rejected_total{reason}).
   std::map<std::string, double> rejections_total;
+  // Several models on one server (brisk only, docs/models.md): the time each model's steps held
+  // the device (brisk_device_busy_seconds_total{model}), and the time the read model's steps
+  // waited for the others' (brisk_arbiter_wait_seconds{model}: its sum and count).
+  std::map<std::string, double> device_busy_seconds_by_model;
+  std::optional<double> arbiter_wait_seconds_total;
+  std::optional<double> arbiter_waits_total;
   bool known() const { return !dialect.empty(); }
 };
 
@@ -39,7 +45,10 @@ nlohmann::json server_metrics_delta(const ServerMetrics& before, const ServerMet
 
 // Reads the first dialect whose names appear in `samples` (brisk's own first: brisk serve with
 // --metrics-compat vllm exports both). Counts over several label values (models, engines) add
-// up; a usage ratio is the highest of them.
-ServerMetrics read_server_metrics(const std::vector<MetricSample>& samples);
+// up; a usage ratio is the highest of them. With `model`, a server that labels its series by
+// model (brisk serving several) is read for that model alone, beside its unlabelled
+// server-wide series.
+ServerMetrics read_server_metrics(const std::vector<MetricSample>& samples,
+                                  const std::string& model = {});
 
 }  // namespace brisk::telemetry

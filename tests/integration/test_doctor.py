@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from conftest import (
-    BRISK_BIN, CTX_SIZE, LLAMA_SERVER_BIN, MODEL_NAME, THREADS, Server, _start_brisk, free_port,
-    model_path, require_file,
+    BRISK_BIN, CTX_SIZE, LLAMA_SERVER_BIN, MODEL_NAME, SECOND_MODEL_NAME, THREADS, Server,
+    _start_brisk, free_port, model_path, require_file,
 )
 
 # Short probes: 1, 2 and 4 concurrent requests; long prompts above brisk's --long-prefill-tokens
@@ -252,6 +252,45 @@ def test_cpu_contention_names_the_competing_process(tmp_path_factory, tmp_path):
     # machine (a CI build, another test run) took more of its cores than the hog did.
     assert ("python" in host["top_other_process"]
             or host["top_other_cores"] >= 0.8 * hog_cores), (host, hog_cores)
+
+
+@contextlib.contextmanager
+def flood(url: str, model: str, users: int):
+    """`users` clients sending `model` one long answer after another until the block ends."""
+    stop = threading.Event()
+
+    def user() -> None:
+        with httpx.Client(base_url=url, timeout=120) as client:
+            while not stop.is_set():
+                client.post("/v1/completions", json={"model": model, "prompt": "Once upon a time",
+                                                     "max_tokens": 256, "ignore_eos": True})
+
+    threads = [threading.Thread(target=user, daemon=True) for _ in range(users)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=150)
+
+
+def test_a_flooded_model_beside_the_probed_one_is_a_noisy_neighbour(tmp_path_factory, tmp_path):
+    # Two models of one server, equal shares: the other one's steps take the device half of the
+    # time, and the probed model's steps wait for them.
+    with brisk_server(tmp_path_factory, "brisk-two-models", "--model", SECOND_MODEL_NAME) as server:
+        with flood(server.base_url, SECOND_MODEL_NAME, users=8):
+            time.sleep(2)
+            rep = diagnose(tmp_path, server.base_url, model=MODEL_NAME, budget="30")
+    neighbour = finding(rep, "noisy_neighbour")
+    assert f"'{SECOND_MODEL_NAME}' held the device" in neighbour["summary"], neighbour
+    assert "critical = true" in neighbour["prescription"], neighbour
+    metrics = rep["measurements"]["resources"]["server_metrics"]
+    assert metrics["busiest_other_model"] == SECOND_MODEL_NAME, metrics
+    assert metrics["others_busy_share"] >= 0.2 and metrics["arbiter_wait_share"] >= 0.05, metrics
+    # The probed model's own gauges: at most the probe's 4 requests, not the flood's 8.
+    assert metrics["running_max"] <= 4, metrics
 
 
 def test_kv_cache_too_small(tmp_path_factory, tmp_path):

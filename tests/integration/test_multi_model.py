@@ -104,11 +104,13 @@ def test_the_embedding_model_beside_the_chat_models(openai_client):
     assert math.isclose(sum(x * x for x in result.data[0].embedding), 1.0, rel_tol=1e-4)
 
 
-def test_a_request_that_names_no_model_goes_to_the_first(several):
+def test_a_request_that_names_no_model_goes_to_the_first_of_its_kind(several):
     with several.client() as client:
         answer = client.post("/v1/chat/completions",
                              json={"messages": CHAT, "max_tokens": 2}).json()
+        embedded = client.post("/v1/embeddings", json={"input": "x"}).json()
     assert answer["model"] == MODEL_NAME
+    assert embedded["model"] == EMBEDDING_NAME
 
 
 def test_an_unknown_model_is_a_404_that_lists_the_served_ones(several):

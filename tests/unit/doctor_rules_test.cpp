@@ -360,6 +360,37 @@ TEST(DoctorRules, CpuContentionNeedsTheServerOnThisMachine) {
   EXPECT_EQ(check_cpu_contention(e), std::nullopt);
 }
 
+// brisk serving the probed model beside a flooded one (docs/models.md).
+Evidence beside_a_noisy_model(double others_busy, double waited) {
+  Evidence e = healthy();
+  e.metrics.others_busy_share = others_busy;
+  e.metrics.busiest_other_model = "smollm2-135m";
+  e.metrics.busiest_other_share = others_busy;
+  e.metrics.own_busy_share = 0.3;
+  e.metrics.arbiter_wait_share = waited;
+  e.metrics.arbiter_wait_ms_mean = 41;
+  return e;
+}
+
+TEST(DoctorRules, NoisyNeighbourNamesTheOtherModelAndTheWait) {
+  const Evidence e = beside_a_noisy_model(0.6, 0.3);
+  expect_primary(e, "noisy_neighbour");
+  const auto finding = find(diagnose(e), "noisy_neighbour");
+  EXPECT_EQ(finding->severity, Severity::critical);
+  EXPECT_NE(finding->summary.find("'smollm2-135m' held the device 60%"), std::string::npos)
+      << finding->summary;
+  EXPECT_NE(finding->summary.find("41.0 ms per step"), std::string::npos) << finding->summary;
+  EXPECT_NE(finding->prescription.find("critical = true"), std::string::npos);
+  EXPECT_NEAR(finding->impact, 0.5, 1e-9);  // waited 0.3 of the probe, ran 0.3
+  EXPECT_EQ(check_noisy_neighbour(beside_a_noisy_model(0.6, 0.1))->severity, Severity::warning);
+}
+
+TEST(DoctorRules, NoisyNeighbourNeedsABusyNeighbourAndAWait) {
+  EXPECT_EQ(check_noisy_neighbour(healthy()), std::nullopt);  // one model: nothing measured
+  EXPECT_EQ(check_noisy_neighbour(beside_a_noisy_model(0.1, 0.3)), std::nullopt);
+  EXPECT_EQ(check_noisy_neighbour(beside_a_noisy_model(0.6, 0.01)), std::nullopt);
+}
+
 TEST(DoctorRules, NetworkOverheadFromClientMinusServerTtft) {
   Evidence e = healthy();
   e.short_baseline.outside_server_ms_p50 = 82;
@@ -462,7 +493,7 @@ TEST(DoctorRules, EveryRuleHasAnIdOnceAndUnmeasuredEvidenceIsNoAlarm) {
     seen.push_back(rule.id);
     EXPECT_EQ(rule.check(nothing), std::nullopt) << rule.id;
   }
-  EXPECT_EQ(seen.size(), 14u);
+  EXPECT_EQ(seen.size(), 15u);
 }
 
 // The doctor's what-if: each prescription's effect as brisk plan's simulation of the 2-vCPU

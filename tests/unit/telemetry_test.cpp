@@ -189,6 +189,36 @@ TEST(TelemetryPrometheus, ARunsDeltaCountsWhatChangedOnTheServer) {
   EXPECT_TRUE(none["rejections"].is_null());
 }
 
+TEST(TelemetryPrometheus, ReadsOneModelOfAServerOfSeveral) {
+  std::string error;
+  const auto parsed = parse_prometheus_text(
+      "brisk_requests_waiting{model=\"a\"} 1\nbrisk_requests_waiting{model=\"b\"} 5\n"
+      "brisk_requests_running{model=\"a\"} 2\nbrisk_requests_running{model=\"b\"} 16\n"
+      "brisk_requests_rejected_total{reason=\"unauthorized\"} 1\n"
+      "brisk_requests_rejected_total{model=\"a\",reason=\"queue_full\"} 2\n"
+      "brisk_requests_rejected_total{model=\"b\",reason=\"queue_full\"} 9\n"
+      "brisk_device_busy_seconds_total{model=\"a\"} 3\n"
+      "brisk_device_busy_seconds_total{model=\"b\"} 12\n"
+      "brisk_arbiter_wait_seconds_sum{model=\"a\"} 1.5\n"
+      "brisk_arbiter_wait_seconds_count{model=\"a\"} 30\n"
+      "brisk_arbiter_wait_seconds_sum{model=\"b\"} 0.1\n"
+      "brisk_arbiter_wait_seconds_count{model=\"b\"} 60\n",
+      error);
+  ASSERT_TRUE(parsed) << error;
+  const ServerMetrics a = read_server_metrics(parsed->samples, "a");
+  EXPECT_EQ(a.requests_waiting, 1);
+  EXPECT_EQ(a.requests_running, 2);
+  // Its own refusals and the server-wide ones, not the other model's.
+  EXPECT_EQ(a.rejections_total,
+            (std::map<std::string, double>{{"queue_full", 2}, {"unauthorized", 1}}));
+  EXPECT_EQ(a.device_busy_seconds_by_model, (std::map<std::string, double>{{"a", 3}, {"b", 12}}));
+  EXPECT_EQ(a.arbiter_wait_seconds_total, 1.5);
+  EXPECT_EQ(a.arbiter_waits_total, 30);
+  // Without a model, or one the server does not label: every model summed, as before.
+  EXPECT_EQ(read_server_metrics(parsed->samples).requests_running, 18);
+  EXPECT_EQ(read_server_metrics(parsed->samples, "c").requests_running, 18);
+}
+
 TEST(TelemetryPrometheus, ParsesLlamaServersMetrics) {
   std::string error;
   const auto parsed = parse_prometheus_text(recorded("metrics_llama_server.txt"), error);
