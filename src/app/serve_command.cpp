@@ -158,6 +158,8 @@ std::unique_ptr<ServedModel> load_generative_model(const ModelFlags& flags,
                route.model_name, engine->description(), engine->context_size(),
                engine->max_request_tokens(), scheduler.max_seqs, scheduler.sampling_threads);
   spdlog::info("{}: chat template {}", route.model_name, engine->chat_template_origin());
+  spdlog::info("{}: requests that name no sampling parameter get: {}", route.model_name,
+               describe_generation_defaults(generation));
   spdlog::info("{}: system_fingerprint {}: {}", route.model_name, route.system_fingerprint,
                numerics);
   return ServedModel::generative(std::move(engine), scheduler, std::move(route), rejections);
@@ -415,11 +417,6 @@ int run_serve(ServeFlags& flags) {
       std::cerr << "error: " << error << "\n";
       return 1;
     }
-  }
-  if (any_generative && flags.models_file.empty()) {
-    auto generation = check_generative_flags(flags.model);
-    spdlog::info("requests that name no sampling parameter get: {}",
-                 describe_generation_defaults(std::get<GenerationDefaults>(generation)));
   }
   flags.server.vllm_metrics = flags.metrics_compat == "vllm";
   flags.server.limits.read_timeout = std::chrono::seconds(flags.read_timeout_s);

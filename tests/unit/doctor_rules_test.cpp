@@ -375,7 +375,9 @@ Evidence beside_a_noisy_model(double others_busy, double waited) {
 TEST(DoctorRules, NoisyNeighbourNamesTheOtherModelAndTheWait) {
   const Evidence e = beside_a_noisy_model(0.6, 0.3);
   expect_primary(e, "noisy_neighbour");
-  const auto finding = find(diagnose(e), "noisy_neighbour");
+  const Diagnosis diagnosis = diagnose(e);
+  const Finding* finding = find(diagnosis, "noisy_neighbour");
+  ASSERT_NE(finding, nullptr);
   EXPECT_EQ(finding->severity, Severity::critical);
   EXPECT_NE(finding->summary.find("'smollm2-135m' held the device 60%"), std::string::npos)
       << finding->summary;
