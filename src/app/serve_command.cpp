@@ -154,7 +154,7 @@ std::unique_ptr<ServedModel> load_generative_model(const ModelFlags& flags,
       engine->numerics_identity() +
       (scheduler.prefix_cache.enabled ? "; prefix cache on" : "; prefix cache off");
   route.system_fingerprint = system_fingerprint_for(numerics);
-  spdlog::info("{}: {} — ctx {} tokens, max {} per request, {} seqs, {} sampling threads",
+  spdlog::info("{}: {} — ctx {} tokens, max {} per request, {} seqs, sampling threads: {}",
                route.model_name, engine->description(), engine->context_size(),
                engine->max_request_tokens(), scheduler.max_seqs, scheduler.sampling_threads);
   spdlog::info("{}: chat template {}", route.model_name, engine->chat_template_origin());

@@ -392,9 +392,23 @@ HttpResponse OpenAiServer::handle_tokenize(const HttpRequest& request) {
   const bool add_special = add_special_field != body.end() && add_special_field->is_boolean() &&
                            add_special_field->get<bool>();
   for (const auto& [field, value] : body.items()) {
+    // llama-server's parse_special and with_pieces, where they ask what brisk does.
+    const bool asks_nothing = (field == "parse_special" && value == true) ||
+                              (field == "with_pieces" && value == false);
+    if (field == "parse_special" || field == "with_pieces") {
+      if (asks_nothing) continue;
+      return reject(ApiError::invalid(field == "parse_special"
+                                          ? "'parse_special' may only be true: brisk's "
+                                            "/tokenize always reads special tokens in the text, "
+                                            "as llama-server does by default"
+                                          : "'with_pieces' may only be false: brisk's /tokenize "
+                                            "answers token ids only",
+                                      field),
+                    "invalid_request");
+    }
     if (field != "content" && field != "add_special" && field != "model") {
       return reject(ApiError::invalid(fmt::format("'{}' is not a field of /tokenize (it takes "
-                                                  "content, add_special and model)",
+                                                  "content, add_special, parse_special and model)",
                                                   field),
                                       field),
                     "invalid_request");

@@ -147,6 +147,13 @@ def test_tokenize_takes_the_model(several):
         error = assert_openai_error(client.post("/tokenize", json={"content": "x", "modle": "a"}),
                                     400)
         assert error["param"] == "modle"
+        # llama-server's fields, where they ask for what brisk does.
+        assert client.post("/tokenize", json={"content": "x", "parse_special": True,
+                                              "with_pieces": False}).status_code == 200
+        for field, value in (("parse_special", False), ("with_pieces", True)):
+            error = assert_openai_error(client.post("/tokenize",
+                                                    json={"content": "x", field: value}), 400)
+            assert error["param"] == field
     assert len({tuple(t) for t in tokens.values()}) == 3  # three tokenizers
 
 
