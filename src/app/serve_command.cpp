@@ -72,6 +72,7 @@ struct ModelSpec {
   std::vector<std::string> aliases;
   DeviceTenantOptions share;
   ModelFlags flags;
+  GenerationDefaults generation;  // a generative model's, set once its flags are checked
 };
 
 // An embedding model serves /v1/embeddings through the dynamic batcher; nothing of the
@@ -345,13 +346,8 @@ std::unique_ptr<ServedModel> load_model(const ModelSpec& spec, RejectionCounts& 
   if (spec.embedding) {
     model = load_embedding_model(spec.flags, spec.name, spec.resolved, error);
   } else {
-    auto generation = check_generative_flags(spec.flags);
-    if (auto* message = std::get_if<std::string>(&generation)) {
-      *error = *message;
-      return nullptr;
-    }
-    model = load_generative_model(spec.flags, std::get<GenerationDefaults>(generation), spec.name,
-                                  spec.resolved, rejections, error);
+    model = load_generative_model(spec.flags, spec.generation, spec.name, spec.resolved,
+                                  rejections, error);
   }
   if (!model) return nullptr;
   model->device_share() = spec.share;
@@ -392,6 +388,7 @@ int run_serve(ServeFlags& flags) {
       std::cerr << "error: " << (specs.size() > 1 ? spec.name + ": " : "") << *error << "\n";
       return 2;
     }
+    spec.generation = std::get<GenerationDefaults>(generation);
   }
   if (auto error = check_flags_fit_the_models(flags.model, any_generative, any_embedding)) {
     std::cerr << "error: " << *error << "\n";

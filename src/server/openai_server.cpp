@@ -288,16 +288,7 @@ std::variant<ServedModel*, HttpResponse> OpenAiServer::model_for(const HttpReque
   const std::optional<std::string> name = requested_model_name(request.body());
   ServedModel* model = name ? models_.find(*name) : models_.first_of(kind);
   if (!name && model == nullptr) model = &models_.default_model();  // answered below: wrong kind
-  if (model == nullptr) {
-    ApiError error;
-    error.status = 404;
-    error.type = "not_found_error";
-    error.code = "model_not_found";
-    error.param = "model";
-    error.message = fmt::format("the model '{}' does not exist here; this server serves {}",
-                                *name, models_.quoted_names());
-    return reject(error, "unknown_model");
-  }
+  if (model == nullptr) return reject_unknown_model(*name);
   if (embeddings && model->kind() != ModelKind::embedding) {
     return reject(
         ApiError::invalid(
@@ -420,16 +411,7 @@ HttpResponse OpenAiServer::handle_tokenize(const HttpRequest& request) {
       return reject(ApiError::invalid("'model' must be a string", "model"), "invalid_request");
     }
     model = models_.find(named->get<std::string>());
-    if (model == nullptr) {
-      ApiError error = ApiError::invalid(
-          fmt::format("the model '{}' does not exist here; this server serves {}",
-                      named->get<std::string>(), models_.quoted_names()),
-          "model");
-      error.status = 404;
-      error.type = "not_found_error";
-      error.code = "model_not_found";
-      return reject(error, "unknown_model");
-    }
+    if (model == nullptr) return reject_unknown_model(named->get<std::string>());
   }
   const TokenList tokens = model->tokenize(body["content"].get<std::string>(), add_special);
   return json_response(http::status::ok, {{"tokens", tokens}});
@@ -451,6 +433,18 @@ HttpResponse OpenAiServer::models_response() const {
                     {"state", "loaded"}});
   }
   return json_response(http::status::ok, {{"object", "list"}, {"data", data}});
+}
+
+// A 404 that lists the served names, for a request naming a model this server does not serve.
+HttpResponse OpenAiServer::reject_unknown_model(const std::string& name) {
+  ApiError error;
+  error.status = 404;
+  error.type = "not_found_error";
+  error.code = "model_not_found";
+  error.param = "model";
+  error.message = fmt::format("the model '{}' does not exist here; this server serves {}", name,
+                              models_.quoted_names());
+  return reject(error, "unknown_model");
 }
 
 HttpResponse OpenAiServer::reject(const ApiError& error, const std::string& reason) {

@@ -69,6 +69,7 @@ class OpenAiServer {
   HttpResponse metrics_response() const;
   HttpResponse models_response() const;
   HttpResponse reject(const ApiError& error, const std::string& reason);
+  HttpResponse reject_unknown_model(const std::string& name);
 
   ModelRegistry& models_;
   RejectionCounts& rejections_;
