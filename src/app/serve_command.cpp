@@ -11,11 +11,15 @@
 
 #include "app/commands.h"
 #include "app/serve_flags.h"
+#include "common/byte_size.h"
 #include "common/models_file.h"
 #include "common/log.h"
 #include "common/model_store.h"
 #include "engine/embedding_model.h"
 #include "engine/engine.h"
+#include "engine/llama_backend.h"
+#include "plan/memory_model.h"
+#include "plan/model_profile.h"
 #include "sched/embedding_batcher.h"
 #include "sched/engine_loop.h"
 #include "sched/serving_metrics.h"
@@ -71,14 +75,17 @@ struct ModelSpec {
   std::string name;  // empty until resolved: the catalog name or the file's stem
   std::vector<std::string> aliases;
   DeviceTenantOptions share;
+  bool pinned = false;
   ModelFlags flags;
   GenerationDefaults generation;  // a generative model's, set once its flags are checked
+  size_t host_cache_bytes = 0;    // its prefix cache's host tier (--cache-ram)
+  plan::ServingMemory memory;     // what it takes of --memory-budget, estimated before loading
 };
 
 // An embedding model serves /v1/embeddings through the dynamic batcher; nothing of the
 // completion engine (KV cache, step scheduler) is built.
-std::unique_ptr<ServedModel> load_embedding_model(const ModelFlags& flags, std::string name,
-                                                  const ResolveResult& model, std::string* error) {
+std::unique_ptr<ModelParts> load_embedding_model(const ModelFlags& flags, const std::string& name,
+                                                 const ResolveResult& model, std::string* error) {
   EmbeddingModelOptions options = flags.embedding;
   options.model_path = model.path.string();
   options.threads = flags.engine.threads;
@@ -103,19 +110,21 @@ std::unique_ptr<ServedModel> load_embedding_model(const ModelFlags& flags, std::
       embedding_model->pooling_name(), embedding_model->max_input_tokens(),
       options.max_batch_inputs, embedding_model->max_batch_tokens(), flags.batch_window.window_ms,
       preferred.empty() ? "none" : preferred);
-  return ServedModel::embedding(std::move(embedding_model), flags.batch_window, std::move(name));
+  auto parts = std::make_unique<ModelParts>();
+  parts->embedding_model = std::move(embedding_model);
+  parts->batch_window = flags.batch_window;
+  return parts;
 }
 
-std::unique_ptr<ServedModel> load_generative_model(const ModelFlags& flags,
-                                                   const GenerationDefaults& generation,
-                                                   std::string name, const ResolveResult& model,
-                                                   RejectionCounts& rejections,
-                                                   std::string* error) {
+std::unique_ptr<ModelParts> load_generative_model(const ModelFlags& flags,
+                                                  const GenerationDefaults& generation,
+                                                  std::string name, const ResolveResult& model,
+                                                  size_t host_cache_bytes, std::string* error) {
   EngineOptions engine_options = flags.engine;
   SchedulerOptions scheduler = flags.scheduler;
   engine_options.model_path = model.path.string();
   scheduler.prefix_cache.enabled = flags.prefix_cache == "on";
-  scheduler.prefix_cache.host_bytes = cache_ram_bytes(flags.cache_ram_mib);
+  scheduler.prefix_cache.host_bytes = host_cache_bytes;
   if (scheduler.prefix_cache.enabled && scheduler.prefix_cache.host_bytes > 0) {
     spdlog::info(
         "prefix cache host tier: up to {} MiB of evicted prefixes in host memory "
@@ -163,7 +172,11 @@ std::unique_ptr<ServedModel> load_generative_model(const ModelFlags& flags,
                describe_generation_defaults(generation));
   spdlog::info("{}: system_fingerprint {}: {}", route.model_name, route.system_fingerprint,
                numerics);
-  return ServedModel::generative(std::move(engine), scheduler, std::move(route), rejections);
+  auto parts = std::make_unique<ModelParts>();
+  parts->engine = std::move(engine);
+  parts->scheduler = scheduler;
+  parts->route = std::move(route);
+  return parts;
 }
 
 // A flag only the other kind of model takes, given to `spec` in its models file entry.
@@ -283,6 +296,7 @@ std::variant<std::vector<ModelSpec>, SpecFailure> specs_from_file(const ServeFla
     spec.aliases = entry.aliases;
     spec.share.weight = entry.weight;
     spec.share.critical = entry.critical;
+    spec.pinned = entry.pinned;
     if (auto error = resolve(spec)) return *error;
     spec.flags = flags.model;
     spec.flags.embedding_flags.clear();
@@ -340,19 +354,73 @@ std::optional<std::string> check_names_are_distinct(const std::vector<ModelSpec>
   return std::nullopt;
 }
 
-std::unique_ptr<ServedModel> load_model(const ModelSpec& spec, RejectionCounts& rejections,
-                                        std::string* error) {
-  std::unique_ptr<ServedModel> model;
+// What the model takes of --memory-budget, from its file's shape and its flags.
+std::variant<plan::ServingMemory, std::string> estimate_memory(const ModelSpec& spec) {
+  std::string error;
+  const auto profile = plan::profile_from_gguf(spec.resolved.path.string(), &error);
+  if (!profile) return spec.origin + ": " + error;
+  plan::ServingShape shape;
   if (spec.embedding) {
-    model = load_embedding_model(spec.flags, spec.name, spec.resolved, error);
+    shape.kv_cells = 0;
+    shape.step_tokens = spec.flags.embedding.max_batch_tokens > 0
+                            ? spec.flags.embedding.max_batch_tokens
+                            : std::max(512, profile->max_context);
   } else {
-    model = load_generative_model(spec.flags, spec.generation, spec.name, spec.resolved,
-                                  rejections, error);
+    const EngineOptions& engine = spec.flags.engine;
+    shape.kv_cells = engine.ctx_size;
+    shape.max_seqs = spec.flags.scheduler.max_seqs;
+    shape.kv_unified = engine.kv_unified;
+    shape.kv_bytes_per_element = (plan::kv_cache_type_bytes(engine.cache_type_k) +
+                                  plan::kv_cache_type_bytes(engine.cache_type_v)) /
+                                 2;
+    shape.step_tokens = spec.flags.scheduler.max_batched_tokens;
+    // On a GPU the host tier is in the machine's memory, not the device's.
+    shape.host_cache_bytes =
+        spec.flags.prefix_cache == "on" && engine.gpu_layers == 0 ? spec.host_cache_bytes : 0;
   }
-  if (!model) return nullptr;
-  model->device_share() = spec.share;
-  model->set_aliases(spec.aliases);
-  return model;
+  return plan::serving_memory(*profile, shape);
+}
+
+std::unique_ptr<ServedModel> make_served_model(const ModelSpec& spec,
+                                               RejectionCounts& rejections) {
+  ServedModel::Options options;
+  options.name = spec.name;
+  options.kind = spec.embedding ? ModelKind::embedding : ModelKind::generative;
+  options.aliases = spec.aliases;
+  options.share = spec.share;
+  options.pinned = spec.pinned;
+  options.memory_bytes = spec.memory.total();
+  options.max_waiting = spec.embedding ? 1024 : spec.flags.scheduler.max_queued_requests;
+  ModelLoader loader = [spec](std::string* error) -> std::unique_ptr<ModelParts> {
+    if (spec.embedding) return load_embedding_model(spec.flags, spec.name, spec.resolved, error);
+    return load_generative_model(spec.flags, spec.generation, spec.name, spec.resolved,
+                                 spec.host_cache_bytes, error);
+  };
+  return std::make_unique<ServedModel>(std::move(options), std::move(loader), rejections);
+}
+
+// --memory-budget, or 75% of the device's memory: the GPU's when layers go to one, else the
+// machine's RAM (the headroom rule: keep a quarter free for the runtime and the rest).
+std::variant<uint64_t, std::string> memory_budget(const ServeFlags& flags,
+                                                  const std::vector<ModelSpec>& specs) {
+  bool on_gpu = false;
+  for (const ModelSpec& spec : specs) on_gpu = on_gpu || spec.flags.engine.gpu_layers > 0;
+  std::optional<uint64_t> device = on_gpu ? gpu_memory_bytes() : std::nullopt;
+  if (!device) {
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page_bytes = sysconf(_SC_PAGE_SIZE);
+    if (pages > 0 && page_bytes > 0) {
+      device = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_bytes);
+    }
+  }
+  if (flags.memory_budget.empty()) {
+    if (!device) return std::string("cannot tell this machine's memory: give --memory-budget");
+    return *device / 4 * 3;
+  }
+  std::string error;
+  const auto bytes = parse_byte_size(flags.memory_budget, device, error);
+  if (!bytes) return "--memory-budget: " + error;
+  return *bytes;
 }
 
 int run_serve(ServeFlags& flags) {
@@ -394,6 +462,52 @@ int run_serve(ServeFlags& flags) {
     std::cerr << "error: " << *error << "\n";
     return 2;
   }
+  // The default host tier (--cache-ram) is shared among the generative models.
+  const int generative_models = static_cast<int>(
+      std::count_if(specs.begin(), specs.end(), [](const ModelSpec& s) { return !s.embedding; }));
+  for (ModelSpec& spec : specs) {
+    spec.host_cache_bytes = cache_ram_bytes(spec.flags.cache_ram_mib);
+    if (spec.flags.cache_ram_mib < 0) spec.host_cache_bytes /= std::max(1, generative_models);
+    auto memory = estimate_memory(spec);
+    if (auto* error = std::get_if<std::string>(&memory)) {
+      std::cerr << "error: " << *error << "\n";
+      return 2;
+    }
+    spec.memory = std::get<plan::ServingMemory>(memory);
+  }
+  auto budget = memory_budget(flags, specs);
+  if (auto* error = std::get_if<std::string>(&budget)) {
+    std::cerr << "error: " << *error << "\n";
+    return 2;
+  }
+  ResidencyOptions residency;
+  residency.memory_budget_bytes = std::get<uint64_t>(budget);
+  if (flags.memory_budget.empty()) {
+    // The default budget is a rule of thumb, not the user's word: a model it cannot hold is
+    // still served (the budget grows to hold it), with a warning. A given budget refuses it.
+    std::vector<ResidentModel> view;
+    for (const ModelSpec& spec : specs) {
+      view.push_back(ResidentModel{.bytes = spec.memory.total(), .pinned = spec.pinned});
+    }
+    const ModelResidency rule(residency.memory_budget_bytes);
+    uint64_t raised = residency.memory_budget_bytes;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (auto missing = rule.shortfall_beside_pinned(view, i)) {
+        raised = std::max(raised, residency.memory_budget_bytes + *missing);
+      }
+    }
+    if (raised > residency.memory_budget_bytes) {
+      spdlog::warn(
+          "the models need up to {} at once, more than the default memory budget {} (75% of "
+          "this device's memory, a quarter kept free): serving them within {}; set "
+          "--memory-budget to hold the headroom, or lower --ctx-size or --cache-ram",
+          format_bytes(raised), format_bytes(residency.memory_budget_bytes),
+          format_bytes(raised));
+      residency.memory_budget_bytes = raised;
+    }
+  }
+  if (flags.keep_alive_s >= 0) residency.keep_alive_s = flags.keep_alive_s;
+  residency.max_load_wait_s = flags.max_load_wait_s;
   // Opened before the models load, so a path that cannot be written fails at once.
   std::unique_ptr<TraceWriter> trace;
   if (!flags.trace.path.empty()) {
@@ -406,14 +520,24 @@ int run_serve(ServeFlags& flags) {
   }
 
   RejectionCounts rejections;
-  ModelRegistry registry;
+  ModelRegistry registry(residency);
   for (const ModelSpec& spec : specs) {
     std::string error;
-    std::unique_ptr<ServedModel> model = load_model(spec, rejections, &error);
-    if (!model || !registry.add(std::move(model), &error)) {
+    if (!registry.add(make_served_model(spec, rejections), &error)) {
       std::cerr << "error: " << error << "\n";
-      return 1;
+      return 2;
     }
+    spdlog::info(
+        "{}: takes {} of the memory budget {} (weights {}, KV cache {}, compute {}, host cache "
+        "{}){}",
+        spec.name, format_bytes(spec.memory.total()),
+        format_bytes(residency.memory_budget_bytes), format_bytes(spec.memory.weights),
+        format_bytes(spec.memory.kv_cache), format_bytes(spec.memory.compute),
+        format_bytes(spec.memory.host_cache), spec.pinned ? "; pinned" : "");
+  }
+  if (auto error = registry.load_at_start()) {
+    std::cerr << "error: " << *error << "\n";
+    return 1;
   }
   flags.server.vllm_metrics = flags.metrics_compat == "vllm";
   flags.server.limits.read_timeout = std::chrono::seconds(flags.read_timeout_s);
@@ -434,7 +558,7 @@ int run_serve(ServeFlags& flags) {
     std::cerr << "error: " << error << "\n";
     return 1;
   }
-  registry.start_all();
+  registry.start_residency();
   if (registry.several()) {
     std::string shares;
     for (const auto& model : registry.models()) {

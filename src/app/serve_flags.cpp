@@ -262,6 +262,27 @@ void add_server_flags(CLI::App& app, ServeFlags& flags) {
       ->transform(duration_seconds())
       ->check(CLI::Range(0, 3600))
       ->capture_default_str();
+  app.add_option("--memory-budget", flags.memory_budget,
+                 "Memory the loaded models may take together: weights, KV cache, compute "
+                 "buffers and host caches (12GiB, 800MiB, or a share such as 60%; default: "
+                 "75% of the device's memory). Models that do not fit wait unloaded and load "
+                 "on demand, unloading the least recently used idle ones");
+  app.add_option("--keep-alive", flags.keep_alive_s,
+                 "Unload a model (not pinned) idle this long (5m, 1h; -1: keep it until its "
+                 "memory is needed)")
+      ->transform(CLI::Validator(
+          [](std::string& text) -> std::string {
+            if (text == "-1") return {};
+            return duration_seconds()(text);
+          },
+          "DURATION", "duration or -1"))
+      ->default_str("-1");
+  app.add_option("--max-load-wait", flags.max_load_wait_s,
+                 "Longest a request waits for its model to load (memory held by busy models "
+                 "included) before a 503 with Retry-After")
+      ->transform(duration_seconds())
+      ->check(CLI::Range(1.0, 3600.0))
+      ->capture_default_str();
   app.add_option("--metrics-compat", flags.metrics_compat,
                  "Also expose the queue and KV gauges under another server's names: vllm "
                  "(vllm:num_requests_waiting, vllm:kv_cache_usage_perc, ...; what Kubernetes' "

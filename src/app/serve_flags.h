@@ -48,6 +48,11 @@ struct ServeFlags {
   int keep_alive_timeout_s = 30;
   int write_timeout_s = 60;
   int drain_timeout_s = 10;
+  // Memory: what the loaded models may take (docs/models.md, "Memory budget"). Empty: 75% of
+  // the device's memory.
+  std::string memory_budget;
+  double keep_alive_s = -1;  // -1: a model stays loaded until its memory is needed
+  double max_load_wait_s = 120;
   std::string log_format = "text";
   std::string metrics_compat = "none";
   std::string log_level = "info";

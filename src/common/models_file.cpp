@@ -9,7 +9,7 @@
 namespace brisk {
 namespace {
 
-constexpr const char* kEntryKeys = "model, name, aliases, critical, weight";
+constexpr const char* kEntryKeys = "model, name, aliases, critical, weight, pinned";
 
 // A flag's value as the command line writes it; nullopt for a table or a date.
 std::optional<std::string> flag_value(const toml::node& node) {
@@ -51,9 +51,9 @@ std::variant<ModelFileEntry, std::string> read_entry(const toml::table& table,
         }
         entry.aliases.push_back(alias.as_string()->get());
       }
-    } else if (key == "critical") {
+    } else if (key == "critical" || key == "pinned") {
       if (!value.is_boolean()) return fail("must be true or false");
-      entry.critical = value.as_boolean()->get();
+      (key == "critical" ? entry.critical : entry.pinned) = value.as_boolean()->get();
     } else if (key == "weight") {
       const std::optional<double> weight = value.value<double>();
       if (!weight || !(*weight > 0) || *weight > 1e6) {

@@ -15,6 +15,7 @@ struct ModelFileEntry {
   std::vector<std::string> aliases;  // other names requests may use for it
   bool critical = false;             // its steps go before every other model's
   double weight = 1.0;               // its share of the device beside the others
+  bool pinned = false;               // loaded at start, never unloaded
   // Its own serve flags as command-line arguments: `max-seqs = 4` is "--max-seqs=4".
   std::vector<std::string> flag_args;
   int line = 0;  // where its table starts, for messages

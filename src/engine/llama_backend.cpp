@@ -37,6 +37,19 @@ void init_llama_backend_once() {
   });
 }
 
+std::optional<uint64_t> gpu_memory_bytes() {
+  init_llama_backend_once();
+  for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+    ggml_backend_dev_t device = ggml_backend_dev_get(i);
+    if (ggml_backend_dev_type(device) != GGML_BACKEND_DEVICE_TYPE_GPU) continue;
+    size_t free = 0;
+    size_t total = 0;
+    ggml_backend_dev_memory(device, &free, &total);
+    if (total > 0) return total;
+  }
+  return std::nullopt;
+}
+
 TokenList tokenize_text(const llama_vocab* vocab, std::string_view text, bool add_special,
                         bool parse_special) {
   const int32_t length = static_cast<int32_t>(text.size());

@@ -1,6 +1,8 @@
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -15,6 +17,9 @@ namespace brisk {
 // Initialises llama.cpp's backends once per process and routes its log through spdlog (its
 // per-tensor load chatter at debug level; warnings and errors at theirs).
 void init_llama_backend_once();
+
+// The memory of the first GPU llama.cpp sees (bytes); nullopt in a CPU-only build or without one.
+std::optional<uint64_t> gpu_memory_bytes();
 
 // A vocabulary's tokenizer, as every model in brisk uses it. `parse_special`: text such as
 // "<start_of_turn>" becomes its special token, as llama-server does with templated prompts.

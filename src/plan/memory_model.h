@@ -22,4 +22,27 @@ struct MemoryBreakdown {
 MemoryBreakdown memory_for(const Deployment& deployment, double sequences, int sequence_tokens,
                            double headroom);
 
+// How brisk serve runs one model, as far as its memory goes.
+struct ServingShape {
+  int kv_cells = 0;      // --ctx-size (0: an embedding model, which keeps no KV cache)
+  int max_seqs = 1;      // --max-seqs
+  bool kv_unified = true;
+  double kv_bytes_per_element = 2;  // kv_cache_type_bytes(--cache-type-k/v)
+  int step_tokens = 512;            // --max-batched-tokens (an embedding batch's tokens)
+  uint64_t host_cache_bytes = 0;    // the prefix cache's host tier (--cache-ram)
+};
+
+// What one served model takes of brisk serve's --memory-budget, in bytes (docs/models.md).
+struct ServingMemory {
+  uint64_t weights = 0;
+  uint64_t kv_cache = 0;
+  uint64_t compute = 0;  // one step's activations and logits, and the runtime's own
+  uint64_t host_cache = 0;
+  uint64_t total() const { return weights + kv_cache + compute + host_cache; }
+};
+ServingMemory serving_memory(const ModelProfile& model, const ServingShape& shape);
+
+// Bytes per element of a KV cache type ("f16", "q8_0", ...); 2 for a name it does not know.
+double kv_cache_type_bytes(const std::string& type);
+
 }  // namespace brisk::plan

@@ -1,5 +1,7 @@
 #include "server/completion_exchange.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -201,12 +203,18 @@ void CompletionExchange::respond_whole() {
       {"system_fingerprint", system_fingerprint_},
       {"choices", std::move(choices)},
       {"usage", usage_json(timings)},
-      {"brisk_timings", timings_json(timings)}};
+      {"brisk_timings", timings_of(timings)}};
   HttpResponse response{http::status::ok, 11};
   response.set(http::field::content_type, "application/json");
   response.body() = dump_json(body);
   session_->respond(std::move(response));
   ended_ = true;
+}
+
+json CompletionExchange::timings_of(const RequestTimings& timings) const {
+  json out = timings_json(timings);
+  if (model_load_ms_ > 0) out["model_load_ms"] = std::round(model_load_ms_ * 10) / 10;
+  return out;
 }
 
 // A chunk around one choice object; the chunk that finishes a choice carries its timings.
@@ -218,7 +226,7 @@ json CompletionExchange::chunk_json(json choice, const CompletionChoice* finishe
                 {"model", model_name_},
       {"system_fingerprint", system_fingerprint_},
                 {"choices", json::array({std::move(choice)})}};
-  if (finished) chunk["brisk_timings"] = timings_json(finished->final_update().timings);
+  if (finished) chunk["brisk_timings"] = timings_of(finished->final_update().timings);
   return chunk;
 }
 
@@ -281,7 +289,7 @@ std::string CompletionExchange::usage_chunk_json() const {
       {"system_fingerprint", system_fingerprint_},
                 {"choices", json::array()},
                 {"usage", usage_json(timings)},
-                {"brisk_timings", timings_json(timings)}};
+                {"brisk_timings", timings_of(timings)}};
   return dump_json(chunk);
 }
 
@@ -300,7 +308,7 @@ void CompletionExchange::log_finished() const {
                    {"status", finish_reason_name(status)},
                    {"stream", params_.stream},
                    {"choices", choices_.size()}};
-    fields.update(timings_json(t));
+    fields.update(timings_of(t));
     return spdlog::info(dump_json(fields));
   }
   spdlog::info(

@@ -34,6 +34,12 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   void abandon();
   // After a successful submit: starts the stream or the disconnect watch.
   void begin();
+  // Keeps the model loaded until the exchange ends; the response's brisk_timings say
+  // model_load_ms when the request waited for its load.
+  void hold_model(std::shared_ptr<const void> keep_loaded, double model_load_ms) {
+    keep_loaded_ = std::move(keep_loaded);
+    model_load_ms_ = model_load_ms;
+  }
   // --trace-out: each finished choice is written to `trace` (with `prompt_texts[i]`, choice i's
   // prompt, under --trace-text). Call after the choices are added.
   void record_to(TraceWriter& trace, std::vector<std::string> prompt_texts);
@@ -48,6 +54,7 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   bool all_finished() const;
   void cancel_all();
   RequestTimings response_timings() const;
+  nlohmann::json timings_of(const RequestTimings& timings) const;
   nlohmann::json chunk_json(nlohmann::json choice, const CompletionChoice* finished) const;
   std::string usage_chunk_json() const;
   static ApiError unfinished_error(const GenerationUpdate& update);
@@ -67,6 +74,8 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   bool ended_ = false;  // the response is complete, or it failed: later updates are dropped
   TraceWriter* trace_ = nullptr;
   std::vector<std::string> trace_prompt_texts_;
+  std::shared_ptr<const void> keep_loaded_;
+  double model_load_ms_ = 0;
 };
 
 }  // namespace brisk

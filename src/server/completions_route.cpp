@@ -18,7 +18,8 @@ CompletionsRoute::CompletionsRoute(Engine& engine, EngineLoop& engine_loop,
       options_(std::move(options)) {}
 
 void CompletionsRoute::handle(const HttpRequest& http_request, CompletionKind kind,
-                              const std::shared_ptr<HttpSession>& session) {
+                              const std::shared_ptr<HttpSession>& session,
+                              std::shared_ptr<const void> keep_loaded, double model_load_ms) {
   const TimePoint arrival = Clock::now();
   auto parsed = parse_completion_params(http_request.body(), kind, options_.generation);
   if (auto* error = std::get_if<ApiError>(&parsed)) {
@@ -64,6 +65,7 @@ void CompletionsRoute::handle(const HttpRequest& http_request, CompletionKind ki
   auto exchange =
       std::make_shared<CompletionExchange>(session, std::move(params), options_.model_name,
                                            options_.system_fingerprint, engine_loop_, engine_);
+  exchange->hold_model(std::move(keep_loaded), model_load_ms);
   std::vector<std::shared_ptr<Request>> requests;
   std::vector<std::string> prompt_texts;
   for (size_t i = 0; i < choices.size(); ++i) {

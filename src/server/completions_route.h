@@ -34,8 +34,11 @@ class CompletionsRoute {
   CompletionsRoute(Engine& engine, EngineLoop& engine_loop, RejectionCounts& rejections,
                    CompletionsRouteOptions options);
 
+  // `keep_loaded`: the request's hold on its model (server/model_registry.h), kept until it is
+  // answered; `model_load_ms`: how long it waited for the model to load (brisk_timings).
   void handle(const HttpRequest& request, CompletionKind kind,
-              const std::shared_ptr<HttpSession>& session);
+              const std::shared_ptr<HttpSession>& session,
+              std::shared_ptr<const void> keep_loaded = nullptr, double model_load_ms = 0);
   // --trace-out: every finished request is recorded there (null: none). Set before serving.
   void set_trace_writer(TraceWriter* trace) { trace_ = trace; }
 

@@ -80,7 +80,8 @@ HttpResponse EmbeddingsRoute::reject(const ApiError& error, const std::string& r
 }
 
 void EmbeddingsRoute::handle(const HttpRequest& request,
-                             const std::shared_ptr<HttpSession>& session) {
+                             const std::shared_ptr<HttpSession>& session,
+                             std::shared_ptr<const void> keep_loaded, double model_load_ms) {
   const TimePoint arrival = Clock::now();
   auto parsed = parse_embedding_params(request.body());
   if (auto* error = std::get_if<ApiError>(&parsed)) {
@@ -145,9 +146,10 @@ void EmbeddingsRoute::handle(const HttpRequest& request,
 
   const bool base64 = params.base64;
   auto executor = session->executor();
-  job->on_done = [session, executor, base64, prompt_tokens, tokenize_ms,
+  job->on_done = [session, executor, base64, prompt_tokens, tokenize_ms, model_load_ms,
+                  keep_loaded = std::move(keep_loaded),
                   model_name = model_name_](EmbeddingOutcome&& outcome) {
-    net::post(executor, [session, base64, prompt_tokens, tokenize_ms, model_name,
+    net::post(executor, [session, base64, prompt_tokens, tokenize_ms, model_load_ms, model_name,
                          outcome = std::move(outcome)] {
       if (outcome.status != EmbeddingOutcome::Status::done) {
         ApiError error;
@@ -188,6 +190,7 @@ void EmbeddingsRoute::handle(const HttpRequest& request,
                      {"queue_ms", outcome.queue_ms},
                      {"compute_ms", outcome.compute_ms},
                      {"batches", outcome.batches}}}};
+      if (model_load_ms > 0) body["brisk_timings"]["model_load_ms"] = model_load_ms;
       session->respond(json_response(http::status::ok, body));
     });
   };

@@ -16,7 +16,10 @@ class EmbeddingsRoute {
   EmbeddingsRoute(EmbeddingModel& model, EmbeddingBatcher& batcher, EmbeddingMetrics& metrics,
                   std::string model_name);
 
-  void handle(const HttpRequest& request, const std::shared_ptr<HttpSession>& session);
+  // `keep_loaded`: the request's hold on its model, kept until it is answered;
+  // `model_load_ms`: how long it waited for the model to load (brisk_timings).
+  void handle(const HttpRequest& request, const std::shared_ptr<HttpSession>& session,
+              std::shared_ptr<const void> keep_loaded = nullptr, double model_load_ms = 0);
   EmbeddingModel& model() { return model_; }
   std::string render_metrics() const;
   bool queue_full() const;

@@ -56,7 +56,8 @@ constexpr Route kRoutes[] = {
     {"/metrics", http::verb::get},         {"/debug/scheduler", http::verb::get},
     {"/v1/models", http::verb::get},       {"/v1/chat/completions", http::verb::post},
     {"/v1/completions", http::verb::post}, {"/tokenize", http::verb::post},
-    {"/v1/embeddings", http::verb::post},
+    {"/v1/embeddings", http::verb::post},  {"/models/load", http::verb::post},
+    {"/models/unload", http::verb::post},
 };
 
 }  // namespace
@@ -72,9 +73,7 @@ OpenAiServer::OpenAiServer(ModelRegistry& models, RejectionCounts& rejections,
 
 void OpenAiServer::set_trace_writer(TraceWriter* trace) {
   trace_ = trace;
-  for (const auto& model : models_.models()) {
-    if (CompletionsRoute* route = model->completions()) route->set_trace_writer(trace);
-  }
+  for (const auto& model : models_.models()) model->set_trace_writer(trace);
 }
 
 bool OpenAiServer::listen(std::string* error) {
@@ -270,14 +269,108 @@ void OpenAiServer::handle(HttpRequest&& request, const std::shared_ptr<HttpSessi
   if (path == "/metrics") return session->respond(metrics_response());
   if (path == "/debug/scheduler") return session->respond(handle_scheduler(request));
   if (path == "/v1/models") return session->respond(models_response());
-  if (path == "/tokenize") return session->respond(handle_tokenize(request));
+  if (path == "/models/load" || path == "/models/unload") {
+    return handle_residency(std::move(request), session, path == "/models/load");
+  }
+  if (path == "/tokenize") return handle_tokenize(std::move(request), session);
   auto found = model_for(request, path);
   if (auto* refusal = std::get_if<HttpResponse>(&found)) return session->respond(std::move(*refusal));
-  ServedModel& model = *std::get<ServedModel*>(found);
-  if (path == "/v1/embeddings") return model.embeddings()->handle(request, session);
-  model.completions()->handle(
-      request, path == "/v1/chat/completions" ? CompletionKind::chat : CompletionKind::text,
-      session);
+  // The request runs once its model is loaded: at once, or on this session's strand when the
+  // load it waits for has finished. It holds the model until it is answered.
+  auto shared = std::make_shared<HttpRequest>(std::move(request));
+  auto serve = [this, shared, session, path](ModelRegistry::HoldOutcome held) {
+    if (auto* error = std::get_if<ApiError>(&held)) {
+      return session->respond(residency_refusal(*error));
+    }
+    ModelHold& hold = std::get<ModelHold>(held);
+    LoadedModel& loaded = *hold.model;
+    if (path == "/v1/embeddings") {
+      return loaded.embeddings()->handle(*shared, session, std::move(hold.model),
+                                         hold.load_wait_ms);
+    }
+    loaded.completions()->handle(
+        *shared, path == "/v1/chat/completions" ? CompletionKind::chat : CompletionKind::text,
+        session, std::move(hold.model), hold.load_wait_ms);
+  };
+  auto now = models_.hold(*std::get<ServedModel*>(found), [serve, session](auto held) {
+    net::post(session->executor(), [serve, held = std::move(held)]() mutable {
+      serve(std::move(held));
+    });
+  });
+  if (now) serve(std::move(*now));
+}
+
+// A request whose model could not be held: too many wait for its load (429), or the load
+// failed or took too long (503).
+HttpResponse OpenAiServer::residency_refusal(const ApiError& error) {
+  rejections_.count("", error.code);
+  HttpResponse response = error_response(error);
+  if (error.status == 429 || error.code == "model_load_timeout") {
+    response.set(http::field::retry_after, "1");
+  }
+  return response;
+}
+
+// POST /models/load and /models/unload {"model": NAME}: load answers when the model is loaded;
+// unload refuses a model with requests in flight (409) or a pinned one (400).
+void OpenAiServer::handle_residency(HttpRequest&& request,
+                                    const std::shared_ptr<HttpSession>& session, bool load) {
+  const std::string_view path = load ? "/models/load" : "/models/unload";
+  json body = json::parse(request.body(), nullptr, false);
+  if (!body.is_object() || !body.contains("model") || !body["model"].is_string()) {
+    return session->respond(reject(
+        ApiError::invalid(fmt::format("{} expects {{\"model\": NAME}}", path), "model"),
+        "invalid_request"));
+  }
+  for (const auto& [field, value] : body.items()) {
+    if (field != "model") {
+      return session->respond(reject(
+          ApiError::invalid(fmt::format("'{}' is not a field of {} (it takes model)", field, path),
+                            field),
+          "invalid_request"));
+    }
+  }
+  const std::string name = body["model"].get<std::string>();
+  ServedModel* model = models_.find(name);
+  if (model == nullptr) return session->respond(reject_unknown_model(name));
+  if (!load) {
+    const auto result = models_.unload(*model);
+    if (result == ModelRegistry::UnloadResult::unloaded) {
+      return session->respond(json_response(
+          http::status::ok, {{"model", model->name()}, {"state", "unloaded"}}));
+    }
+    ApiError error = ApiError::invalid(
+        result == ModelRegistry::UnloadResult::pinned
+            ? fmt::format("'{}' is pinned: it stays loaded (unpin it in the --models file)",
+                          model->name())
+            : fmt::format("'{}' has requests in flight; it unloads only when none are (retry "
+                          "when they have ended)",
+                          model->name()),
+        "model");
+    if (result == ModelRegistry::UnloadResult::busy) {
+      error.status = 409;
+      error.code = "model_busy";
+    }
+    return session->respond(reject(error, "invalid_request"));
+  }
+  const TimePoint began = Clock::now();
+  auto answer = [this, began, name = model->name()](const ModelRegistry::HoldOutcome& held) {
+    if (auto* error = std::get_if<ApiError>(&held)) return residency_refusal(*error);
+    const double load_ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - began).count();
+    return json_response(http::status::ok, {{"model", name},
+                                            {"state", "loaded"},
+                                            {"load_ms", std::round(load_ms)}});
+  };
+  auto now = models_.hold(
+      *model,
+      [answer, session](const ModelRegistry::HoldOutcome& held) {
+        net::post(session->executor(), [session, response = answer(held)]() mutable {
+          session->respond(std::move(response));
+        });
+      },
+      "api");
+  if (now) session->respond(answer(*now));
 }
 
 std::variant<ServedModel*, HttpResponse> OpenAiServer::model_for(const HttpRequest& request,
@@ -316,9 +409,13 @@ HttpResponse OpenAiServer::ready_response() const {
   json states = json::object();
   bool any_ready = false;
   for (const auto& model : models_.models()) {
+    // A model that is not loaded takes requests too: they wait for its load.
     const bool full = model->queue_full();
     any_ready = any_ready || !full;
-    states[model->name()] = full ? "queue_full" : "ready";
+    const ModelState state = model->state();
+    states[model->name()] = full                          ? "queue_full"
+                            : state == ModelState::loaded ? "ready"
+                                                          : std::string(model_state_name(state));
   }
   json body = {{"status", any_ready ? "ready" : "queue_full"}};
   if (models_.several()) body["models"] = states;
@@ -331,6 +428,7 @@ HttpResponse OpenAiServer::metrics_response() const {
     exposition.add(model->render_metrics(), models_.several() ? model->name() : "");
   }
   exposition.add(rejections_.render_prometheus(models_.several()), "");
+  exposition.add(models_.render_prometheus(), "");
   if (const DeviceArbiter* arbiter = models_.arbiter()) {
     exposition.add(arbiter->render_prometheus(), "");  // labelled by model already
   }
@@ -363,22 +461,31 @@ HttpResponse OpenAiServer::handle_scheduler(const HttpRequest& request) {
         "model");
     return reject(error, "invalid_request");
   }
-  return json_response(http::status::ok, scheduler_json(model->engine_loop()->snapshot()));
+  const std::shared_ptr<LoadedModel> loaded = model->hold();
+  if (!loaded) {
+    return reject(ApiError::invalid(fmt::format("'{}' is {}: it has no scheduler until it loads",
+                                                model->name(), model_state_name(model->state())),
+                                    "model"),
+                  "invalid_request");
+  }
+  return json_response(http::status::ok, scheduler_json(loaded->engine_loop()->snapshot()));
 }
 
-HttpResponse OpenAiServer::handle_tokenize(const HttpRequest& request) {
+void OpenAiServer::handle_tokenize(HttpRequest&& request,
+                                   const std::shared_ptr<HttpSession>& session) {
   json body = json::parse(request.body(), nullptr, false);
   if (!body.is_object() || !body.contains("content") || !body["content"].is_string()) {
-    return reject(
+    return session->respond(reject(
         ApiError::invalid("expected {\"content\": string, \"add_special\": bool}", "content"),
-        "invalid_request");
+        "invalid_request"));
   }
   // Type-checked before it is read: json::value() throws on a wrong type.
   const auto add_special_field = body.find("add_special");
   if (add_special_field != body.end() && !add_special_field->is_boolean() &&
       !add_special_field->is_null()) {
-    return reject(ApiError::invalid("'add_special' must be true or false", "add_special"),
-                  "invalid_request");
+    return session->respond(reject(
+        ApiError::invalid("'add_special' must be true or false", "add_special"),
+        "invalid_request"));
   }
   const bool add_special = add_special_field != body.end() && add_special_field->is_boolean() &&
                            add_special_field->get<bool>();
@@ -388,33 +495,44 @@ HttpResponse OpenAiServer::handle_tokenize(const HttpRequest& request) {
                               (field == "with_pieces" && value == false);
     if (field == "parse_special" || field == "with_pieces") {
       if (asks_nothing) continue;
-      return reject(ApiError::invalid(field == "parse_special"
+      return session->respond(reject(ApiError::invalid(field == "parse_special"
                                           ? "'parse_special' may only be true: brisk's "
                                             "/tokenize always reads special tokens in the text, "
                                             "as llama-server does by default"
                                           : "'with_pieces' may only be false: brisk's /tokenize "
                                             "answers token ids only",
                                       field),
-                    "invalid_request");
+                    "invalid_request"));
     }
     if (field != "content" && field != "add_special" && field != "model") {
-      return reject(ApiError::invalid(fmt::format("'{}' is not a field of /tokenize (it takes "
+      return session->respond(reject(ApiError::invalid(fmt::format("'{}' is not a field of /tokenize (it takes "
                                                   "content, add_special, parse_special and model)",
                                                   field),
                                       field),
-                    "invalid_request");
+                    "invalid_request"));
     }
   }
   ServedModel* model = &models_.default_model();
   if (const auto named = body.find("model"); named != body.end()) {
     if (!named->is_string()) {
-      return reject(ApiError::invalid("'model' must be a string", "model"), "invalid_request");
+      return session->respond(
+          reject(ApiError::invalid("'model' must be a string", "model"), "invalid_request"));
     }
     model = models_.find(named->get<std::string>());
-    if (model == nullptr) return reject_unknown_model(named->get<std::string>());
+    if (model == nullptr) return session->respond(reject_unknown_model(named->get<std::string>()));
   }
-  const TokenList tokens = model->tokenize(body["content"].get<std::string>(), add_special);
-  return json_response(http::status::ok, {{"tokens", tokens}});
+  auto answer = [this, content = body["content"].get<std::string>(),
+                 add_special](const ModelRegistry::HoldOutcome& held) {
+    if (auto* error = std::get_if<ApiError>(&held)) return residency_refusal(*error);
+    const TokenList tokens = std::get<ModelHold>(held).model->tokenize(content, add_special);
+    return json_response(http::status::ok, {{"tokens", tokens}});
+  };
+  auto now = models_.hold(*model, [answer, session](const ModelRegistry::HoldOutcome& held) {
+    net::post(session->executor(), [session, response = answer(held)]() mutable {
+      session->respond(std::move(response));
+    });
+  });
+  if (now) session->respond(answer(*now));
 }
 
 HttpResponse OpenAiServer::models_response() const {
@@ -423,14 +541,18 @@ HttpResponse OpenAiServer::models_response() const {
                                      .count();
   json data = json::array();
   for (const auto& model : models_.models()) {
+    const int max_model_len = model->max_model_len();
     data.push_back({{"id", model->name()},
                     {"object", "model"},
                     {"created", created},
                     {"owned_by", "brisk"},
-                    {"max_model_len", model->max_model_len()},
+                    // Known once it has loaded.
+                    {"max_model_len", max_model_len > 0 ? json(max_model_len) : json(nullptr)},
                     {"kind", model->kind_name()},
                     {"aliases", model->aliases()},
-                    {"state", "loaded"}});
+                    {"state", model_state_name(model->state())},
+                    {"pinned", model->pinned()},
+                    {"memory_bytes", model->memory_bytes()}});
   }
   return json_response(http::status::ok, {{"object", "list"}, {"data", data}});
 }

@@ -63,7 +63,10 @@ class OpenAiServer {
   // the served ones; a 400 when that model serves no such route.
   std::variant<ServedModel*, HttpResponse> model_for(const HttpRequest& request,
                                                      std::string_view path);
-  HttpResponse handle_tokenize(const HttpRequest& request);
+  void handle_tokenize(HttpRequest&& request, const std::shared_ptr<HttpSession>& session);
+  void handle_residency(HttpRequest&& request, const std::shared_ptr<HttpSession>& session,
+                        bool load);
+  HttpResponse residency_refusal(const ApiError& error);
   HttpResponse handle_scheduler(const HttpRequest& request);
   HttpResponse ready_response() const;
   HttpResponse metrics_response() const;

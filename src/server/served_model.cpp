@@ -1,6 +1,7 @@
 #include "server/served_model.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 
@@ -20,83 +21,247 @@ std::string render_grammar_metrics(const GrammarCompiler& grammars) {
       grammars.misses(), grammars.hits());
 }
 
+// A load takes from a fraction of a second (a small model whose file is in the page cache) to
+// minutes (a large one read from disk).
+std::vector<double> load_seconds_buckets() {
+  return {0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
+}
+
 }  // namespace
 
-std::unique_ptr<ServedModel> ServedModel::generative(std::unique_ptr<Engine> engine,
-                                                     const SchedulerOptions& scheduler,
-                                                     CompletionsRouteOptions route,
-                                                     RejectionCounts& rejections) {
-  std::unique_ptr<ServedModel> model(new ServedModel(route.model_name));
-  model->engine_ = std::move(engine);
-  model->serving_metrics_ = std::make_unique<ServingMetrics>();
-  model->engine_loop_ =
-      std::make_unique<EngineLoop>(*model->engine_, scheduler, *model->serving_metrics_);
-  model->completions_ = std::make_unique<CompletionsRoute>(*model->engine_, *model->engine_loop_,
-                                                           rejections, std::move(route));
-  return model;
+std::string_view model_state_name(ModelState state) {
+  switch (state) {
+    case ModelState::unloaded:
+      return "unloaded";
+    case ModelState::loading:
+      return "loading";
+    case ModelState::loaded:
+      return "loaded";
+  }
+  return "unloaded";
 }
 
-std::unique_ptr<ServedModel> ServedModel::embedding(std::unique_ptr<EmbeddingModel> embedding,
-                                                    const BatchWindowOptions& batch_window,
-                                                    std::string name) {
-  std::unique_ptr<ServedModel> model(new ServedModel(name));
-  model->embedding_model_ = std::move(embedding);
-  model->embedding_metrics_ = std::make_unique<EmbeddingMetrics>();
-  model->batcher_ = std::make_unique<EmbeddingBatcher>(*model->embedding_model_, batch_window,
-                                                       *model->embedding_metrics_);
-  model->embeddings_ = std::make_unique<EmbeddingsRoute>(
-      *model->embedding_model_, *model->batcher_, *model->embedding_metrics_, std::move(name));
-  return model;
+LoadedModel::~LoadedModel() {
+  if (engine_loop_) engine_loop_->shutdown(std::chrono::milliseconds(0));
+  if (batcher_) batcher_->shutdown(std::chrono::milliseconds(0));
 }
+
+TokenList LoadedModel::tokenize(std::string_view text, bool add_special) const {
+  // A BERT tokenizer always adds its [CLS] and [SEP]: the embedding is of exactly those tokens.
+  return engine_ ? engine_->tokenize(text, add_special) : embedding_model_->tokenize(text);
+}
+
+ServedModel::ServedModel(Options options, ModelLoader loader, RejectionCounts& rejections)
+    : options_(std::move(options)),
+      loader_(std::move(loader)),
+      rejections_(rejections),
+      load_seconds_(load_seconds_buckets()) {}
 
 ServedModel::~ServedModel() { shutdown(std::chrono::milliseconds(0)); }
 
 bool ServedModel::answers_to(std::string_view name) const {
-  return name == name_ || std::find(aliases_.begin(), aliases_.end(), name) != aliases_.end();
+  return name == options_.name ||
+         std::find(options_.aliases.begin(), options_.aliases.end(), name) !=
+             options_.aliases.end();
 }
 
 std::string_view ServedModel::kind_name() const {
   return kind() == ModelKind::generative ? "generative" : "embedding";
 }
 
-void ServedModel::share_device(DeviceArbiter& arbiter) {
-  const DeviceArbiter::TenantId tenant = arbiter.add_tenant(device_share_);
-  if (engine_loop_) engine_loop_->share_device(arbiter, tenant);
-  if (batcher_) batcher_->share_device(arbiter, tenant);
+ModelState ServedModel::state() const {
+  std::lock_guard lock(mutex_);
+  return state_;
 }
 
-void ServedModel::start() {
-  if (engine_loop_) engine_loop_->start();
-  if (batcher_) batcher_->start();
+std::shared_ptr<LoadedModel> ServedModel::hold() {
+  std::lock_guard lock(mutex_);
+  if (state_ != ModelState::loaded) return nullptr;
+  last_used_ = Clock::now();
+  return loaded_;
+}
+
+bool ServedModel::busy() const {
+  std::lock_guard lock(mutex_);
+  // New holders are made only under this mutex: nobody else holds it when this is one.
+  return loaded_ && loaded_.use_count() > 1;
+}
+
+double ServedModel::idle_seconds(TimePoint now) {
+  std::lock_guard lock(mutex_);
+  if (loaded_ && loaded_.use_count() > 1) {
+    last_used_ = now;
+    return 0;
+  }
+  return std::chrono::duration<double>(now - last_used_).count();
+}
+
+void ServedModel::mark_loading() {
+  std::lock_guard lock(mutex_);
+  if (state_ == ModelState::unloaded) state_ = ModelState::loading;
+}
+
+bool ServedModel::load(const std::string& reason, std::string* error) {
+  {
+    std::lock_guard lock(mutex_);
+    if (state_ == ModelState::loaded) return true;
+    state_ = ModelState::loading;
+  }
+  const TimePoint began = Clock::now();
+  std::unique_ptr<ModelParts> parts = loader_(error);
+  std::shared_ptr<LoadedModel> loaded;
+  if (parts) loaded = build(std::move(*parts));
+  const double seconds = std::chrono::duration<double>(Clock::now() - began).count();
+  std::lock_guard lock(mutex_);
+  if (!loaded) {
+    state_ = ModelState::unloaded;
+    return false;
+  }
+  load_seconds_.observe(seconds);
+  ++loads_by_reason_[reason];
+  max_model_len_ = loaded->engine_ ? loaded->engine_->max_request_tokens()
+                                   : loaded->embedding_model_->max_input_tokens();
+  loaded_ = std::move(loaded);
+  last_used_ = Clock::now();
+  state_ = ModelState::loaded;
+  spdlog::info("{}: loaded in {:.2f} s ({})", options_.name, seconds, reason);
+  return true;
+}
+
+std::unique_ptr<LoadedModel> ServedModel::build(ModelParts parts) {
+  auto loaded = std::make_unique<LoadedModel>();
+  if (parts.engine) {
+    loaded->engine_ = std::move(parts.engine);
+    loaded->engine_loop_ =
+        std::make_unique<EngineLoop>(*loaded->engine_, parts.scheduler, serving_metrics_);
+    loaded->completions_ = std::make_unique<CompletionsRoute>(
+        *loaded->engine_, *loaded->engine_loop_, rejections_, std::move(parts.route));
+    loaded->completions_->set_trace_writer(trace_);
+    if (arbiter_) loaded->engine_loop_->share_device(*arbiter_, tenant_);
+    loaded->engine_loop_->start();
+  } else {
+    loaded->embedding_model_ = std::move(parts.embedding_model);
+    loaded->batcher_ = std::make_unique<EmbeddingBatcher>(
+        *loaded->embedding_model_, parts.batch_window, embedding_metrics_);
+    loaded->embeddings_ = std::make_unique<EmbeddingsRoute>(
+        *loaded->embedding_model_, *loaded->batcher_, embedding_metrics_, options_.name);
+    if (arbiter_) loaded->batcher_->share_device(*arbiter_, tenant_);
+    loaded->batcher_->start();
+  }
+  return loaded;
+}
+
+bool ServedModel::unload_if_idle(const std::string& reason) {
+  std::shared_ptr<LoadedModel> parts;
+  {
+    std::lock_guard lock(mutex_);
+    if (state_ != ModelState::loaded) return true;
+    if (loaded_.use_count() > 1) return false;
+    parts = std::move(loaded_);
+    state_ = ModelState::unloaded;
+    ++unloads_by_reason_[reason];
+  }
+  parts.reset();  // stops its thread and frees its memory, outside the lock
+  spdlog::info("{}: unloaded ({})", options_.name, reason);
+  return true;
+}
+
+void ServedModel::share_device(DeviceArbiter& arbiter) {
+  arbiter_ = &arbiter;
+  tenant_ = arbiter.add_tenant(options_.share);
+}
+
+void ServedModel::set_trace_writer(TraceWriter* trace) {
+  trace_ = trace;
+  if (auto loaded = hold(); loaded && loaded->completions_) {
+    loaded->completions_->set_trace_writer(trace);
+  }
 }
 
 void ServedModel::shutdown(std::chrono::milliseconds drain_timeout) {
-  if (engine_loop_) engine_loop_->shutdown(drain_timeout);
-  if (batcher_) batcher_->shutdown(drain_timeout);
+  std::shared_ptr<LoadedModel> loaded;
+  {
+    std::lock_guard lock(mutex_);
+    loaded = loaded_;
+  }
+  if (!loaded) return;
+  if (loaded->engine_loop_) loaded->engine_loop_->shutdown(drain_timeout);
+  if (loaded->batcher_) loaded->batcher_->shutdown(drain_timeout);
 }
 
-bool ServedModel::queue_full() const {
-  return engine_loop_ ? engine_loop_->stats().queue_full() : embeddings_->queue_full();
+bool ServedModel::queue_full() {
+  std::shared_ptr<LoadedModel> loaded = hold();
+  if (!loaded) return false;  // requests wait for its load, up to max_waiting
+  return loaded->engine_loop_ ? loaded->engine_loop_->stats().queue_full()
+                              : loaded->embeddings_->queue_full();
 }
 
 int ServedModel::max_model_len() const {
-  return engine_ ? engine_->max_request_tokens() : embedding_model_->max_input_tokens();
+  std::lock_guard lock(mutex_);
+  return max_model_len_;
 }
 
-TokenList ServedModel::tokenize(std::string_view text, bool add_special) const {
-  // A BERT tokenizer always adds its [CLS] and [SEP]: the embedding is of exactly those tokens.
-  return engine_ ? engine_->tokenize(text, add_special) : embedding_model_->tokenize(text);
+std::string ServedModel::render_metrics() {
+  std::shared_ptr<LoadedModel> loaded;
+  {
+    std::lock_guard lock(mutex_);
+    loaded = loaded_;  // not a use: /metrics does not keep a model loaded
+  }
+  std::string out;
+  if (kind() == ModelKind::embedding) {
+    out = loaded ? loaded->embeddings_->render_metrics() : embedding_metrics_.render_prometheus(0, 0);
+  } else {
+    out = serving_metrics_.render_prometheus(loaded ? loaded->engine_loop_->stats()
+                                                    : SchedulerStats{});
+    if (loaded) out += render_grammar_metrics(loaded->engine_->grammars());
+  }
+  return out + render_residency();
 }
 
-std::string ServedModel::render_metrics() const {
-  if (embeddings_) return embeddings_->render_metrics();
-  return serving_metrics_->render_prometheus(engine_loop_->stats()) +
-         render_grammar_metrics(engine_->grammars());
+std::string ServedModel::render_residency() const {
+  std::lock_guard lock(mutex_);
+  std::string out =
+      "# HELP brisk_model_state 1 for the state the model is in (loaded, loading, unloaded).\n"
+      "# TYPE brisk_model_state gauge\n";
+  for (ModelState state : {ModelState::loaded, ModelState::loading, ModelState::unloaded}) {
+    out += fmt::format("brisk_model_state{{state=\"{}\"}} {}\n", model_state_name(state),
+                       state == state_ ? 1 : 0);
+  }
+  out += fmt::format(
+      "# HELP brisk_model_memory_bytes What the model takes of --memory-budget while loaded "
+      "(weights, KV cache, compute buffers, host cache).\n"
+      "# TYPE brisk_model_memory_bytes gauge\n"
+      "brisk_model_memory_bytes {}\n",
+      options_.memory_bytes);
+  out +=
+      "# HELP brisk_model_loads_total Loads of the model, by reason (start, request, api).\n"
+      "# TYPE brisk_model_loads_total counter\n";
+  for (const auto& [reason, count] : loads_by_reason_) {
+    out += fmt::format("brisk_model_loads_total{{reason=\"{}\"}} {}\n", reason, count);
+  }
+  out +=
+      "# HELP brisk_model_unloads_total Unloads of the model, by reason (keep_alive, memory, "
+      "api).\n"
+      "# TYPE brisk_model_unloads_total counter\n";
+  for (const auto& [reason, count] : unloads_by_reason_) {
+    out += fmt::format("brisk_model_unloads_total{{reason=\"{}\"}} {}\n", reason, count);
+  }
+  out +=
+      "# HELP brisk_model_load_seconds Time to load the model: its file read, its context and "
+      "KV cache made.\n"
+      "# TYPE brisk_model_load_seconds histogram\n";
+  out += load_seconds_.render_prometheus("brisk_model_load_seconds");
+  return out;
 }
 
-std::string ServedModel::render_vllm_compat() const {
-  if (!engine_loop_) return {};
-  return ServingMetrics::render_vllm_compat(engine_loop_->stats(), name_);
+std::string ServedModel::render_vllm_compat() {
+  std::shared_ptr<LoadedModel> loaded;
+  {
+    std::lock_guard lock(mutex_);
+    loaded = loaded_;
+  }
+  if (!loaded || !loaded->engine_loop_) return {};
+  return ServingMetrics::render_vllm_compat(loaded->engine_loop_->stats(), options_.name);
 }
 
 }  // namespace brisk

@@ -36,6 +36,7 @@ chat-template = "gemma"
 [[model]]
 model = "/models/e5.gguf"
 weight = 2
+pinned = true
 preferred-batch-sizes = [8, 16]
 )");
   ASSERT_EQ(entries.size(), 2u);
@@ -43,6 +44,7 @@ preferred-batch-sizes = [8, 16]
   EXPECT_EQ(entries[0].name, "chat");
   EXPECT_EQ(entries[0].aliases, (std::vector<std::string>{"gpt-4o-mini", "default"}));
   EXPECT_TRUE(entries[0].critical);
+  EXPECT_FALSE(entries[0].pinned);
   EXPECT_EQ(entries[0].weight, 1.0);
   EXPECT_EQ(entries[0].line, 2);
   // In key order (the flags' order does not matter).
@@ -52,6 +54,7 @@ preferred-batch-sizes = [8, 16]
   EXPECT_EQ(entries[1].model, "/models/e5.gguf");
   EXPECT_EQ(entries[1].name, "");
   EXPECT_FALSE(entries[1].critical);
+  EXPECT_TRUE(entries[1].pinned);
   EXPECT_EQ(entries[1].weight, 2.0);
   EXPECT_EQ(entries[1].flag_args, (std::vector<std::string>{"--preferred-batch-sizes=8,16"}));
 }
