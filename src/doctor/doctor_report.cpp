@@ -158,7 +158,13 @@ json machine_resources_json(const Evidence& evidence) {
                                         : json(metrics.busiest_other_model)},
             {"own_busy_share", optional_json(metrics.own_busy_share)},
             {"arbiter_wait_share", optional_json(metrics.arbiter_wait_share)},
-            {"arbiter_wait_ms_mean", optional_json(metrics.arbiter_wait_ms_mean)}}}};
+            {"arbiter_wait_ms_mean", optional_json(metrics.arbiter_wait_ms_mean)},
+            {"model_loads", optional_json(metrics.model_loads)},
+            {"most_loaded_model", metrics.most_loaded_model.empty()
+                                      ? json(nullptr)
+                                      : json(metrics.most_loaded_model)},
+            {"model_unloads_by_reason", metrics.model_unloads_by_reason},
+            {"model_load_seconds", optional_json(metrics.model_load_seconds)}}}};
 }
 
 json attribution_json(const PhaseAttribution& phases) {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -70,6 +71,15 @@ struct ServerMetricsSummary {
   std::optional<double> own_busy_share;
   std::optional<double> arbiter_wait_share;
   std::optional<double> arbiter_wait_ms_mean;  // per step of the probed model
+  // Models loaded and unloaded during the probe, every model of the server (docs/models.md,
+  // "Memory budget"): loads (not at start), the model loaded most often, unloads by reason, and
+  // the seconds the loads took.
+  std::optional<double> model_loads;
+  std::string most_loaded_model;
+  double most_loaded_model_loads = 0;
+  std::map<std::string, double> model_unloads_by_reason;
+  std::optional<double> model_load_seconds;
+  double scraped_seconds = 0;  // from the first scrape to the last: the span the counts cover
 };
 
 // Host CPU and memory from /proc while the probe ran, in cores (1.0 = one core all the time).

@@ -48,6 +48,10 @@ constexpr double kStealFractionMin = 0.1;
 constexpr double kNeighbourBusyShareMin = 0.2;
 constexpr double kArbiterWaitShareMin = 0.05;
 constexpr double kArbiterWaitShareCritical = 0.25;
+// model_swap_thrash: models loaded during the probe (not at start) while others were unloaded
+// to make room or after --keep-alive; critical when the loads took this share of the probe.
+constexpr double kSwapLoadsMin = 2;
+constexpr double kSwapLoadShareCritical = 0.1;
 // network_overhead: client TTFT − server TTFT at concurrency 1.
 constexpr double kOutsideMsMin = 20;
 constexpr double kOutsideShareOfTtft = 0.2;
@@ -88,6 +92,7 @@ std::optional<Finding> check_prefix_not_cached(const Evidence& evidence);
 std::optional<Finding> check_compute_saturated(const Evidence& evidence);
 std::optional<Finding> check_cpu_contention(const Evidence& evidence);
 std::optional<Finding> check_noisy_neighbour(const Evidence& evidence);
+std::optional<Finding> check_model_swap_thrash(const Evidence& evidence);
 std::optional<Finding> check_cpu_bound_frontend(const Evidence& evidence);
 std::optional<Finding> check_model_on_cpu(const Evidence& evidence);
 std::optional<Finding> check_memory_headroom_low(const Evidence& evidence);

@@ -105,6 +105,60 @@ std::optional<Finding> check_noisy_neighbour(const Evidence& evidence) {
   return finding;
 }
 
+std::optional<Finding> check_model_swap_thrash(const Evidence& evidence) {
+  const ServerMetricsSummary& metrics = evidence.metrics;
+  if (!metrics.model_loads || *metrics.model_loads < kSwapLoadsMin) return std::nullopt;
+  double unloads = 0;
+  for (const auto& [reason, count] : metrics.model_unloads_by_reason) unloads += count;
+  if (unloads < 1) return std::nullopt;
+  const double load_seconds = metrics.model_load_seconds.value_or(0);
+  const double load_share =
+      metrics.scraped_seconds > 0 ? load_seconds / metrics.scraped_seconds : 0;
+  Finding finding{"model_swap_thrash",
+                  load_share >= kSwapLoadShareCritical ? Severity::critical : Severity::warning,
+                  "", {}, "", 0, {}};
+  const auto unloaded = [&](const char* reason) {
+    const auto found = metrics.model_unloads_by_reason.find(reason);
+    return found == metrics.model_unloads_by_reason.end() ? 0.0 : found->second;
+  };
+  finding.summary = fmt::format(
+      "models were swapped in and out during the probe: {:.0f} loads ('{}' {:.0f} times) and "
+      "{:.0f} unloads, {:.1f} s of loading; each request that named an unloaded model waited "
+      "for its load",
+      *metrics.model_loads,
+      metrics.most_loaded_model.empty() ? evidence.model : metrics.most_loaded_model,
+      metrics.most_loaded_model_loads, unloads, load_seconds);
+  const std::string source = "/metrics, over the probe";
+  finding.evidence = {
+      {"model loads (not at start)", *metrics.model_loads, "loads",
+       source + " (brisk_model_loads_total)"},
+      {"time spent loading", load_seconds, "s", source + " (brisk_model_load_seconds)"}};
+  for (const auto& [reason, count] : metrics.model_unloads_by_reason) {
+    finding.evidence.push_back({"unloads: " + reason, count, "unloads",
+                                source + " (brisk_model_unloads_total)"});
+  }
+  std::vector<std::string> fixes;
+  if (unloaded("memory") > 0) {
+    fixes.push_back(
+        "raise brisk serve --memory-budget to hold the models used together (the sum of "
+        "their memory_bytes in /v1/models), or lower their --ctx-size or --cache-ram so they "
+        "fit");
+  }
+  if (unloaded("keep_alive") > 0) {
+    fixes.push_back("lengthen --keep-alive past the gaps between the model's requests");
+  }
+  if (unloaded("api") > 0) {
+    fixes.push_back("stop unloading it with POST /models/unload while it is in use");
+  }
+  fixes.push_back(
+      "mark the model that must answer at once `pinned = true` in the --models file, or serve "
+      "the models from separate replicas");
+  finding.prescription = fixes.front();
+  for (size_t i = 1; i < fixes.size(); ++i) finding.prescription += "; " + fixes[i];
+  finding.impact = std::min(1.0, std::max(0.2, load_share));
+  return finding;
+}
+
 std::optional<Finding> check_cpu_bound_frontend(const Evidence& evidence) {
   const HostSummary& host = evidence.host;
   if (!evidence.gpu.present() || host.server_cores_mean < kFrontendCoresMin) return std::nullopt;

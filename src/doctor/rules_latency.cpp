@@ -98,6 +98,7 @@ const std::vector<NamedRule>& all_rules() {
       {"no_batching", check_no_batching},
       {"cpu_contention", check_cpu_contention},
       {"noisy_neighbour", check_noisy_neighbour},
+      {"model_swap_thrash", check_model_swap_thrash},
       {"network_overhead", check_network_overhead},
       {"head_of_line_blocking", check_head_of_line_blocking},
       {"prefix_not_cached", check_prefix_not_cached},

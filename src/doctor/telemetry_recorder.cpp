@@ -91,6 +91,35 @@ void summarize_device_sharing(const telemetry::ServerMetrics& first,
   }
 }
 
+// Models loaded and unloaded on demand over the probe.
+void summarize_model_swaps(const telemetry::ServerMetrics& first,
+                           const telemetry::ServerMetrics& last, ServerMetricsSummary& summary) {
+  if (last.model_loads_by_model.empty() && last.model_unloads_by_reason.empty()) return;
+  const auto increase = [](const std::map<std::string, double>& before, const std::string& key,
+                           double after) {
+    const auto found = before.find(key);
+    return after - (found == before.end() ? 0 : found->second);
+  };
+  double loads = 0;
+  for (const auto& [model, count] : last.model_loads_by_model) {
+    const double more = increase(first.model_loads_by_model, model, count);
+    loads += more;
+    if (more > summary.most_loaded_model_loads) {
+      summary.most_loaded_model_loads = more;
+      summary.most_loaded_model = model;
+    }
+  }
+  summary.model_loads = loads;
+  for (const auto& [reason, count] : last.model_unloads_by_reason) {
+    const double more = increase(first.model_unloads_by_reason, reason, count);
+    if (more > 0) summary.model_unloads_by_reason[reason] = more;
+  }
+  if (last.model_load_seconds_total) {
+    summary.model_load_seconds =
+        *last.model_load_seconds_total - first.model_load_seconds_total.value_or(0);
+  }
+}
+
 bool is_local_host(const std::string& host) {
   return host == "localhost" || host == "::1" || host == "0.0.0.0" || host.rfind("127.", 0) == 0;
 }
@@ -341,6 +370,8 @@ ServerMetricsSummary TelemetryRecorder::metrics_summary() const {
   }
   summarize_device_sharing(*first_metrics_, *last_metrics_,
                            seconds_between(first_metrics_at_, last_metrics_at_), model_, summary);
+  summarize_model_swaps(*first_metrics_, *last_metrics_, summary);
+  summary.scraped_seconds = seconds_between(first_metrics_at_, last_metrics_at_);
   return summary;
 }
 

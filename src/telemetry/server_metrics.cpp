@@ -116,6 +116,23 @@ void read_device_sharing(const std::vector<MetricSample>& all, const std::string
   }
 }
 
+// Every model's loads and unloads: one model's swaps slow the others too.
+void read_model_residency(const std::vector<MetricSample>& all, ServerMetrics& metrics) {
+  for (const MetricSample& sample : all) {
+    const auto label = [&](const char* name) -> std::string {
+      const auto found = sample.labels.find(name);
+      return found == sample.labels.end() ? std::string() : found->second;
+    };
+    if (sample.name == "brisk_model_loads_total" && label("reason") != "start") {
+      metrics.model_loads_by_model[label("model")] += sample.value;
+    } else if (sample.name == "brisk_model_unloads_total") {
+      metrics.model_unloads_by_reason[label("reason")] += sample.value;
+    } else if (sample.name == "brisk_model_load_seconds_sum") {
+      metrics.model_load_seconds_total = metrics.model_load_seconds_total.value_or(0) + sample.value;
+    }
+  }
+}
+
 }  // namespace
 
 ServerMetrics read_server_metrics(const std::vector<MetricSample>& all_samples,
@@ -141,6 +158,7 @@ ServerMetrics read_server_metrics(const std::vector<MetricSample>& all_samples,
         if (reason != sample.labels.end()) metrics.rejections_total[reason->second] += sample.value;
       }
       read_device_sharing(all_samples, model, metrics);
+      read_model_residency(all_samples, metrics);
     }
     if (dialect.queries_exclude_hits && metrics.prefix_query_tokens_total &&
         metrics.prefix_hit_tokens_total) {

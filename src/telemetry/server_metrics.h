@@ -35,6 +35,13 @@ struct ServerMetrics {
   std::map<std::string, double> device_busy_seconds_by_model;
   std::optional<double> arbiter_wait_seconds_total;
   std::optional<double> arbiter_waits_total;
+  // Models loaded and unloaded on demand (brisk only, docs/models.md, "Memory budget"), every
+  // model of the server: loads by model (brisk_model_loads_total, those at start left out),
+  // unloads by reason (brisk_model_unloads_total) and the seconds loads took
+  // (brisk_model_load_seconds_sum).
+  std::map<std::string, double> model_loads_by_model;
+  std::map<std::string, double> model_unloads_by_reason;
+  std::optional<double> model_load_seconds_total;
   bool known() const { return !dialect.empty(); }
 };
 

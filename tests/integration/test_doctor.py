@@ -25,6 +25,9 @@ from conftest import (
     _start_brisk, free_port, model_path, require_file,
 )
 
+EMBEDDING_NAME = "all-minilm-l6-v2"
+EMBEDDING_FILE = "all-MiniLM-L6-v2-f16.gguf"
+
 # Short probes: 1, 2 and 4 concurrent requests; long prompts above brisk's --long-prefill-tokens
 # (256), so that chunked prefill is what the mixed probe sees.
 PROBE = {"--budget": "45", "--max-concurrency": "4", "--long-input-tokens": "320",
@@ -291,6 +294,50 @@ def test_a_flooded_model_beside_the_probed_one_is_a_noisy_neighbour(tmp_path_fac
     assert metrics["others_busy_share"] >= 0.2 and metrics["arbiter_wait_share"] >= 0.05, metrics
     # The probed model's own gauges: at most the probe's 4 requests, not the flood's 8.
     assert metrics["running_max"] <= 4, metrics
+
+
+@contextlib.contextmanager
+def taking_turns(url: str, generative: str, embedding: str, pause_s: float):
+    """One client asking `generative` for a short completion and `embedding` for a vector, in
+    turn, pausing after each, until the block ends."""
+    stop = threading.Event()
+
+    def user() -> None:
+        with httpx.Client(base_url=url, timeout=150) as client:
+            while not stop.is_set():
+                client.post("/v1/completions", json={"model": generative, "prompt": "Hello",
+                                                     "max_tokens": 4})
+                stop.wait(pause_s)
+                client.post("/v1/embeddings", json={"model": embedding, "input": "Hello"})
+                stop.wait(pause_s)
+
+    thread = threading.Thread(target=user, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=150)
+
+
+def test_models_that_cannot_share_the_budget_are_swap_thrash(tmp_path_factory, tmp_path):
+    # The probed model stays loaded; the budget holds only one of the two others beside it, so
+    # a client using both in turn unloads one and loads the other at every request.
+    require_file(model_path(EMBEDDING_FILE), "fetch the test models first (make test-models)")
+    flags = ["--model", SECOND_MODEL_NAME, "--model", EMBEDDING_NAME, "--cache-ram", "0"]
+    with brisk_server(tmp_path_factory, "brisk-sizes", *flags, warm=False) as sizes:
+        listed = httpx.get(sizes.base_url + "/v1/models", timeout=10).json()["data"]
+    memory = {model["id"]: model["memory_bytes"] for model in listed}
+    budget = memory[MODEL_NAME] + max(memory[SECOND_MODEL_NAME], memory[EMBEDDING_NAME])
+    with brisk_server(tmp_path_factory, "brisk-swapping", *flags, "--memory-budget",
+                      str(budget + (1 << 20))) as server:
+        with taking_turns(server.base_url, SECOND_MODEL_NAME, EMBEDDING_NAME, pause_s=0.3):
+            rep = diagnose(tmp_path, server.base_url, model=MODEL_NAME, budget="30")
+    swap = finding(rep, "model_swap_thrash")
+    assert "--memory-budget" in swap["prescription"], swap
+    metrics = rep["measurements"]["resources"]["server_metrics"]
+    assert metrics["model_loads"] >= 2, metrics
+    assert metrics["model_unloads_by_reason"].get("memory", 0) >= 1, metrics
 
 
 def test_kv_cache_too_small(tmp_path_factory, tmp_path):

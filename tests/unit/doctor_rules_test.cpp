@@ -393,6 +393,45 @@ TEST(DoctorRules, NoisyNeighbourNeedsABusyNeighbourAndAWait) {
   EXPECT_EQ(check_noisy_neighbour(beside_a_noisy_model(0.6, 0.01)), std::nullopt);
 }
 
+Evidence swapping_models(double loads, double load_seconds) {
+  Evidence e = healthy();
+  e.metrics.model_loads = loads;
+  e.metrics.most_loaded_model = "smollm2-135m";
+  e.metrics.most_loaded_model_loads = loads;
+  e.metrics.model_unloads_by_reason = {{"memory", loads}};
+  e.metrics.model_load_seconds = load_seconds;
+  e.metrics.scraped_seconds = 40;
+  return e;
+}
+
+TEST(DoctorRules, ModelSwapThrashCountsTheLoadsAndNamesTheBudget) {
+  const Evidence e = swapping_models(6, 8);
+  expect_primary(e, "model_swap_thrash");
+  const Diagnosis diagnosis = diagnose(e);
+  const Finding* finding = find(diagnosis, "model_swap_thrash");
+  ASSERT_NE(finding, nullptr);
+  EXPECT_EQ(finding->severity, Severity::critical);  // 8 s of 40 loading
+  EXPECT_NE(finding->summary.find("6 loads ('smollm2-135m' 6 times) and 6 unloads"),
+            std::string::npos)
+      << finding->summary;
+  EXPECT_NE(finding->prescription.find("--memory-budget"), std::string::npos);
+  EXPECT_EQ(finding->prescription.find("--keep-alive"), std::string::npos);
+  Evidence idle = swapping_models(3, 0.6);
+  idle.metrics.model_unloads_by_reason = {{"keep_alive", 2}};
+  const auto warning = check_model_swap_thrash(idle);
+  ASSERT_TRUE(warning.has_value());
+  EXPECT_EQ(warning->severity, Severity::warning);
+  EXPECT_NE(warning->prescription.find("lengthen --keep-alive"), std::string::npos);
+}
+
+TEST(DoctorRules, ModelSwapThrashNeedsLoadsAndUnloads) {
+  EXPECT_EQ(check_model_swap_thrash(healthy()), std::nullopt);  // nothing loaded on demand
+  EXPECT_EQ(check_model_swap_thrash(swapping_models(1, 2)), std::nullopt);
+  Evidence loaded_only = swapping_models(4, 2);
+  loaded_only.metrics.model_unloads_by_reason.clear();  // loads into free memory: no thrash
+  EXPECT_EQ(check_model_swap_thrash(loaded_only), std::nullopt);
+}
+
 TEST(DoctorRules, NetworkOverheadFromClientMinusServerTtft) {
   Evidence e = healthy();
   e.short_baseline.outside_server_ms_p50 = 82;
@@ -495,7 +534,7 @@ TEST(DoctorRules, EveryRuleHasAnIdOnceAndUnmeasuredEvidenceIsNoAlarm) {
     seen.push_back(rule.id);
     EXPECT_EQ(rule.check(nothing), std::nullopt) << rule.id;
   }
-  EXPECT_EQ(seen.size(), 15u);
+  EXPECT_EQ(seen.size(), 16u);
 }
 
 // The doctor's what-if: each prescription's effect as brisk plan's simulation of the 2-vCPU
