@@ -15,6 +15,7 @@
 #include "plan/calibration.h"
 #include "plan/capacity_planner.h"
 #include "plan/deployment_emitter.h"
+#include "plan/multi_model_fit.h"
 #include "plan/plan_report.h"
 #include "plan/trace_summary.h"
 
@@ -22,7 +23,7 @@ namespace brisk {
 namespace {
 
 struct PlanFlags {
-  std::string model;
+  std::vector<std::string> models;  // several: their memory fit side by side
   int input_tokens = 512;
   int output_tokens = 256;
   int concurrency = 0;
@@ -111,6 +112,54 @@ bool apply_bench_workload(PlanFlags& flags, const nlohmann::json& result, std::s
   return true;
 }
 
+// Several --model: what brisk plan answers for them together (docs/plan.md, "Several models").
+std::optional<std::string> check_several_models_flags(const PlanFlags& flags) {
+  const std::pair<bool, const char*> one_model_only[] = {
+      {flags.rate > 0, "--rate"},           {!flags.workload_file.empty(), "--workload"},
+      {!flags.slo.empty(), "--slo"},        {!flags.emit.empty(), "--emit"},
+      {!flags.explain.empty(), "--explain"}, {flags.burst, "--burst"},
+      {flags.seed.has_value(), "--seed"}};
+  for (const auto& [given, flag] : one_model_only) {
+    if (given) {
+      return fmt::format(
+          "{} plans one model; with several --model brisk plan answers where they fit together "
+          "(memory, device count, price) at --concurrency, --isl and --osl",
+          flag);
+    }
+  }
+  return std::nullopt;
+}
+
+// The first model's request, already built from the flags, and one like it for each other model.
+int plan_several(const PlanFlags& flags, const plan::PlanRequest& first,
+                 const plan::HardwareCatalog& catalog) {
+  for (const std::string& id : flags.devices) {
+    if (catalog.find(id) == nullptr) {
+      return fail("unknown --devices entry '" + id + "'; the catalog has: " + catalog.ids());
+    }
+  }
+  std::vector<plan::PlanRequest> requests = {first};
+  for (size_t i = 1; i < flags.models.size(); ++i) {
+    std::string error;
+    auto model = plan::resolve_model_profile(flags.models[i], &error);
+    if (!model) return fail(error);
+    plan::PlanRequest request = first;
+    request.model = *model;
+    if (flags.precision.empty()) {
+      request.precision =
+          model->stored_precision ? *model->stored_precision : *plan::parse_precision("bf16");
+    }
+    requests.push_back(std::move(request));
+  }
+  const plan::MultiModelFit fit = plan::fit_models(requests, catalog);
+  if (flags.json) {
+    std::cout << plan::multi_model_fit_json(requests, fit).dump(2) << "\n";
+  } else {
+    plan::print_multi_model_fit(std::cout, requests, fit);
+  }
+  return 0;
+}
+
 int run_plan(PlanFlags flags) {
   std::string error;
   std::optional<plan::TraceSummary> trace;
@@ -136,7 +185,10 @@ int run_plan(PlanFlags flags) {
   }
   const auto catalog = plan::HardwareCatalog::load(flags.catalog, &error);
   if (!catalog) return fail(error);
-  auto model = plan::resolve_model_profile(flags.model, &error);
+  if (flags.models.size() > 1) {
+    if (auto refused = check_several_models_flags(flags)) return fail(*refused);
+  }
+  auto model = plan::resolve_model_profile(flags.models.front(), &error);
   if (!model) return fail(error);
 
   plan::PlanRequest request;
@@ -195,6 +247,7 @@ int run_plan(PlanFlags flags) {
   request.step_token_budget = flags.step_token_budget;
   request.chunking = flags.chunking;
   if (!flags.uncalibrated) request.calibrated = plan::load_calibrations(plan::calibration_file());
+  if (flags.models.size() > 1) return plan_several(flags, request, *catalog);
 
   const auto plan = plan::make_plan(request, *catalog, &error);
   if (!plan) return fail(error);
@@ -286,9 +339,12 @@ int run_calibrate(const CalibrateFlags& flags) {
 CommandRunner register_plan_command(CLI::App& app) {
   auto flags = std::make_shared<PlanFlags>();
   auto calibrate_flags = std::make_shared<CalibrateFlags>();
-  app.add_option("--model", flags->model,
+  app.add_option("--model", flags->models,
                  "A preset (llama-3.1-8b, gemma3-270m, ...), a pulled model, a GGUF file or a "
-                 "Hugging Face config.json");
+                 "Hugging Face config.json; repeat it for several models served side by side "
+                 "(their memory fit, device count and price)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   CLI::Option* isl = app.add_option("--isl", flags->input_tokens, "Prompt tokens per request")
                          ->check(CLI::PositiveNumber);
   CLI::Option* osl = app.add_option("--osl", flags->output_tokens, "Output tokens per request")
@@ -392,7 +448,7 @@ CommandRunner register_plan_command(CLI::App& app) {
 
   return [flags, calibrate_flags, calibrate, isl, osl, concurrency, rate, burst] {
     if (calibrate->parsed()) return run_calibrate(*calibrate_flags);
-    if (flags->model.empty()) return fail("--model is required (try --model gemma3-270m)");
+    if (flags->models.empty()) return fail("--model is required (try --model gemma3-270m)");
     flags->input_given = isl->count() > 0;
     flags->output_given = osl->count() > 0;
     flags->load_given = concurrency->count() + rate->count() + burst->count() > 0;

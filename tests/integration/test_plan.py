@@ -70,6 +70,29 @@ def test_json_memory_breakdown_adds_up_and_tp_shrinks_weights():
         assert abs(memory["weights"] * candidate["devices_per_replica"] - 141.1) < 0.5
 
 
+def test_several_models_fit_side_by_side_with_a_device_count_and_a_price():
+    require_file(model_path(), "run `brisk pull gemma3-270m`")
+    proc = plan("--model", "gemma3-270m", "--model", "llama-3.1-8b", "--model", "qwen2.5-7b",
+                "--concurrency", "16", "--devices", "l4,h100-sxm", "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert [model["model"] for model in result["models"]] == [
+        "Gemma 3 270m", "Meta Llama 3.1 8B", "Qwen2.5 7B"]
+    fits = {device["device"]: device for device in result["devices"]}
+    # One H100 holds the three; an L4 (24 GB) one 8B model in BF16 each.
+    assert fits["h100-sxm"]["devices"] == 1 and fits["l4"]["devices"] == 2
+    assert sorted(i for device in fits["l4"]["placement"] for i in device) == [0, 1, 2]
+    steps = [model["step_ms"] for model in fits["h100-sxm"]["models"]]
+    assert abs(fits["h100-sxm"]["shared_itl_ms"] - sum(steps)) < 1e-6
+    assert result["recommended"] == "l4"
+    text = plan("--model", "gemma3-270m", "--model", "llama-3.1-8b", "--devices", "l4")
+    assert text.returncode == 0, text.stderr
+    assert "2 models side by side" in text.stdout and "Cheapest: 1 × l4" in text.stdout
+    refused = plan("--model", "gemma3-270m", "--model", "llama-3.1-8b", "--rate", "2")
+    assert refused.returncode == 2
+    assert "--rate plans one model" in refused.stderr
+
+
 def test_bad_input_gets_a_clear_message():
     cases = [
         (["--model", "no-such-model"], "unknown model 'no-such-model'"),

@@ -4,6 +4,7 @@
 #include "plan/capacity_planner.h"
 #include "plan/memory_model.h"
 #include "plan/model_profile.h"
+#include "plan/multi_model_fit.h"
 
 namespace brisk::plan {
 namespace {
@@ -125,6 +126,66 @@ TEST(Precision, KvCacheBytesPerElement) {
   EXPECT_EQ(kv_cache_bytes_per_element("q4_0"), 18.0 / 32);
   EXPECT_EQ(kv_cache_bytes_per_element("q5_1"), 24.0 / 32);
   EXPECT_FALSE(kv_cache_bytes_per_element("q2_k"));  // not a cache type llama.cpp offers
+}
+
+}  // namespace
+}  // namespace brisk::plan
+
+namespace brisk::plan {
+namespace {
+
+PlanRequest request_for(const std::string& id, int concurrency) {
+  PlanRequest request;
+  request.model = preset(id);
+  request.precision = *parse_precision("bf16");
+  request.workload.input_tokens = 512;
+  request.workload.output_tokens = 256;
+  request.workload.concurrency = concurrency;
+  request.devices = {"l4", "h100-sxm"};
+  return request;
+}
+
+TEST(MultiModelFit, PacksWholeModelsOntoTheFewestDevicesAndSumsTheirSteps) {
+  std::string error;
+  const auto catalog = HardwareCatalog::load("", &error);
+  ASSERT_TRUE(catalog) << error;
+  // Two 8B-class models in bf16 (~16 GB of weights each) and a small one.
+  const std::vector<PlanRequest> requests = {request_for("llama-3.1-8b", 16),
+                                             request_for("gemma3-270m", 16),
+                                             request_for("qwen2.5-7b", 16)};
+  const MultiModelFit fit = fit_models(requests, *catalog);
+  ASSERT_EQ(fit.devices.size(), 2u);
+  const ModelsOnDevice* l4 = nullptr;
+  const ModelsOnDevice* h100 = nullptr;
+  for (const ModelsOnDevice& device : fit.devices) {
+    (device.device->id == "l4" ? l4 : h100) = &device;
+  }
+  ASSERT_TRUE(l4 && h100);
+  // An L4 holds 19.2 GB usable: one 8B model each, the small one beside the smaller.
+  EXPECT_EQ(l4->devices, 2);
+  EXPECT_EQ(l4->placement.size(), 2u);
+  // An H100 holds all three; while all are busy a token gap is the sum of their three steps.
+  EXPECT_EQ(h100->devices, 1);
+  EXPECT_NEAR(h100->shared_itl_ms, h100->step_ms[0] + h100->step_ms[1] + h100->step_ms[2], 1e-9);
+  EXPECT_GT(h100->shared_itl_ms, h100->step_ms[0]);
+  // Ranked by price: two L4s cost less than an H100.
+  EXPECT_LT(l4->usd_per_hour, h100->usd_per_hour);
+  ASSERT_TRUE(fit.recommended);
+  EXPECT_EQ(fit.devices[*fit.recommended].device->id, "l4");
+}
+
+TEST(MultiModelFit, AModelNoGroupOfADeviceHoldsLeavesItOut) {
+  std::string error;
+  const auto catalog = HardwareCatalog::load("", &error);
+  ASSERT_TRUE(catalog) << error;
+  std::vector<PlanRequest> requests = {request_for("llama-3.1-8b", 1),
+                                       request_for("gemma3-270m", 1)};
+  for (PlanRequest& request : requests) request.devices = {"cpu-2vcpu"};
+  const MultiModelFit fit = fit_models(requests, *catalog);
+  ASSERT_EQ(fit.devices.size(), 1u);
+  EXPECT_EQ(fit.devices[0].devices, 0);
+  EXPECT_EQ(fit.devices[0].own_devices[0], 0);  // 16 GB of weights in an 8 GB machine
+  EXPECT_FALSE(fit.recommended);
 }
 
 }  // namespace
