@@ -6,7 +6,8 @@
 #   3. `brisk plan` predictions (calibrated and with default efficiencies) for the loads of 4.,
 #   4. `brisk serve` on the 8B model measured by `brisk bench`: one stream, 8 users, and a burst
 #      of 10 ShareGPT-sized requests (the LambdaLabs vLLM comparison's shape),
-#   5. output throughput at four sampling settings, against llama-server when it is in BIN_DIR.
+#   5. output throughput at four sampling settings, against llama-server when it is in BIN_DIR,
+#   6. two models pinned to GPU 0 under a memory budget that holds one: loads on demand.
 # Usage: bench/gpu_check.sh BIN_DIR VOCAB_GGUF OUT_DIR
 set -uo pipefail
 BIN=$1
@@ -89,4 +90,21 @@ for setting in nothing greedy full llama; do
     kill -INT $PID; wait $PID
   done
 done
+# 6. Several models on the GPU (issue 22): both pinned to GPU 0 (--device) with a budget that
+#    holds the 1B model or the 8B one, not both: the 8B loads on its first request (unloading the
+#    1B), then the 1B on its own; each answer's brisk_timings.model_load_ms is the load it waited.
+step "several models: --device 0, load on demand"
+printf '[[model]]\nmodel = "%s"\ndevice = 0\n\n[[model]]\nmodel = "%s"\ndevice = 0\n' "$M1" "$M8" > "$OUT/models.toml"
+"$BRISK" serve --models "$OUT/models.toml" --port 8092 --ctx-size 8192 --memory-budget "${BUDGET:-19GiB}" \
+  > "$OUT/several.log" 2>&1 &
+PID=$!
+for _ in $(seq 1 120); do curl -sf localhost:8092/health >/dev/null && break; sleep 1; done
+curl -s localhost:8092/v1/models > "$OUT/several_models_before.json"
+for model in llama-3.1-8b-f16 llama-3.2-1b-f16 llama-3.1-8b-f16; do
+  curl -s localhost:8092/v1/completions -d "{\"model\": \"$model\", \"prompt\": \"Hello\", \"max_tokens\": 16}" \
+    | tee -a "$OUT/several_answers.jsonl"; echo >> "$OUT/several_answers.jsonl"
+done
+curl -s localhost:8092/metrics | grep -E '^brisk_(model|memory)_' > "$OUT/several_metrics.txt"
+nvidia-smi --query-gpu=index,memory.used --format=csv >> "$OUT/several_metrics.txt"
+kill -INT $PID; wait $PID
 step done

@@ -90,6 +90,7 @@ std::unique_ptr<ModelParts> load_embedding_model(const ModelFlags& flags, const 
   options.model_path = model.path.string();
   options.threads = flags.engine.threads;
   options.gpu_layers = flags.engine.gpu_layers;
+  options.device = flags.engine.device;
   spdlog::info("loading {} (an embedding model)", model.path.string());
   std::unique_ptr<EmbeddingModel> embedding_model = EmbeddingModel::load(options, error);
   if (!embedding_model) return nullptr;
@@ -391,6 +392,7 @@ std::unique_ptr<ServedModel> make_served_model(const ModelSpec& spec,
   options.pinned = spec.pinned;
   options.memory_bytes = spec.memory.total();
   options.max_waiting = spec.embedding ? 1024 : spec.flags.scheduler.max_queued_requests;
+  options.device = spec.flags.engine.device;
   ModelLoader loader = [spec](std::string* error) -> std::unique_ptr<ModelParts> {
     if (spec.embedding) return load_embedding_model(spec.flags, spec.name, spec.resolved, error);
     return load_generative_model(spec.flags, spec.generation, spec.name, spec.resolved,
@@ -399,13 +401,17 @@ std::unique_ptr<ServedModel> make_served_model(const ModelSpec& spec,
   return std::make_unique<ServedModel>(std::move(options), std::move(loader), rejections);
 }
 
-// --memory-budget, or 75% of the device's memory: the GPU's when layers go to one, else the
-// machine's RAM (the headroom rule: keep a quarter free for the runtime and the rest).
+// --memory-budget (of each device), or 75% of the device's memory: the GPU's when layers go to
+// one (the smallest of those the models are on), else the machine's RAM (the headroom rule:
+// keep a quarter free for the runtime and the rest).
 std::variant<uint64_t, std::string> memory_budget(const ServeFlags& flags,
                                                   const std::vector<ModelSpec>& specs) {
-  bool on_gpu = false;
-  for (const ModelSpec& spec : specs) on_gpu = on_gpu || spec.flags.engine.gpu_layers > 0;
-  std::optional<uint64_t> device = on_gpu ? gpu_memory_bytes() : std::nullopt;
+  std::optional<uint64_t> device;
+  for (const ModelSpec& spec : specs) {
+    if (spec.flags.engine.gpu_layers == 0) continue;
+    const auto gpu = gpu_memory_bytes(std::max(0, spec.flags.engine.device));
+    if (gpu) device = std::min(device.value_or(*gpu), *gpu);
+  }
   if (!device) {
     const long pages = sysconf(_SC_PHYS_PAGES);
     const long page_bytes = sysconf(_SC_PAGE_SIZE);

@@ -89,6 +89,11 @@ void add_model_flags(CLI::App& app, ModelFlags& flags) {
                  "Layers to offload to the GPU (CUDA builds; default all there, 0 elsewhere)")
       ->check(CLI::Range(0, 100000))
       ->capture_default_str();
+  app.add_option("--device", flags.engine.device,
+                 "Put the whole model on GPU N (CUDA builds; -1: spread over every GPU). Models "
+                 "on different GPUs do not take turns, and each GPU has its own --memory-budget")
+      ->check(CLI::Range(-1, 255))
+      ->capture_default_str();
   app.add_option("--chat-template", flags.engine.chat_template,
                  "llama.cpp built-in template name (gemma, chatml, llama3, ...); default: the "
                  "GGUF's own, else chosen by architecture");
@@ -192,7 +197,7 @@ void add_model_flags(CLI::App& app, ModelFlags& flags) {
   const std::vector<CLI::Option*> options = app.get_options();
   for (size_t i = first_option; i < options.size(); ++i) {
     const std::string name = options[i]->get_name(/*positional=*/false, /*all_options=*/false);
-    const bool every_model = name == "--threads" || name == "--gpu-layers";
+    const bool every_model = name == "--threads" || name == "--gpu-layers" || name == "--device";
     const bool embedding = std::find(flags.embedding_flags.begin(), flags.embedding_flags.end(),
                                      options[i]) != flags.embedding_flags.end();
     if (!every_model && !embedding) flags.generation_flags.push_back(options[i]);

@@ -33,6 +33,8 @@ std::unique_ptr<EmbeddingModel> EmbeddingModel::load(const EmbeddingModelOptions
   std::unique_ptr<EmbeddingModel> model(new EmbeddingModel());
   llama_model_params model_params = llama_model_default_params();
   model_params.n_gpu_layers = options.gpu_layers;
+  GpuPlacement placement;
+  if (!placement.apply(options.device, model_params, error)) return nullptr;
   model->model_ = llama_model_load_from_file(options.model_path.c_str(), model_params);
   if (model->model_ == nullptr) {
     *error = "could not load model '" + options.model_path +

@@ -24,6 +24,7 @@ struct EmbeddingModelOptions {
   int max_batch_inputs = 64;    // inputs in one batch (llama.cpp sequence ids, at most 256)
   int threads = 0;              // 0 = all cores
   int gpu_layers = 0;
+  int device = -1;  // -1: every GPU llama.cpp sees; N: all on GPU N (--device)
 };
 
 // True when the GGUF at `path` is a pooling model (it declares a pooling type: BERT-style

@@ -77,6 +77,8 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options, std::string* 
 
   llama_model_params model_params = llama_model_default_params();
   model_params.n_gpu_layers = options.gpu_layers;
+  GpuPlacement placement;
+  if (!placement.apply(options.device, model_params, error)) return nullptr;
   engine->model_ = llama_model_load_from_file(options.model_path.c_str(), model_params);
   if (engine->model_ == nullptr) {
     *error = "could not load model '" + options.model_path +

@@ -26,6 +26,7 @@ struct EngineOptions {
   int max_batched_tokens = 512;  // tokens one decode step may carry
   int threads = 0;               // 0 = all cores
   int gpu_layers = 0;            // layers offloaded to the GPU (needs a CUDA build)
+  int device = -1;               // -1: every GPU llama.cpp sees; N: all on GPU N (--device)
   bool swa_full = false;         // full-size sliding-window caches (more memory)
   // One KV buffer for all sequences (any request may use any share of ctx_size), or one per
   // sequence (each gets ctx_size / max_seqs; attention then reads only a sequence's own cells,

@@ -2,8 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <mutex>
+#include <vector>
 
 #include "ggml-backend.h"
 #include "llama.h"
@@ -37,17 +40,52 @@ void init_llama_backend_once() {
   });
 }
 
-std::optional<uint64_t> gpu_memory_bytes() {
+namespace {
+
+std::vector<ggml_backend_dev_t> gpus() {
   init_llama_backend_once();
+  std::vector<ggml_backend_dev_t> out;
   for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
     ggml_backend_dev_t device = ggml_backend_dev_get(i);
-    if (ggml_backend_dev_type(device) != GGML_BACKEND_DEVICE_TYPE_GPU) continue;
-    size_t free = 0;
-    size_t total = 0;
-    ggml_backend_dev_memory(device, &free, &total);
-    if (total > 0) return total;
+    if (ggml_backend_dev_type(device) == GGML_BACKEND_DEVICE_TYPE_GPU) out.push_back(device);
   }
-  return std::nullopt;
+  return out;
+}
+
+}  // namespace
+
+std::optional<uint64_t> gpu_memory_bytes(int index) {
+  const std::vector<ggml_backend_dev_t> found = gpus();
+  if (index < 0 || static_cast<size_t>(index) >= found.size()) return std::nullopt;
+  size_t free = 0;
+  size_t total = 0;
+  ggml_backend_dev_memory(found[static_cast<size_t>(index)], &free, &total);
+  if (total == 0) return std::nullopt;
+  return total;
+}
+
+bool GpuPlacement::apply(int device, llama_model_params& params, std::string* error) {
+  if (device < 0) return true;
+  const std::vector<ggml_backend_dev_t> found = gpus();
+  if (static_cast<size_t>(device) >= found.size()) {
+    std::string names;
+    for (size_t i = 0; i < found.size(); ++i) {
+      names += fmt::format("{}{}: {}", names.empty() ? "" : ", ", i,
+                           ggml_backend_dev_description(found[i]));
+    }
+    *error = found.empty()
+                 ? fmt::format("--device {}: no GPU is visible (a CPU-only build, or no GPU "
+                               "on this machine); leave --device out",
+                               device)
+                 : fmt::format("--device {}: there are {} GPUs ({})", device, found.size(), names);
+    return false;
+  }
+  devices_[0] = found[static_cast<size_t>(device)];
+  devices_[1] = nullptr;
+  params.devices = devices_;
+  params.split_mode = LLAMA_SPLIT_MODE_NONE;
+  params.main_gpu = 0;  // the first of `devices`
+  return true;
 }
 
 TokenList tokenize_text(const llama_vocab* vocab, std::string_view text, bool add_special,

@@ -9,6 +9,8 @@
 #include "engine/token.h"
 
 struct llama_vocab;
+struct llama_model_params;
+typedef struct ggml_backend_device* ggml_backend_dev_t;
 struct llama_context;
 struct ggml_threadpool;
 
@@ -18,8 +20,20 @@ namespace brisk {
 // per-tensor load chatter at debug level; warnings and errors at theirs).
 void init_llama_backend_once();
 
-// The memory of the first GPU llama.cpp sees (bytes); nullopt in a CPU-only build or without one.
-std::optional<uint64_t> gpu_memory_bytes();
+// The memory of GPU `index` (0: the first) llama.cpp sees (bytes); nullopt in a CPU-only build
+// or without one.
+std::optional<uint64_t> gpu_memory_bytes(int index = 0);
+
+// How a model's layers go to GPUs: `device` -1 lets llama.cpp spread them over every GPU it sees;
+// N puts the whole model on GPU N (brisk serve --device). Set before llama_model_load_from_file.
+class GpuPlacement {
+ public:
+  // False, with why, when there is no GPU N.
+  bool apply(int device, llama_model_params& params, std::string* error);
+
+ private:
+  ggml_backend_dev_t devices_[2] = {nullptr, nullptr};  // params.devices points here
+};
 
 // A vocabulary's tokenizer, as every model in brisk uses it. `parse_special`: text such as
 // "<start_of_turn>" becomes its special token, as llama-server does with templated prompts.

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -116,12 +117,13 @@ size_t ModelRegistry::index_of(const ServedModel& model) const {
   return models_.size();
 }
 
-std::vector<ResidentModel> ModelRegistry::residency_view(TimePoint now) const {
+std::vector<ResidentModel> ModelRegistry::residency_view(TimePoint now, int device) const {
   std::vector<ResidentModel> view;
   for (const auto& model : models_) {
     ResidentModel resident;
-    resident.bytes = model->memory_bytes();
-    resident.pinned = model->pinned();
+    const bool here = model->device() == device;
+    resident.bytes = here ? model->memory_bytes() : 0;
+    resident.pinned = model->pinned() || !here;
     resident.loaded = model->state() != ModelState::unloaded;  // a loading one holds its memory
     resident.busy = model->busy();
     resident.idle_s = model->idle_seconds(now);
@@ -145,13 +147,16 @@ ApiError ModelRegistry::missing_memory_error(const ServedModel& model,
 }
 
 std::optional<std::string> ModelRegistry::load_at_start() {
-  if (several()) {
-    // One device for all (CPU cores, or the one GPU): one model's step at a time.
-    arbiter_ = std::make_unique<DeviceArbiter>();
-    for (const auto& model : models_) model->share_device(*arbiter_);
+  // The models of one device (the CPU cores, or one GPU) run one model's step at a time.
+  std::map<int, std::vector<ServedModel*>> by_device;
+  for (const auto& model : models_) by_device[model->device()].push_back(model.get());
+  for (const auto& [device, sharing] : by_device) {
+    if (sharing.size() < 2) continue;
+    arbiters_.push_back(std::make_unique<DeviceArbiter>());
+    for (ServedModel* model : sharing) model->share_device(*arbiters_.back());
   }
-  const std::vector<ResidentModel> view = residency_view(Clock::now());
   for (size_t i = 0; i < models_.size(); ++i) {
+    const std::vector<ResidentModel> view = residency_view(Clock::now(), models_[i]->device());
     if (auto missing = residency_.shortfall_beside_pinned(view, i)) {
       return missing_memory_error(*models_[i], *missing).message;
     }
@@ -160,7 +165,8 @@ std::optional<std::string> ModelRegistry::load_at_start() {
   for (const bool pinned : {true, false}) {
     for (const auto& model : models_) {
       if (model->pinned() != pinned) continue;
-      const uint64_t used = ModelResidency::loaded_bytes(residency_view(Clock::now()));
+      const uint64_t used =
+          ModelResidency::loaded_bytes(residency_view(Clock::now(), model->device()));
       if (!pinned && used + model->memory_bytes() > options_.memory_budget_bytes) {
         spdlog::info(
             "{}: not loaded at start ({} beside the {} loaded would pass --memory-budget {}); "
@@ -276,7 +282,8 @@ void ModelRegistry::residency_loop() {
     answered.clear();
     if (to_load) {
       const size_t index = index_of(*to_load);
-      const LoadDecision decision = residency_.decide_load(residency_view(now), index);
+      const LoadDecision decision =
+          residency_.decide_load(residency_view(now, to_load->device()), index);
       if (decision.kind == LoadDecision::Kind::never) {
         fail_waiters(index, missing_memory_error(*to_load, decision.missing_bytes));
       } else if (decision.kind == LoadDecision::Kind::load) {
@@ -295,7 +302,9 @@ void ModelRegistry::residency_loop() {
       }
     }
     if (options_.keep_alive_s) {
-      const std::vector<ResidentModel> view = residency_view(Clock::now());
+      // Every model as it is: keep-alive looks at each one's idle time, not at the budget.
+      std::vector<ResidentModel> view = residency_view(Clock::now(), -1);
+      for (size_t i = 0; i < view.size(); ++i) view[i].pinned = models_[i]->pinned();
       for (size_t i : ModelResidency::expired(view, *options_.keep_alive_s)) {
         models_[i]->unload_if_idle("keep_alive");
       }

@@ -20,7 +20,7 @@ namespace brisk {
 
 // How the registry keeps models in memory (docs/models.md, "Memory budget").
 struct ResidencyOptions {
-  uint64_t memory_budget_bytes = 0;
+  uint64_t memory_budget_bytes = 0;  // of each device
   // Unload a model idle this long (not pinned, nothing in flight); nullopt: keep it until the
   // memory is needed.
   std::optional<double> keep_alive_s;
@@ -58,14 +58,14 @@ class ModelRegistry {
   std::string quoted_names() const;
   const ResidencyOptions& residency_options() const { return options_; }
 
-  // Before serving: with several models their steps take turns of one device arbiter; the
-  // pinned models load, then the others in order while they fit the budget without unloading
+  // Before serving: the models of one device (--device; the default one for those without)
+  // take turns of that device's arbiter; the pinned models load, then the others in order while they fit the budget without unloading
   // any. Says why not when a model can never fit beside the pinned ones or a load fails.
   std::optional<std::string> load_at_start();
   // Starts the residency thread (loads on demand, --keep-alive).
   void start_residency();
-  // Null with one model: its device is its own.
-  const DeviceArbiter* arbiter() const { return arbiter_.get(); }
+  // One per device that several models share; none while each model has its own device.
+  const std::vector<std::unique_ptr<DeviceArbiter>>& arbiters() const { return arbiters_; }
 
   using HoldOutcome = std::variant<ModelHold, ApiError>;
   using HoldCallback = std::function<void(HoldOutcome)>;
@@ -90,7 +90,9 @@ class ModelRegistry {
     TimePoint since;
   };
   void residency_loop();
-  std::vector<ResidentModel> residency_view(TimePoint now) const;
+  // The models as the residency of `device`'s budget sees them: those of other devices take
+  // none of it (0 bytes, never unloaded for it).
+  std::vector<ResidentModel> residency_view(TimePoint now, int device) const;
   size_t index_of(const ServedModel& model) const;
   // Fails the waiters of model `index` (all with `error`), outside the lock.
   void fail_waiters(size_t index, const ApiError& error);
@@ -99,7 +101,7 @@ class ModelRegistry {
   ResidencyOptions options_;
   ModelResidency residency_;
   // Declared first, destroyed last: the models' threads take its turns until they stop.
-  std::unique_ptr<DeviceArbiter> arbiter_;
+  std::vector<std::unique_ptr<DeviceArbiter>> arbiters_;
   std::vector<std::unique_ptr<ServedModel>> models_;
 
   std::mutex mutex_;

@@ -429,7 +429,7 @@ HttpResponse OpenAiServer::metrics_response() const {
   }
   exposition.add(rejections_.render_prometheus(models_.several()), "");
   exposition.add(models_.render_prometheus(), "");
-  if (const DeviceArbiter* arbiter = models_.arbiter()) {
+  for (const auto& arbiter : models_.arbiters()) {
     exposition.add(arbiter->render_prometheus(), "");  // labelled by model already
   }
   exposition.add(connections_.render_prometheus(), "");

@@ -77,6 +77,7 @@ class ServedModel {
     bool pinned = false;               // loaded at start and never unloaded
     uint64_t memory_bytes = 0;         // what it takes of --memory-budget while loaded
     int max_waiting = 64;              // requests that may wait for it to load
+    int device = -1;                   // --device: the GPU it is on (-1: the default device)
   };
   ServedModel(Options options, ModelLoader loader, RejectionCounts& rejections);
   ~ServedModel();
@@ -90,6 +91,7 @@ class ServedModel {
   bool pinned() const { return options_.pinned; }
   uint64_t memory_bytes() const { return options_.memory_bytes; }
   int max_waiting() const { return options_.max_waiting; }
+  int device() const { return options_.device; }
   const DeviceTenantOptions& device_share() const { return options_.share; }
 
   ModelState state() const;

@@ -252,3 +252,13 @@ def test_load_and_unload_are_behind_the_api_key(tmp_path_factory):
         assert r.status_code == 200, r.text
     finally:
         _stop_and_check_clean_exit(server)
+
+
+def test_device_names_a_gpu_and_without_one_is_refused():
+    done = subprocess.run([str(BRISK_BIN), "serve", "--port", "0", *SERVE_FLAGS, "--model",
+                           MODEL_NAME, "--device", "0"], capture_output=True, text=True,
+                          timeout=120)
+    if "there are" in done.stderr or done.returncode == 0:
+        pytest.skip("a GPU is visible: pinning is checked by bench/gpu_check.sh")
+    assert done.returncode == 1
+    assert "--device 0: no GPU is visible" in done.stderr, done.stderr
