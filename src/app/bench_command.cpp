@@ -346,6 +346,7 @@ int run_bench(const BenchFlags& flags) {
                                     flags.duration_s ? 0 : requests, flags.duration_s.value_or(0));
     options.progress = &progress.counters();
     options.busy_poll = flags.busy_poll;
+    options.honour_retry_after = flags.retry_after == "honour";
     const auto metrics_before = scrape_server_metrics(*target, model);
     bench::RunResult run =
         sessions           ? bench::run_sessions(*target, *sessions,

@@ -98,6 +98,12 @@ CLI::Option* add_bench_flags(CLI::App& app, BenchFlags& flags) {
                  "lines or off")
       ->check(CLI::IsMember({"auto", "bar", "lines", "off"}))
       ->capture_default_str();
+  app.add_option("--retry-after", flags.retry_after,
+                 "Closed loop: a user refused with Retry-After (429, 503) waits that long before "
+                 "its next request, as the openai SDK does (honour), or resends at once (ignore; "
+                 "against a server that sheds load the users then spin)")
+      ->check(CLI::IsMember({"honour", "ignore"}))
+      ->capture_default_str();
   app.add_flag("--busy-poll", flags.busy_poll,
                "Spin instead of sleeping between network events: uses a whole core, and keeps an "
                "idle CPU's wake-up delay (tens of microseconds) out of the timings");

@@ -43,6 +43,7 @@ struct BenchFlags {
   bool replay_sessions = false;  // --trace's session ids become conversations
   std::string progress = "auto";
   bool busy_poll = false;
+  std::string retry_after = "honour";  // closed loop: wait a refusal's Retry-After
   uint64_t seed = 0;
   double timeout_s = 300;
   bool no_stream = false;

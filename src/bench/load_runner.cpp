@@ -29,6 +29,7 @@ struct Phase {
   TimePoint deadline = TimePoint::max();  // no request starts at or after it
   int in_flight = 0;
   PhaseCounters* progress = nullptr;
+  bool honour_retry_after = true;
 };
 
 net::awaitable<void> virtual_user(OpenAiConnection& connection, Phase& phase) {
@@ -47,6 +48,15 @@ net::awaitable<void> virtual_user(OpenAiConnection& connection, Phase& phase) {
     co_await connection.send((*phase.requests)[index], record);
     --phase.in_flight;
     if (phase.progress) count_finished(*phase.progress, phase.in_flight, record.ok());
+    if (phase.honour_retry_after && record.retry_after_s > 0) {
+      net::steady_timer pause(co_await net::this_coro::executor);
+      const TimePoint resume = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                  std::chrono::duration<double>(
+                                                      std::min(record.retry_after_s, 3600.0)));
+      pause.expires_at(std::min(resume, phase.deadline));
+      beast::error_code ignored;
+      co_await pause.async_wait(net::redirect_error(net::use_awaitable, ignored));
+    }
   }
 }
 
@@ -94,7 +104,8 @@ RunResult run_closed_loop(const TargetEndpoint& target, const Workload& workload
   // Returns the index of the first request it did not start.
   auto run_phase = [&](int first, int last, TimePoint deadline, PhaseCounters* progress) {
     Phase phase{&workload, options.run_index, &requests, &records, first, last,
-                warmup,    deadline,          0,         progress};
+                warmup,    deadline,          0,         progress,
+                options.honour_retry_after};
     for (auto& user : users) net::co_spawn(io, virtual_user(*user, phase), rethrow_if_failed);
     drive(io, options.busy_poll);
     io.restart();

@@ -56,6 +56,10 @@ struct RunOptions {
   // No measured request starts at or after this moment (closed loop), whatever num_requests
   // says: a caller with a time budget (brisk doctor) bounds a run that meets a slow server.
   TimePoint stop_starting_at = TimePoint::max();
+  // Closed loop: a user whose request was refused with Retry-After (429, 503) waits that long
+  // (at most until the run's deadline) before its next request, as the openai SDK's clients do;
+  // otherwise it resends at once, and against a server that sheds load the users spin.
+  bool honour_retry_after = true;
 };
 
 struct RunResult {

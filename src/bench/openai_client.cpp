@@ -242,6 +242,19 @@ net::awaitable<OpenAiConnection::Attempt> OpenAiConnection::exchange(
   }
 
   record.http_status = static_cast<int>(parser.get().result_int());
+  if (record.http_status == 429 || record.http_status == 503) {
+    // Delay-seconds only; an HTTP date is read as none.
+    const auto header = parser.get().find(http::field::retry_after);
+    if (header != parser.get().end()) {
+      const std::string_view value(header->value().data(), header->value().size());
+      double seconds = -1;
+      const auto [end, parsed] =
+          std::from_chars(value.data(), value.data() + value.size(), seconds);
+      if (parsed == std::errc() && end == value.data() + value.size() && seconds >= 0) {
+        record.retry_after_s = seconds;
+      }
+    }
+  }
   const bool success_status = record.http_status == 200;
   const bool parse_sse = success_status && request.stream;
   SseParser sse;

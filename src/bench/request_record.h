@@ -75,6 +75,9 @@ struct RequestRecord {
   std::string answer;
 
   int http_status = 0;
+  // A refusal's Retry-After header (429, 503), in seconds; -1 when it had none. A closed-loop
+  // user waits that long before its next request (RunOptions::honour_retry_after).
+  double retry_after_s = -1;
   RequestError error = RequestError::none;
   std::string error_detail;  // first line of what went wrong, for the log and requests.csv
 

@@ -33,6 +33,23 @@ SubmitStatus EngineLoop::submit_all(std::vector<std::shared_ptr<Request>> reques
   const int count = static_cast<int>(requests.size());
   {
     std::lock_guard lock(mutex_);
+    const SubmitStatus status = admit_locked(count, prompt_tokens, estimated_wait_ms);
+    if (status != SubmitStatus::accepted) return status;
+    submitted_prompt_tokens_ += prompt_tokens;
+    for (auto& request : requests) submitted_.push_back(std::move(request));
+  }
+  work_available_.notify_one();
+  return SubmitStatus::accepted;
+}
+
+SubmitStatus EngineLoop::precheck(double* estimated_wait_ms) const {
+  std::lock_guard lock(mutex_);
+  return admit_locked(1, 0, estimated_wait_ms);
+}
+
+SubmitStatus EngineLoop::admit_locked(int count, int prompt_tokens,
+                                      double* estimated_wait_ms) const {
+  {
     if (!accepting_) return SubmitStatus::shutting_down;
     const int queued_requests = static_cast<int>(submitted_.size()) + report_.waiting;
     const int queued_tokens = submitted_prompt_tokens_ + report_.waiting_prompt_tokens;
@@ -55,10 +72,7 @@ SubmitStatus EngineLoop::submit_all(std::vector<std::shared_ptr<Request>> reques
     if (options_.max_queue_delay_ms > 0 && wait_ms > options_.max_queue_delay_ms) {
       return SubmitStatus::queue_delay;
     }
-    submitted_prompt_tokens_ += prompt_tokens;
-    for (auto& request : requests) submitted_.push_back(std::move(request));
   }
-  work_available_.notify_one();
   return SubmitStatus::accepted;
 }
 

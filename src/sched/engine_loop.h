@@ -41,6 +41,11 @@ class EngineLoop {
   // gets every choice it asked for or a 429, never part of them.
   SubmitStatus submit_all(std::vector<std::shared_ptr<Request>> requests,
                           double* estimated_wait_ms = nullptr);
+  // What submit() would answer a request now, before it is parsed or tokenized: a refusal
+  // that does not depend on the request's own prompt (a full queue, a wait past
+  // --max-queue-delay-ms) costs a lock, not a chat template and a tokenizer (an overloaded
+  // server's clients resend at once). submit() checks again with the prompt.
+  SubmitStatus precheck(double* estimated_wait_ms) const;
   // Any thread: makes the engine thread look at cancelled flags now.
   void wake();
   // Stops admitting, lets in-flight work finish for up to `drain_timeout`, cancels the rest and
@@ -53,6 +58,8 @@ class EngineLoop {
   const SchedulerOptions& options() const { return options_; }
 
  private:
+  // submit()'s checks, with mutex_ held: `count` requests of `prompt_tokens` in all.
+  SubmitStatus admit_locked(int count, int prompt_tokens, double* estimated_wait_ms) const;
   void run();
   bool wait_for_work(std::optional<DeviceArbiter::Turn>& turn);
   void receive(SchedulerReport&& report);

@@ -21,6 +21,13 @@ void CompletionsRoute::handle(const HttpRequest& http_request, CompletionKind ki
                               const std::shared_ptr<HttpSession>& session,
                               std::shared_ptr<const void> keep_loaded, double model_load_ms) {
   const TimePoint arrival = Clock::now();
+  // Refused now, before the body is parsed, when no request could be admitted: under overload
+  // the refusals must stay cheaper than the work they shed.
+  double precheck_wait_ms = 0;
+  if (const SubmitStatus status = engine_loop_.precheck(&precheck_wait_ms);
+      status != SubmitStatus::accepted) {
+    return session->respond(refusal_response(status, precheck_wait_ms));
+  }
   auto parsed = parse_completion_params(http_request.body(), kind, options_.generation);
   if (auto* error = std::get_if<ApiError>(&parsed)) {
     return session->respond(reject(*error, "invalid_request"));

@@ -10,6 +10,13 @@
 #include <string>
 #include <thread>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+
 #include "bench/load_runner.h"
 
 namespace brisk::bench {
@@ -73,6 +80,103 @@ TEST(LoadRunner, RequestsADeadlineLeftUnstartedAreNotResults) {
   };
   const RunResult result = run_closed_loop(target, Prompts{}, options);
   EXPECT_TRUE(result.records.empty());
+}
+
+// A server that refuses every request with 429 and Retry-After: 1, on keep-alive connections.
+class RefusingServer {
+ public:
+  RefusingServer() {
+    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+    listen(listener_, 16);
+    socklen_t length = sizeof(address);
+    getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length);
+    port_ = ntohs(address.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~RefusingServer() {
+    stopping_ = true;
+    shutdown(listener_, SHUT_RDWR);
+    close(listener_);
+    thread_.join();
+  }
+  int port() const { return port_; }
+  int answered() const { return answered_; }
+
+ private:
+  void serve() {
+    while (!stopping_) {
+      const int connection = accept(listener_, nullptr, nullptr);
+      if (connection < 0) return;
+      std::string pending;
+      char buffer[4096];
+      for (;;) {
+        const size_t header_end = pending.find("\r\n\r\n");
+        if (header_end != std::string::npos) {
+          size_t body = 0;
+          const size_t length_at = pending.find("Content-Length: ");
+          if (length_at != std::string::npos && length_at < header_end) {
+            body = std::stoul(pending.substr(length_at + 16));
+          }
+          if (pending.size() >= header_end + 4 + body) {
+            pending.erase(0, header_end + 4 + body);
+            const std::string answer =
+                "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Type: "
+                "application/json\r\nContent-Length: 2\r\n\r\n{}";
+            if (write(connection, answer.data(), answer.size()) < 0) break;
+            ++answered_;
+            continue;
+          }
+        }
+        const ssize_t got = read(connection, buffer, sizeof(buffer));
+        if (got <= 0) break;
+        pending.append(buffer, static_cast<size_t>(got));
+      }
+      close(connection);
+    }
+  }
+
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> answered_{0};
+  std::thread thread_;
+};
+
+class OnePrompt : public Workload {
+ public:
+  CompletionRequest request(int, int) const override {
+    return {"/v1/completions", R"({"prompt": "hi", "max_tokens": 1})", false};
+  }
+  ApiKind kind() const override { return ApiKind::completions; }
+};
+
+RunResult refused_for(double seconds, bool honour) {
+  RefusingServer server;
+  TargetEndpoint target;
+  target.host = "127.0.0.1";
+  target.port = std::to_string(server.port());
+  RunOptions options;
+  options.load.concurrency = 1;
+  options.warmup_requests = 0;
+  options.duration_s = seconds;
+  options.honour_retry_after = honour;
+  return run_closed_loop(target, OnePrompt{}, options);
+}
+
+TEST(LoadRunner, AClosedLoopUserWaitsARefusalsRetryAfter) {
+  const RunResult honoured = refused_for(1.5, true);
+  // Sent at 0 s and after the 1 s Retry-After; the run ends at 1.5 s.
+  ASSERT_GE(honoured.records.size(), 1u);
+  EXPECT_LE(honoured.records.size(), 2u);
+  EXPECT_EQ(honoured.records.front().error, RequestError::http_429);
+  EXPECT_EQ(honoured.records.front().retry_after_s, 1.0);
+  // Ignored, the user resends at once: a storm.
+  const RunResult ignored = refused_for(0.5, false);
+  EXPECT_GE(ignored.records.size(), 20u);
 }
 
 }  // namespace
