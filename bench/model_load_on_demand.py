@@ -42,8 +42,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from multi_model_isolation import SLOT_CELLS, model_ids  # noqa: E402
-from serve_compare import (BIN_DIR, free_port, log, machine_info, post_json,  # noqa: E402
-                           prompt_text, start_server)
+from serve_compare import (BIN_DIR, free_port, log, post_json, prompt_text,  # noqa: E402
+                           start_server, write_runs)
 
 LOADED = ("gemma3-270m", "gemma-3-270m-q4_k_m.gguf")
 COLD = ("smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -220,11 +220,7 @@ def main() -> int:
             value = median_of(runs, config, key)
             cells.append("—" if value is None else f"{value:.0f}")
         print(f"| {config} | " + " | ".join(cells) + " |")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"machine": machine_info(), "argv": sys.argv,
-                                        "date": time.strftime("%Y-%m-%d"), "runs": runs},
-                                       indent=2))
+    write_runs(args.out, runs)
     return 0
 
 

@@ -41,8 +41,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_compare import (BIN_DIR, free_port, log, machine_info, prompt_text,  # noqa: E402
-                           start_server)
+from serve_compare import (BIN_DIR, free_port, log, prompt_text, start_server,  # noqa: E402
+                           write_runs)
 
 CONFIGS = ["before-ignore", "before-honour", "after-ignore", "after-honour"]
 
@@ -153,11 +153,7 @@ def main() -> int:
             p50 = [r["refusal_us_p50"] for r in mine]
             print(f"| {which} | {statistics.median(p50):.0f} ({', '.join(f'{v:.0f}' for v in p50)}) "
                   f"| {statistics.median(r['refusal_us_mean'] for r in mine):.0f} |")
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps({"machine": machine_info(), "argv": sys.argv,
-                                            "date": time.strftime("%Y-%m-%d"), "runs": runs},
-                                           indent=2))
+        write_runs(args.out, runs)
         return 0
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
@@ -176,11 +172,7 @@ def main() -> int:
               f"| {statistics.median(r['served'] for r in mine):.0f} "
               f"| {statistics.median(r['refused'] for r in mine):.0f} "
               f"| {statistics.median(r['server_cpu_us_per_request'] for r in mine):.0f} |")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"machine": machine_info(), "argv": sys.argv,
-                                        "date": time.strftime("%Y-%m-%d"), "runs": runs},
-                                       indent=2))
+    write_runs(args.out, runs)
     return 0
 
 

@@ -341,6 +341,15 @@ def machine_info() -> dict:
             "python": platform.python_version()}
 
 
+def write_runs(path: Path | None, runs: list[dict]) -> None:
+    """A benchmark's raw result: the machine, the command, the date and every run."""
+    if not path:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"machine": machine_info(), "argv": sys.argv,
+                                "date": time.strftime("%Y-%m-%d"), "runs": runs}, indent=2))
+
+
 def main() -> int:
     args = parse_args()
     names = [s.strip() for s in args.servers.split(",") if s.strip()]
