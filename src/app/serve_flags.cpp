@@ -6,6 +6,7 @@ namespace brisk {
 
 ModelFlags::ModelFlags() {
   scheduler.sampling_threads = 0;  // as many as --threads, settled once they are known
+  scheduler.warm_up = true;
 #ifdef BRISK_WITH_CUDA
   engine.gpu_layers = 999;
 #endif
@@ -55,6 +56,11 @@ void add_model_flags(CLI::App& app, ModelFlags& flags) {
                  "prompt starts, from the work ahead and measured step costs, is longer than "
                  "this (0: off)")
       ->check(CLI::Range(0.0, 3600000.0))
+      ->capture_default_str();
+  app.add_flag("--warmup,!--no-warmup", flags.scheduler.warm_up,
+               "Before the first request, run a few decode steps and a prompt chunk to measure "
+               "what a step costs here, so --max-queue-delay-ms prices a cold server's first "
+               "waits (a fraction of a second at start)")
       ->capture_default_str();
   app.add_option("--max-queued-tokens", flags.scheduler.max_queued_tokens,
                  "Prompt tokens waiting in the queue beyond which new requests get 429 (0: no "

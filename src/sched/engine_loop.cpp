@@ -2,6 +2,8 @@
 
 #include <optional>
 
+#include <spdlog/spdlog.h>
+
 namespace brisk {
 
 EngineLoop::EngineLoop(ModelRunner& engine, SchedulerOptions options, ServingMetrics& metrics)
@@ -17,6 +19,20 @@ void EngineLoop::share_device(DeviceArbiter& arbiter, DeviceArbiter::TenantId te
 }
 
 void EngineLoop::start() {
+  if (options_.warm_up) {
+    std::optional<DeviceArbiter::Turn> turn;  // another model's steps would time its steps
+    if (arbiter_) turn.emplace(arbiter_->acquire(tenant_));
+    const WarmupResult warmup = scheduler_.warm_up();
+    if (warmup.ok) {
+      spdlog::info(
+          "warm-up: a step of 1 decode {:.1f} ms, of {} decodes {:.1f} ms, a prompt token {:.2f} "
+          "ms ({}-token chunk); {:.2f} s",
+          warmup.decode_one_ms, warmup.sequences, warmup.decode_full_ms,
+          warmup.prefill_ms_per_token, warmup.prompt_chunk_tokens, warmup.seconds);
+    } else {
+      spdlog::warn("warm-up: no step cost measured; the first requests' waits are unpriced");
+    }
+  }
   engine_thread_ = std::thread([this] { run(); });
 }
 
@@ -29,11 +45,16 @@ SubmitStatus EngineLoop::submit(std::shared_ptr<Request> request, double* estima
 SubmitStatus EngineLoop::submit_all(std::vector<std::shared_ptr<Request>> requests,
                                     double* estimated_wait_ms) {
   int prompt_tokens = 0;
-  for (const auto& request : requests) prompt_tokens += queued_prefill_tokens(*request);
+  int max_tokens = 0;  // the most any of them named (0: none named)
+  for (const auto& request : requests) {
+    prompt_tokens += queued_prefill_tokens(*request);
+    if (request->max_tokens_named) max_tokens = std::max(max_tokens, request->max_tokens);
+  }
   const int count = static_cast<int>(requests.size());
   {
     std::lock_guard lock(mutex_);
-    const SubmitStatus status = admit_locked(count, prompt_tokens, estimated_wait_ms);
+    const SubmitStatus status =
+        admit_locked(count, prompt_tokens, max_tokens, estimated_wait_ms);
     if (status != SubmitStatus::accepted) return status;
     submitted_prompt_tokens_ += prompt_tokens;
     for (auto& request : requests) submitted_.push_back(std::move(request));
@@ -44,10 +65,10 @@ SubmitStatus EngineLoop::submit_all(std::vector<std::shared_ptr<Request>> reques
 
 SubmitStatus EngineLoop::precheck(double* estimated_wait_ms) const {
   std::lock_guard lock(mutex_);
-  return admit_locked(1, 0, estimated_wait_ms);
+  return admit_locked(1, 0, 0, estimated_wait_ms);
 }
 
-SubmitStatus EngineLoop::admit_locked(int count, int prompt_tokens,
+SubmitStatus EngineLoop::admit_locked(int count, int prompt_tokens, int max_tokens,
                                       double* estimated_wait_ms) const {
   {
     if (!accepting_) return SubmitStatus::shutting_down;
@@ -66,8 +87,10 @@ SubmitStatus EngineLoop::admit_locked(int count, int prompt_tokens,
         queued_tokens + prompt_tokens > options_.max_queued_tokens) {
       return SubmitStatus::queued_tokens_full;
     }
+    const double own_hold_ms =
+        expected_hold_ms(report_.load, prompt_tokens / std::max(1, count), max_tokens);
     const double wait_ms = estimate_queue_delay_ms(report_.load, queued_tokens, queued_requests,
-                                                   options_.max_batched_tokens);
+                                                   options_.max_batched_tokens, own_hold_ms);
     if (estimated_wait_ms) *estimated_wait_ms = wait_ms;
     if (options_.max_queue_delay_ms > 0 && wait_ms > options_.max_queue_delay_ms) {
       return SubmitStatus::queue_delay;

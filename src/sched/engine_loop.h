@@ -58,8 +58,10 @@ class EngineLoop {
   const SchedulerOptions& options() const { return options_; }
 
  private:
-  // submit()'s checks, with mutex_ held: `count` requests of `prompt_tokens` in all.
-  SubmitStatus admit_locked(int count, int prompt_tokens, double* estimated_wait_ms) const;
+  // submit()'s checks, with mutex_ held: `count` requests of `prompt_tokens` in all, the
+  // most any named as max_tokens `max_tokens` (0: none named).
+  SubmitStatus admit_locked(int count, int prompt_tokens, int max_tokens,
+                            double* estimated_wait_ms) const;
   void run();
   bool wait_for_work(std::optional<DeviceArbiter::Turn>& turn);
   void receive(SchedulerReport&& report);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <queue>
 
 namespace brisk {
 
@@ -93,7 +95,7 @@ int StepCosts::long_chunk_budget(int decode_tokens) const {
 }
 
 double estimate_queue_delay_ms(const LoadEstimate& load, int queued_tokens, int queued_requests,
-                               int max_batched_tokens) {
+                               int max_batched_tokens, double own_hold_ms) {
   // Prompt work ahead, in steps shared with the running decodes (once a prompt token's cost
   // is measured).
   const int tokens_ahead = queued_tokens + load.backlog_tokens;
@@ -102,17 +104,29 @@ double estimate_queue_delay_ms(const LoadEstimate& load, int queued_tokens, int 
     const int per_step = std::max(1, max_batched_tokens - load.decoders);
     wait += std::ceil(static_cast<double>(tokens_ahead) / per_step) * load.decode_step_ms;
   }
-  // No sequence free for it (nor for those ahead): it waits for as many running requests to
-  // finish as stand ahead of it; past one round of the running set, each sequence frees again
-  // after the average hold (0 while nothing has finished: a lower bound).
-  const int releases = queued_requests + 1 - load.free_slots;
-  if (releases > 0 && !load.slot_release_ms.empty()) {
-    const int running = static_cast<int>(load.slot_release_ms.size());
-    const int round = (releases - 1) / running;
-    const double release = load.slot_release_ms[static_cast<size_t>((releases - 1) % running)];
-    wait = std::max(wait, release + round * load.hold_ms);
+  // No sequence free for it: the requests ahead take the sequences as they come free (the free
+  // ones at once, the running ones' when they give them back) and each holds its one for a
+  // hold; this request takes the one that comes free after theirs.
+  const int position = queued_requests + 1;
+  if (position <= load.free_slots) return wait;
+  const double hold = load.hold_ms > 0 ? load.hold_ms : std::max(load.hold_prior_ms, own_hold_ms);
+  std::priority_queue<double, std::vector<double>, std::greater<>> free_at(
+      load.slot_release_ms.begin(), load.slot_release_ms.end());
+  for (int i = 0; i < load.free_slots; ++i) free_at.push(0);
+  for (int i = 0; i < load.unknown_releases; ++i) free_at.push(hold);
+  if (free_at.empty()) return wait;
+  for (int ahead = 1; ahead < position; ++ahead) {
+    const double taken = free_at.top();
+    free_at.pop();
+    free_at.push(taken + hold);
   }
-  return wait;
+  return std::max(wait, free_at.top());
+}
+
+double expected_hold_ms(const LoadEstimate& load, int prompt_tokens, int max_tokens) {
+  if (max_tokens <= 0) return 0;
+  return std::max(0, prompt_tokens) * load.prefill_ms_per_token +
+         max_tokens * load.decode_step_ms;
 }
 
 }  // namespace brisk

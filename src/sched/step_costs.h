@@ -43,6 +43,10 @@ class StepCosts {
   // Enough decode steps measured that the first ones (a new server's first steps fault in its
   // buffers and run several times slower) weigh little in the average.
   bool decode_cost_settled() const { return decode_steps_measured_ >= kSettledDecodeSteps; }
+  // The costs came from a warm-up whose first, slow step was left out: settled already.
+  void mark_settled() {
+    decode_steps_measured_ = std::max(decode_steps_measured_, kSettledDecodeSteps);
+  }
   double prefill_ms_per_token() const { return prefill_ms_per_token_; }
   // How long finished requests held their sequence: counted in steps, priced at the recent
   // step time, so holds measured while the batch was small are not taken for holds at a full
@@ -88,12 +92,24 @@ struct LoadEstimate {
   // holds one for the measured average, counted from when it started), and that average.
   std::vector<double> slot_release_ms;
   double hold_ms = 0;
+  // Before any request finished: running requests whose release cannot be estimated (they
+  // named no max_tokens), and the longest hold of those that named one, from their start.
+  int unknown_releases = 0;
+  double hold_prior_ms = 0;
 };
 
 // Milliseconds until a request arriving now would start its prompt, if `queued_tokens` prompt
 // tokens (of `queued_requests` requests) wait ahead of it; each part counts once its costs are
-// known (0 while nothing is).
+// known (0 while nothing is). Waiting for a sequence: the running ones give theirs back when
+// expected, the requests ahead take each in turn and hold it the measured average; before any
+// request finished, as long as the longest of `own_hold_ms` (what this request would hold one
+// for) and the running requests' named max_tokens say (a cold burst's requests look alike);
+// with neither known, the estimate is a lower bound.
 double estimate_queue_delay_ms(const LoadEstimate& load, int queued_tokens, int queued_requests,
-                               int max_batched_tokens);
+                               int max_batched_tokens, double own_hold_ms = 0);
+
+// What a request holds its sequence for, at the published costs: `prompt_tokens` to prefill and
+// `max_tokens` to decode (0 when it named none: unknown).
+double expected_hold_ms(const LoadEstimate& load, int prompt_tokens, int max_tokens);
 
 }  // namespace brisk

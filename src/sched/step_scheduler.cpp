@@ -21,6 +21,16 @@ StepScheduler::StepScheduler(ModelRunner& engine, SchedulerOptions options, Serv
       sampling_pool_(options.sampling_threads),
       costs_(options.max_step_ms, options.max_batched_tokens, options.min_prefill_step_tokens) {}
 
+WarmupResult StepScheduler::warm_up() {
+  // Chunks nearer a burst's full steps than the small ones beside decodes (dearer per token),
+  // small enough that the warm-up stays a fraction of a second on a CPU.
+  constexpr int kWarmupChunkTokens = 128;
+  const WarmupResult result = warm_up_step_costs(
+      engine_, costs_, options_.max_seqs, std::min(options_.max_batched_tokens, kWarmupChunkTokens));
+  report();
+  return result;
+}
+
 void StepScheduler::enqueue(std::shared_ptr<Request> request) {
   queued_prompt_tokens_ += queued_prefill_tokens(*request);
   waiting_.push_back(std::move(request));
@@ -508,7 +518,7 @@ LoadEstimate StepScheduler::estimate_load() const {
   for (const auto& sequence : running_) {
     load.backlog_tokens += sequence->prompt_remaining();
     if (sequence->prefill_done()) ++load.decoders;
-    if (costs_.mean_hold_ms() > 0) {
+    if (load.hold_ms > 0) {
       // Expected to hold it about as many steps as finished requests did, not until its
       // max_tokens (everything left of the context when a client sends none), at the recent
       // step time; one past that is due now.
@@ -516,10 +526,18 @@ LoadEstimate StepScheduler::estimate_load() const {
           costs_.hold_left_ms(static_cast<double>(steps_run_ - sequence->scheduled_step_)));
     } else if (const double left_ms = expected_ms_to_finish(*sequence); left_ms >= 0) {
       // Nothing has finished yet (a cold start under load): a request that named its
-      // max_tokens runs them at the measured step costs; one that did not is not guessed at.
-      // How long the queued requests will hold theirs stays unknown (hold_ms 0): the estimate
-      // then counts only the running ones' releases, a lower bound.
+      // max_tokens runs them at the measured step costs, and the requests behind it are taken
+      // to hold theirs as long (a cold burst's requests look alike).
       load.slot_release_ms.push_back(left_ms);
+      const Request& request = sequence->request_ref();
+      load.hold_prior_ms = std::max(
+          load.hold_prior_ms,
+          expected_hold_ms(load,
+                           static_cast<int>(request.prompt_tokens.size()) -
+                               std::max(0, sequence->cached_prompt_tokens_),
+                           request.max_tokens));
+    } else {
+      ++load.unknown_releases;  // named no max_tokens: not guessed at
     }
   }
   std::sort(load.slot_release_ms.begin(), load.slot_release_ms.end());

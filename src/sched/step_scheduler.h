@@ -8,6 +8,7 @@
 
 #include "common/worker_pool.h"
 #include "engine/model_runner.h"
+#include "sched/cost_warmup.h"
 #include "sched/kv_manager.h"
 #include "sched/queue_policy.h"
 #include "sched/request.h"
@@ -50,6 +51,11 @@ struct SchedulerOptions {
   PrefixCacheOptions prefix_cache;
   // Which waiting request starts next (--policy).
   QueuePolicyOptions queue_policy;
+  // EngineLoop::start() measures the step costs before the first request
+  // (sched/cost_warmup.h). brisk serve does (--warmup); off, the costs are learned from the
+  // requests and a cold server's first waits are unpriced. Off here, so a test's fake steps
+  // are its own.
+  bool warm_up = false;
   // The time of every deadline, wait, hold and step cost the scheduler measures; tests drive a
   // fake one (the drain's timeout stays on the steady clock).
   std::function<TimePoint()> clock = Clock::now;
@@ -87,6 +93,9 @@ class StepScheduler {
   StepScheduler(ModelRunner& engine, SchedulerOptions options, ServingMetrics& metrics,
                 ReportSink report = nullptr);
 
+  // Before the first request: measures what steps cost here and publishes it, so the first
+  // admissions price their waits (sched/cost_warmup.h).
+  WarmupResult warm_up();
   // A submitted request joins the waiting ones (in arrival order).
   void enqueue(std::shared_ptr<Request> request);
   // One engine step: reap, admit, build the batch, decode, sample, release.

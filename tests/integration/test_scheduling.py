@@ -146,9 +146,12 @@ def test_a_request_that_would_wait_too_long_is_refused_at_once(brisk_short_delay
 
 @pytest.fixture(scope="module")
 def brisk_priority(tmp_path_factory):
-    """One sequence, --policy priority."""
+    """One sequence, --policy priority. No --max-queue-delay-ms: these tests are about the
+    order of the queue, and a 150-token stream's estimate crossed 30 s on CI while another
+    server's threads took the cores (each step priced at the warm-up's and its own step times)."""
     server = _start_brisk(tmp_path_factory, "brisk-priority",
-                          ["--max-seqs", "1", "--policy", "priority"], api_key=None)
+                          ["--max-seqs", "1", "--policy", "priority", "--max-queue-delay-ms", "0"],
+                          api_key=None)
     yield server
     _stop_and_check_clean_exit(server)
 

@@ -147,11 +147,47 @@ TEST(QueueDelayEstimate, IsTheWorkAheadAtTheMeasuredCosts) {
   load.hold_ms = 6000;
   EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 1, 512), 200 + 20) << "a sequence is free";
   EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 3, 512), 3000) << "second release";
-  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 6, 512), 100 + 6000) << "second round";
+  // The free sequences' first takers give them back after a hold, before the running one that
+  // frees first (at 100 ms) is given back a second time.
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 6, 512), 6000) << "second round";
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 8, 512), 100 + 6000);
   load.decoders = 0;
   load.backlog_tokens = 0;
   load.slot_release_ms.clear();
   EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 0, 512), 0) << "an idle server";
+}
+
+TEST(QueueDelayEstimate, AColdBurstIsPricedByTheHoldTheNewcomerAsksFor) {
+  // Costs known (a warm-up), nothing running or finished yet, 16 sequences free.
+  LoadEstimate load;
+  load.decode_step_ms = 80;
+  load.prefill_ms_per_token = 1;
+  load.free_slots = 16;
+  const double hold = expected_hold_ms(load, 200, 100);
+  EXPECT_DOUBLE_EQ(hold, 200 + 100 * 80);
+  EXPECT_EQ(expected_hold_ms(load, 200, 0), 0) << "no max_tokens named: unknown";
+  // The 16 ahead take the free sequences; the 17th waits for the first of them to finish.
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 15, 512, hold), 0);
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 16, 512, hold), hold);
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 32, 512, hold), 2 * hold) << "third round";
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 32, 512, 0), 0)
+      << "a newcomer that names no max_tokens: a lower bound";
+
+  // Once requests run: those that named max_tokens free theirs when expected and tell how long
+  // the ones behind will hold theirs; the others free theirs after that hold too.
+  load.free_slots = 0;
+  load.slot_release_ms = {1000, 2000};
+  load.unknown_releases = 2;
+  load.hold_prior_ms = 5000;
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 1, 512), 2000);
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 2, 512), 5000) << "an unknown one, as long";
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 4, 512), 1000 + 5000);
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 4, 512, 9000), 1000 + 9000)
+      << "the longer of the two priors";
+  load.hold_ms = 3000;  // measured: the priors give way
+  load.slot_release_ms = {1000, 2000, 2500, 2600};
+  load.unknown_releases = 0;
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 4, 512, 9000), 1000 + 3000);
 }
 
 }  // namespace

@@ -1,0 +1,129 @@
+// A new server's warm-up (sched/cost_warmup.h) on a fake model whose steps take known times, and
+// what it buys: a cold burst's admissions priced from the first request on.
+
+#include "sched/cost_warmup.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "fake_model_runner.h"
+#include "scheduler_run.h"
+#include "sched/engine_loop.h"
+
+namespace brisk {
+namespace {
+
+using testing::FakeModelRunner;
+using namespace std::chrono_literals;
+
+TEST(CostWarmup, TeachesTheStepCostsAndLeavesTheCacheEmpty) {
+  FakeModelRunner runner(4096);
+  runner.step_delay = 4ms;   // a step's fixed cost
+  runner.token_delay = 1ms;  // and one per token of its batch
+  StepCosts costs(150, 512);
+  const WarmupResult result = warm_up_step_costs(runner, costs, 8, 64);
+  ASSERT_TRUE(result.ok);
+  EXPECT_TRUE(costs.decode_cost_settled()) << "the first, slow step was left out";
+  EXPECT_EQ(runner.cells_in_use(), 0) << "the warm-up's cells are freed";
+  EXPECT_EQ(runner.misplaced_tokens(), 0);
+  EXPECT_EQ(runner.max_sequences_in_a_step(), 8) << "decodes of --max-seqs sequences at once";
+  EXPECT_EQ(result.prompt_chunk_tokens, 64);
+  // Sleeps only ever overshoot: lower bounds are exact, upper bounds leave room for a busy host.
+  EXPECT_GE(costs.decode_step_ms(1), 5);
+  EXPECT_LT(costs.decode_step_ms(1), 15);
+  EXPECT_GE(costs.decode_step_ms(8), 12);
+  EXPECT_LT(costs.decode_step_ms(8), 25);
+  EXPECT_EQ(costs.decode_step_ms(), costs.decode_step_ms(8)) << "the full batch is measured last";
+  // 64 prompt tokens in a step of 4 + 64 ms, beyond a one-token step's 5 ms.
+  EXPECT_GT(costs.prefill_ms_per_token(), 0.8);
+  EXPECT_LT(costs.prefill_ms_per_token(), 1.4);
+}
+
+TEST(CostWarmup, APromptChunkFitsASequencesShareOfTheCache) {
+  FakeModelRunner runner(1024, -1, 97, 16);
+  runner.per_sequence = true;  // 64 cells each
+  StepCosts costs(150, 512);
+  const WarmupResult result = warm_up_step_costs(runner, costs, 16, 256);
+  ASSERT_TRUE(result.ok);
+  EXPECT_LE(2 * result.prompt_chunk_tokens, 64 - 7) << "room for both chunks and the decodes";
+  EXPECT_GE(result.prompt_chunk_tokens, StepCosts::kMinChunkTokens);
+  EXPECT_EQ(runner.misplaced_tokens(), 0);
+  EXPECT_EQ(runner.cells_in_use(), 0);
+}
+
+TEST(CostWarmup, AFailedDecodeLeavesTheCostsUnknownAndTheCacheEmpty) {
+  FakeModelRunner runner(4096, 20);  // llama.cpp finds room for 20 cells only
+  StepCosts costs(150, 512);
+  const WarmupResult result = warm_up_step_costs(runner, costs, 8, 64);
+  EXPECT_FALSE(result.ok);
+  EXPECT_FALSE(costs.decode_cost_settled());
+  EXPECT_EQ(runner.cells_in_use(), 0);
+}
+
+// A cold server with --max-seqs 4 and --max-queue-delay-ms 2000 takes 20 requests at once,
+// each asking for 50 tokens (a hold of ~50 steps of ~14 ms, ~0.7 s): four run, the next rounds
+// wait a hold each; the round that would start past 2 s is refused at once. Without the warm-up
+// every one was admitted (no cost known, no wait estimated).
+TEST(CostWarmup, AColdBurstIsAdmittedOnlyAsFarAsItsWaitsFitTheLimit) {
+  FakeModelRunner runner(8192);
+  runner.step_delay = 10ms;
+  runner.token_delay = 1ms;
+  SchedulerOptions options = testing::options(4, 256);
+  options.max_queue_delay_ms = 2000;
+  options.warm_up = true;
+  ServingMetrics metrics;
+  EngineLoop loop(runner, options, metrics);
+  loop.start();
+
+  std::mutex mutex;
+  std::condition_variable cv;
+  int finished = 0;
+  int accepted = 0;
+  std::vector<TimePoint> first_token(20);
+  const TimePoint burst = Clock::now();
+  for (int i = 0; i < 20; ++i) {
+    auto request = std::make_shared<Request>();
+    request->prompt_tokens.assign(20, static_cast<Token>(5 + i));
+    request->max_tokens = 50;
+    request->max_tokens_named = true;
+    request->sampling = testing::greedy();
+    request->arrival = Clock::now();
+    request->on_update = [&, i](GenerationUpdate&& update) {
+      std::lock_guard lock(mutex);
+      if (first_token[i] == TimePoint{} && update.completion_tokens > 0) {
+        first_token[i] = Clock::now();
+      }
+      if (update.finished()) {
+        ++finished;
+        cv.notify_all();
+      }
+    };
+    double estimated_ms = 0;
+    const SubmitStatus status = loop.submit(std::move(request), &estimated_ms);
+    if (status == SubmitStatus::accepted) {
+      ++accepted;
+      EXPECT_LE(estimated_ms, 2000);
+    } else {
+      EXPECT_EQ(status, SubmitStatus::queue_delay) << "request " << i;
+      EXPECT_GT(estimated_ms, 2000);
+    }
+  }
+  // Rounds of four at ~0, ~0.75, ~1.5 s start; the fourth (~2.2 s) is refused.
+  EXPECT_GE(accepted, 8);
+  EXPECT_LE(accepted, 12);
+  std::unique_lock lock(mutex);
+  ASSERT_TRUE(cv.wait_for(lock, 60s, [&] { return finished == accepted; }));
+  for (int i = 0; i < 20; ++i) {
+    if (first_token[i] == TimePoint{}) continue;
+    // A first token comes within the limit and one round's prompt steps.
+    EXPECT_LT(ms_between(burst, first_token[i]), 2000 + 300) << "request " << i;
+  }
+}
+
+}  // namespace
+}  // namespace brisk
