@@ -79,6 +79,12 @@ int StepCosts::prefill_budget(int decode_tokens) const {
   return std::min(token_budget, std::max(chunk_floor(decode_tokens), timed_budget));
 }
 
+double StepCosts::prompt_ms_per_token_beside(int decode_tokens) const {
+  if (prefill_ms_per_token_ <= 0 || decode_tokens <= 0) return prefill_ms_per_token_;
+  const int chunk = std::max(1, prefill_budget(decode_tokens));
+  return (decode_step_ms(decode_tokens) + chunk * prefill_ms_per_token_) / chunk;
+}
+
 int StepCosts::long_chunk_budget(int decode_tokens) const {
   if (decode_tokens > 0) return prefill_budget(decode_tokens);
   // Until a decode step is measured, a step's fixed cost is unknown and would be charged to
@@ -106,27 +112,34 @@ double estimate_queue_delay_ms(const LoadEstimate& load, int queued_tokens, int 
   }
   // No sequence free for it: the requests ahead take the sequences as they come free (the free
   // ones at once, the running ones' when they give them back) and each holds its one for a
-  // hold; this request takes the one that comes free after theirs.
+  // hold; this request takes the one that comes free after theirs. A prompt starts once it has
+  // a sequence and the prompts started before it are in: beside running decodes they share
+  // each step's time left under the target, one after another (a burst's second round of 16
+  // waited 19 s for sequences, then 0-23 s for the prompts ahead of it).
   const int position = queued_requests + 1;
   if (position <= load.free_slots) return wait;
   const double hold = load.hold_ms > 0 ? load.hold_ms : std::max(load.hold_prior_ms, own_hold_ms);
+  const double prompt_ms = static_cast<double>(queued_tokens) / std::max(1, queued_requests) *
+                           load.loaded_prefill_ms_per_token;
   std::priority_queue<double, std::vector<double>, std::greater<>> free_at(
       load.slot_release_ms.begin(), load.slot_release_ms.end());
   for (int i = 0; i < load.free_slots; ++i) free_at.push(0);
   for (int i = 0; i < load.unknown_releases; ++i) free_at.push(hold);
   if (free_at.empty()) return wait;
+  double prompts_in = load.backlog_tokens * load.loaded_prefill_ms_per_token;
   for (int ahead = 1; ahead < position; ++ahead) {
-    const double taken = free_at.top();
+    const double started = std::max(free_at.top(), prompts_in);
     free_at.pop();
-    free_at.push(taken + hold);
+    prompts_in = started + prompt_ms;
+    free_at.push(started + hold);
   }
-  return std::max(wait, free_at.top());
+  return std::max(wait, std::max(free_at.top(), prompts_in));
 }
 
 double expected_hold_ms(const LoadEstimate& load, int prompt_tokens, int max_tokens) {
   if (max_tokens <= 0) return 0;
-  return std::max(0, prompt_tokens) * load.prefill_ms_per_token +
-         max_tokens * load.decode_step_ms;
+  return std::max(0, prompt_tokens) * load.loaded_prefill_ms_per_token +
+         max_tokens * load.loaded_step_ms;
 }
 
 }  // namespace brisk

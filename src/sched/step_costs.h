@@ -48,6 +48,9 @@ class StepCosts {
     decode_steps_measured_ = std::max(decode_steps_measured_, kSettledDecodeSteps);
   }
   double prefill_ms_per_token() const { return prefill_ms_per_token_; }
+  // A prompt token's share of the steps it is computed in beside `decode_tokens` decodes: the
+  // chunk prefill_budget() gives it carries the step's decode cost too (0 while unknown).
+  double prompt_ms_per_token_beside(int decode_tokens) const;
   // How long finished requests held their sequence: counted in steps, priced at the recent
   // step time, so holds measured while the batch was small are not taken for holds at a full
   // one (its steps are slower); 0 until a request finished.
@@ -84,6 +87,15 @@ class StepCosts {
 // What the engine thread last published about its load, for estimating a newcomer's wait.
 struct LoadEstimate {
   double decode_step_ms = 0;        // learned cost of a step of decodes alone
+  // A running request's step while others wait for a sequence: a full batch's decodes, and
+  // with more than one sequence, at least --target-itl-ms: the scheduler fills the steps up to
+  // it with the newcomers' prompts. A 2-vCPU cold burst (16 sequences, 128 tokens each) took
+  // 15-19 s a request, 120-145 ms a token, where decodes alone cost 67 ms at the warm-up's
+  // near-empty cache (attention over one buffer grows with the cells in use).
+  double loaded_step_ms = 0;
+  // A prompt token in those steps, their decodes' cost shared among the chunk's tokens
+  // (StepCosts::prompt_ms_per_token_beside).
+  double loaded_prefill_ms_per_token = 0;
   double prefill_ms_per_token = 0;  // learned cost of one prompt token in a step
   int backlog_tokens = 0;           // prompt (or replay) tokens the started requests still need
   int decoders = 0;                 // running requests past their prompt
@@ -108,8 +120,8 @@ struct LoadEstimate {
 double estimate_queue_delay_ms(const LoadEstimate& load, int queued_tokens, int queued_requests,
                                int max_batched_tokens, double own_hold_ms = 0);
 
-// What a request holds its sequence for, at the published costs: `prompt_tokens` to prefill and
-// `max_tokens` to decode (0 when it named none: unknown).
+// What a request holds its sequence for while others wait, at the published costs:
+// `prompt_tokens` to prefill and `max_tokens` loaded steps (0 when it named none: unknown).
 double expected_hold_ms(const LoadEstimate& load, int prompt_tokens, int max_tokens);
 
 }  // namespace brisk

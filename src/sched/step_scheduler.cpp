@@ -513,6 +513,9 @@ LoadEstimate StepScheduler::estimate_load() const {
   LoadEstimate load;
   load.decode_step_ms = costs_.decode_step_ms();
   load.prefill_ms_per_token = costs_.prefill_ms_per_token();
+  load.loaded_step_ms = loaded_step_ms();
+  // A newcomer's prompt runs beside the other sequences' decodes.
+  load.loaded_prefill_ms_per_token = costs_.prompt_ms_per_token_beside(options_.max_seqs - 1);
   load.free_slots = options_.max_seqs - static_cast<int>(running_.size());
   load.hold_ms = costs_.mean_hold_ms();
   for (const auto& sequence : running_) {
@@ -554,7 +557,13 @@ double StepScheduler::expected_ms_to_finish(const Sequence& sequence) const {
   const int tokens_left =
       std::max(0, sequence.request_ref().max_tokens - sequence.completion_tokens_);
   return sequence.prompt_remaining() * std::max(0.0, costs_.prefill_ms_per_token()) +
-         tokens_left * costs_.decode_step_ms();
+         tokens_left * loaded_step_ms();
+}
+
+// LoadEstimate::loaded_step_ms.
+double StepScheduler::loaded_step_ms() const {
+  const double decodes = costs_.decode_step_ms(options_.max_seqs);
+  return options_.max_seqs > 1 ? std::max(decodes, options_.max_step_ms) : decodes;
 }
 
 // The engine thread's part of a snapshot: the running and preempted sequences and the KV map.

@@ -142,6 +142,7 @@ class StepScheduler {
   void report();
   LoadEstimate estimate_load() const;
   double expected_ms_to_finish(const Sequence& sequence) const;
+  double loaded_step_ms() const;
   SchedulerSnapshot describe() const;
   WaitReason wait_reason(const Request& request, bool preempted) const;
 

@@ -157,11 +157,42 @@ TEST(QueueDelayEstimate, IsTheWorkAheadAtTheMeasuredCosts) {
   EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 0, 512), 0) << "an idle server";
 }
 
+TEST(StepCosts, APromptTokenBesideDecodesCarriesItsShareOfTheirStep) {
+  StepCosts costs(150, 512);
+  EXPECT_EQ(costs.prompt_ms_per_token_beside(4), 0) << "unknown";
+  costs.learn_step(4, 0, step_ms(4, 0));      // 34 ms
+  costs.learn_step(4, 100, step_ms(4, 100));  // 1.5 ms a prompt token
+  ASSERT_EQ(costs.prefill_budget(4), 77);     // (150 - 34) / 1.5
+  EXPECT_NEAR(costs.prompt_ms_per_token_beside(4), (34 + 77 * 1.5) / 77, 1e-9);
+  EXPECT_DOUBLE_EQ(costs.prompt_ms_per_token_beside(0), 1.5) << "nothing decodes beside it";
+  StepCosts off(0, 512);  // no target: whole budgets
+  off.learn_step(4, 0, step_ms(4, 0));
+  off.learn_step(4, 100, step_ms(4, 100));
+  EXPECT_NEAR(off.prompt_ms_per_token_beside(4), (34 + 508 * 1.5) / 508, 1e-9);
+}
+
+TEST(QueueDelayEstimate, PromptsStartOneAfterAnotherOnceTheyHaveASequence) {
+  LoadEstimate load;
+  load.prefill_ms_per_token = 1;
+  load.loaded_prefill_ms_per_token = 2;
+  load.free_slots = 2;
+  load.hold_ms = 1000;
+  // Three of 1,000 tokens ahead (2 s each beside the decodes): the first two take the free
+  // sequences at once, but the second's prompt starts when the first's is in (2 s), the third
+  // takes the first's sequence at 1 s and starts at 4 s; this one gets a sequence at 3 s and
+  // starts when the third's prompt is in, at 6 s.
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 3000, 3, 512), 6000);
+  load.loaded_prefill_ms_per_token = 0;  // not known: sequences alone
+  EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 3000, 3, 512), 3000) << "3000 tokens at 1 ms";
+}
+
 TEST(QueueDelayEstimate, AColdBurstIsPricedByTheHoldTheNewcomerAsksFor) {
   // Costs known (a warm-up), nothing running or finished yet, 16 sequences free.
   LoadEstimate load;
-  load.decode_step_ms = 80;
+  load.decode_step_ms = 60;
+  load.loaded_step_ms = 80;
   load.prefill_ms_per_token = 1;
+  load.loaded_prefill_ms_per_token = 1;
   load.free_slots = 16;
   const double hold = expected_hold_ms(load, 200, 100);
   EXPECT_DOUBLE_EQ(hold, 200 + 100 * 80);
