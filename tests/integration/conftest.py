@@ -251,11 +251,14 @@ def brisk(tmp_path_factory):
 @pytest.fixture(scope="session")
 def brisk_guarded(tmp_path_factory):
     """A brisk server with an API key, a tiny admission queue (1 running + 2 waiting) and the
-    vLLM metric names."""
+    vLLM metric names. No --max-queue-delay-ms: its tests fill the queue behind 400-token
+    streams, which a busy machine's step costs may price past 30 s (queue_delay is
+    test_scheduling's)."""
     server = _start_brisk(
         tmp_path_factory,
         "brisk-guarded",
         ["--api-key", API_KEY, "--max-queued-requests", "2", "--max-seqs", "1",
+         "--max-queue-delay-ms", "0",
          "--read-timeout", str(GUARDED_READ_TIMEOUT_S),
          "--keep-alive-timeout", str(GUARDED_READ_TIMEOUT_S), "--log-format", "json",
          "--metrics-compat", "vllm"],

@@ -209,8 +209,11 @@ def _run_scenario(brisk: Server, prometheus: Prometheus) -> Scenario:
 def observed(tmp_path_factory):
     """A brisk serve of its own (its counts are this module's alone), a Prometheus scraping it,
     and the traffic of _run_scenario, already scraped."""
+    # No --max-queue-delay-ms: the scenario holds two requests in the queue behind a 600-token
+    # stream, which a busy CI machine's step costs priced past 30 s (a refusal, not a wait).
     brisk = _start_brisk(tmp_path_factory, "brisk-prometheus",
-                         ["--max-seqs", "1", "--metrics-compat", "vllm"], api_key=None)
+                         ["--max-seqs", "1", "--metrics-compat", "vllm",
+                          "--max-queue-delay-ms", "0"], api_key=None)
     try:
         with Prometheus(tmp_path_factory.mktemp("prometheus"), [brisk.host_port]) as prometheus:
             yield brisk, prometheus, _run_scenario(brisk, prometheus)
