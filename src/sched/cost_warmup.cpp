@@ -1,18 +1,13 @@
 #include "sched/cost_warmup.h"
 
 #include <algorithm>
-#include <chrono>
 #include <vector>
+
+#include "common/clock.h"
 
 namespace brisk {
 
 namespace {
-
-using WarmClock = std::chrono::steady_clock;
-
-double ms_since(WarmClock::time_point began) {
-  return std::chrono::duration<double, std::milli>(WarmClock::now() - began).count();
-}
 
 // Ordinary tokens spread over the vocabulary; what they say does not change what a step costs.
 Token filler_token(int index, int vocabulary) {
@@ -44,8 +39,6 @@ class WarmupSteps {
     return run();
   }
 
-  int position(int sequence) const { return positions_[static_cast<size_t>(sequence)]; }
-
  private:
   void add(int sequence, bool logits) {
     int& position = positions_[static_cast<size_t>(sequence)];
@@ -55,10 +48,10 @@ class WarmupSteps {
   }
 
   double run() {
-    const auto began = WarmClock::now();
+    const TimePoint began = Clock::now();
     if (engine_.decode() != DecodeStatus::ok) return -1;
     engine_.synchronize();
-    return ms_since(began);
+    return ms_between(began, Clock::now());
   }
 
   ModelRunner& engine_;
@@ -70,7 +63,7 @@ class WarmupSteps {
 WarmupResult warm_up_step_costs(ModelRunner& engine, StepCosts& costs, int max_seqs,
                                 int chunk_tokens) {
   WarmupResult result;
-  const auto began = WarmClock::now();
+  const TimePoint began = Clock::now();
   const int sequences = std::clamp(max_seqs, 1, std::max(1, engine.sequence_ids()));
   constexpr int kDecodeSteps = 3;
   constexpr int kChunks = 2;
@@ -112,7 +105,7 @@ WarmupResult warm_up_step_costs(ModelRunner& engine, StepCosts& costs, int max_s
   result.decode_one_ms = costs.decode_step_ms(1);
   result.decode_full_ms = costs.decode_step_ms(sequences);
   result.prefill_ms_per_token = costs.prefill_ms_per_token();
-  result.seconds = ms_since(began) / 1000.0;
+  result.seconds = seconds_between(began, Clock::now());
   return result;
 }
 

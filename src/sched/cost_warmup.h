@@ -20,10 +20,10 @@ struct WarmupResult {
 // the fastest of each kind: three decodes of one sequence, two prompt chunks of up to
 // `chunk_tokens` (less when a sequence's share of the cache is smaller), three decodes of
 // `max_seqs` sequences at once. A first step, which faults in the compute buffers and runs
-// several times slower, is run and not counted. The
-// cache is empty again afterwards. Before the first request: a cold server otherwise prices
-// its first admissions with no costs at all (150 requests at once were all admitted up to the
-// queue's length, and waited up to 82 s against a 30 s --max-queue-delay-ms).
+// several times slower, is run and not counted. The cache is empty again afterwards. Before the
+// first request: a cold server otherwise prices its first admissions with no costs at all (150
+// requests at once were all admitted up to the queue's length, and waited up to 82 s against a
+// 30 s --max-queue-delay-ms).
 WarmupResult warm_up_step_costs(ModelRunner& engine, StepCosts& costs, int max_seqs,
                                 int chunk_tokens);
 
