@@ -7,7 +7,8 @@ total KV cells (--ctx-size max(8192, 320 N)), each started fresh:
   brisk-unified   brisk serve's one KV buffer for all sequences (--kv-unified)
   brisk-per-seq   brisk serve --no-kv-unified: each sequence has ctx/N cells of its own
   llama-server    -np N (its per-slot buffers: ctx/N cells each)
-  (brisk-per-seq-cache-off, on request: --no-kv-unified --prefix-cache off)
+  (on request: brisk-per-seq-cache-off, --no-kv-unified --prefix-cache off; brisk-unified-one-call,
+   --kv-unified --cpu-attention-rows 0: every step in one llama_decode call, as before 2026-12-05)
 
 `brisk bench` sends one wave of N requests at once (closed loop, concurrency N, after a warm-up
 of min(N, 8)), 128 prompt tokens, 128 output tokens (ignore_eos), no sampling parameters. Both
@@ -42,7 +43,8 @@ def server_argv(name: str, args: argparse.Namespace, streams: int, port: int):
     ctx = max(8192, 320 * streams)
     if name.startswith("brisk"):
         layout = {"brisk-unified": ["--kv-unified"], "brisk-per-seq": ["--no-kv-unified"],
-                  "brisk-per-seq-cache-off": ["--no-kv-unified", "--prefix-cache", "off"]}[name]
+                  "brisk-per-seq-cache-off": ["--no-kv-unified", "--prefix-cache", "off"],
+                  "brisk-unified-one-call": ["--kv-unified", "--cpu-attention-rows", "0"]}[name]
         return ([str(args.brisk_bin), "serve", "--model", args.model, "--port", str(port),
                  "--threads", str(args.threads), "--ctx-size", str(ctx), "--max-seqs",
                  str(streams), "--max-queued-requests", "4096", "--max-queue-delay-ms", "0",

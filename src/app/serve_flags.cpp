@@ -112,6 +112,13 @@ void add_model_flags(CLI::App& app, ModelFlags& flags) {
                "--no-kv-unified gives each of --max-seqs its own ctx-size/max-seqs cells, as "
                "llama-server does, so attention reads only its own cells: faster with many "
                "concurrent requests, but a request is limited to its share");
+  app.add_option("--cpu-attention-rows", flags.engine.cpu_attention_rows,
+                 "On the CPU with one KV buffer, a step's decodes go to llama.cpp in calls of at "
+                 "most this many rows and prompt chunks of 64+ tokens in a call of their own: "
+                 "ggml-cpu's flash attention then reads only each decode's own cells (from 64 "
+                 "rows it reads every cell in use for every row). 0: one call per step")
+      ->check(CLI::Range(0, kMaxPerRowAttentionRows))
+      ->capture_default_str();
   const auto kv_cache_type = CLI::Validator(
       [](std::string& name) {
         return is_kv_cache_type(name) ? std::string()

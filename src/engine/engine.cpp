@@ -56,6 +56,9 @@ std::string describe_numerics(const EngineOptions& options) {
   identity += "; kv " + options.cache_type_k + "/" + options.cache_type_v +
               (options.kv_unified ? " unified" : " per-sequence") +
               (options.swa_full ? " swa-full" : "");
+  if (options.kv_unified && options.cpu_attention_rows > 0) {
+    identity += "; cpu attention calls of <= " + std::to_string(options.cpu_attention_rows) + " rows";
+  }
   return identity;
 }
 
@@ -130,6 +133,9 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options, std::string* 
   // Full-size window caches never drop a position, so every cached prefix stays reusable.
   engine->sliding_window_tokens_ = options.swa_full ? 0 : llama_model_n_swa(engine->model_);
   engine->batch_capacity_ = options.max_batched_tokens;
+  const bool attention_on_gpu = options.gpu_layers > 0 && gpu_memory_bytes().has_value();
+  engine->attention_rows_ =
+      options.kv_unified && !attention_on_gpu ? std::max(0, options.cpu_attention_rows) : 0;
   engine->numerics_identity_ = describe_numerics(options);
   engine->batch_ =
       std::make_unique<llama_batch>(llama_batch_init(options.max_batched_tokens, 0, 1));
@@ -199,17 +205,78 @@ int Engine::add_to_batch(Token token, int position, int sequence, bool want_logi
 }
 
 DecodeStatus Engine::decode() {
-  const int32_t result = llama_decode(context_, *batch_);
+  logits_by_row_ = false;
+  const int rows = batch_->n_tokens;
+  if (attention_rows_ <= 0 || rows <= attention_rows_) return decode_rows(0, rows);
+  row_sequences_.resize(static_cast<size_t>(rows));
+  for (int i = 0; i < rows; ++i) row_sequences_[static_cast<size_t>(i)] = batch_->seq_id[i][0];
+  const std::vector<AttentionCall> calls = plan_attention_calls(row_sequences_, attention_rows_);
+  if (calls.size() == 1) return decode_rows(0, rows);
+  return decode_in_calls(calls);
+}
+
+DecodeStatus Engine::decode_rows(int first, int rows) {
+  llama_batch view = *batch_;
+  view.n_tokens = rows;
+  view.token += first;
+  view.pos += first;
+  view.n_seq_id += first;
+  view.seq_id += first;
+  view.logits += first;
+  const int32_t result = llama_decode(context_, view);
   if (result == 0) return DecodeStatus::ok;
   if (result == 1) return DecodeStatus::no_kv_space;
-  spdlog::error("llama_decode failed with code {} for a batch of {} tokens", result,
-                batch_->n_tokens);
+  spdlog::error("llama_decode failed with code {} for a batch of {} tokens", result, rows);
   return DecodeStatus::failed;
+}
+
+// Runs the calls in order; each call but the last has its logits copied out before the next
+// overwrites them. When a later call finds no room, the earlier ones' cells are taken out again,
+// so the batch leaves nothing behind, as one llama_decode that found no room.
+DecodeStatus Engine::decode_in_calls(const std::vector<AttentionCall>& calls) {
+  const int rows = batch_->n_tokens;
+  const size_t vocabulary = static_cast<size_t>(vocabulary_size());
+  const AttentionCall& last = calls.back();
+  size_t copied_rows = 0;
+  for (int i = 0; i < rows; ++i) {
+    if (batch_->logits[i] && (i < last.first || i >= last.first + last.rows)) ++copied_rows;
+  }
+  copied_logits_.resize(copied_rows * vocabulary);  // sized before any pointer into it is taken
+  row_logits_.assign(static_cast<size_t>(rows), nullptr);
+  float* copy_to = copied_logits_.data();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const AttentionCall& call = calls[k];
+    const DecodeStatus status = decode_rows(call.first, call.rows);
+    if (status != DecodeStatus::ok) {
+      llama_memory_t memory = llama_get_memory(context_);
+      for (size_t done = 0; done < k; ++done) {
+        for (int i = calls[done].first; i < calls[done].first + calls[done].rows; ++i) {
+          llama_memory_seq_rm(memory, batch_->seq_id[i][0], batch_->pos[i], -1);
+        }
+      }
+      return status;
+    }
+    for (int i = call.first; i < call.first + call.rows; ++i) {
+      if (!batch_->logits[i]) continue;
+      const float* logits = llama_get_logits_ith(context_, i - call.first);
+      if (k + 1 < calls.size()) {
+        std::copy(logits, logits + vocabulary, copy_to);
+        logits = copy_to;
+        copy_to += vocabulary;
+      }
+      row_logits_[static_cast<size_t>(i)] = logits;
+    }
+  }
+  logits_by_row_ = true;
+  return DecodeStatus::ok;
 }
 
 void Engine::synchronize() { llama_synchronize(context_); }
 
-const float* Engine::logits(int batch_index) { return llama_get_logits_ith(context_, batch_index); }
+const float* Engine::logits(int batch_index) {
+  if (logits_by_row_) return row_logits_[static_cast<size_t>(batch_index)];
+  return llama_get_logits_ith(context_, batch_index);
+}
 
 SampledToken Engine::sample(Sampler& sampler, int batch_index, int top_logprobs) {
   return sampler.sample(logits(batch_index), vocabulary_size(), top_logprobs);

@@ -5,6 +5,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/attention_calls.h"
 #include "engine/chat_template.h"
 #include "engine/grammar.h"
 #include "engine/llama_backend.h"
@@ -36,6 +37,10 @@ struct EngineOptions {
   // q8_0, q5_1, q5_0, q4_1, q4_0, iq4_nl. q8_0 halves the cache's memory and the bytes attention
   // reads per step; a quantized V cache needs flash attention (llama.cpp turns it on where the
   // device has it, else the context is refused).
+  // On the CPU with one KV buffer: a step's decodes go to llama_decode in calls of at most this
+  // many rows, so ggml-cpu's flash attention reads each decode's own cells only
+  // (engine/attention_calls.h; 0: one call per step). Unused on a GPU or per-sequence buffers.
+  int cpu_attention_rows = kMaxPerRowAttentionRows;
   std::string cache_type_k = "f16";
   std::string cache_type_v = "f16";
   int poll = 50;  // how long CPU worker threads spin for work between steps (0-100)
@@ -107,6 +112,9 @@ class Engine final : public ModelRunner {
 
  private:
   Engine() = default;
+  // Rows [first, first + rows) of the batch in one llama_decode call.
+  DecodeStatus decode_rows(int first, int rows);
+  DecodeStatus decode_in_calls(const std::vector<AttentionCall>& calls);
 
   llama_model* model_ = nullptr;
   llama_context* context_ = nullptr;
@@ -114,6 +122,14 @@ class Engine final : public ModelRunner {
   std::unique_ptr<llama_batch> batch_;
   std::unique_ptr<CpuThreadpool> threadpool_;
   int batch_capacity_ = 0;
+  // plan_attention_calls's max_rows (0: every batch in one call).
+  int attention_rows_ = 0;
+  // The last decode's logits by batch row when it took several calls: the last call's stay in
+  // llama.cpp's buffer, the others' are copied here.
+  bool logits_by_row_ = false;
+  std::vector<const float*> row_logits_;
+  std::vector<float> copied_logits_;
+  std::vector<int> row_sequences_;
   int context_size_ = 0;
   int sequence_context_size_ = 0;
   int sequence_ids_ = 0;
