@@ -18,8 +18,8 @@ StepScheduler::StepScheduler(ModelRunner& engine, SchedulerOptions options, Serv
       kv_shared_(engine.sequence_context_size() == engine.context_size()),
       kv_(engine, options.max_seqs, engine.sequence_ids(), options.prefix_cache, metrics),
       policy_(options.queue_policy),
-      sampling_pool_(options.sampling_threads),
-      costs_(options.max_step_ms, options.max_batched_tokens, options.min_prefill_step_tokens) {}
+      costs_(options.max_step_ms, options.max_batched_tokens, options.min_prefill_step_tokens),
+      executor_(engine, kv_, costs_, metrics, options.sampling_threads, options.clock) {}
 
 WarmupResult StepScheduler::warm_up() {
   // Chunks nearer a burst's full steps than the small ones beside decodes (dearer per token),
@@ -55,10 +55,7 @@ void StepScheduler::step() {
   for (;;) {
     plan_step(admit);
     if (plan_.empty()) break;
-    if (!kv_shared_) plan_.order_by_sequence_id();
-    plan_.fill_batch(engine_);
-    const TimePoint started = now();
-    const DecodeStatus status = engine_.decode();
+    const DecodeStatus status = executor_.run(plan_, step_started);
     if (status == DecodeStatus::no_kv_space &&
         ((kv_shared_ && kv_.cached_sequences() > 0) || running_.size() > 1)) {
       // llama.cpp applied nothing of the batch and the plan moved no sequence: make room
@@ -74,9 +71,7 @@ void StepScheduler::step() {
                      : "the engine failed to decode this batch");
       break;
     }
-    record_computed_cells();
-    plan_.commit();
-    sample_and_commit(plan_.decode_tokens(), step_started, started);
+    ++steps_run_;
     break;
   }
   plan_.clear();  // its sequences may be released below
@@ -412,53 +407,6 @@ void StepScheduler::start_sequence(std::unique_ptr<Sequence> sequence, const Pre
   if (kv_free > 0 && !is_long_prefill(started)) add_prefill(started, budget, kv_free);
 }
 
-void StepScheduler::sample_and_commit(int decode_tokens, TimePoint step_started,
-                                      TimePoint started) {
-  const int batch_tokens = engine_.batch_size();
-  engine_.synchronize();  // a GPU backend may still be computing; count that as decode time
-  const TimePoint decoded = now();
-  sample_batch();
-  const TimePoint sampled = now();
-  commit_samples();
-  const TimePoint committed = now();
-
-  StepPhases phases;
-  phases.schedule_seconds = seconds_between(step_started, started);
-  phases.decode_seconds = seconds_between(started, decoded);
-  phases.sample_seconds = seconds_between(decoded, sampled);
-  phases.commit_seconds = seconds_between(sampled, committed);
-  const double step_seconds = seconds_between(started, committed);
-  metrics_.observe_step(decode_tokens, batch_tokens - decode_tokens, step_seconds, phases);
-  costs_.learn_step(decode_tokens, batch_tokens - decode_tokens, step_seconds * 1000.0);
-  ++steps_run_;
-}
-
-// Draws every sequence's next token; the sequences' samplers are independent, so the draws run
-// in parallel and a step's sampling time does not grow as vocabulary x sequences on one thread.
-void StepScheduler::sample_batch() {
-  to_sample_.clear();
-  sample_logits_.clear();
-  for (const StepPlan::Entry& entry : plan_.entries()) {
-    if (entry.logits_index < 0 || entry.sequence->finished()) continue;
-    to_sample_.push_back(entry.sequence);
-    sample_logits_.push_back(engine_.logits(entry.logits_index));
-  }
-  samples_.assign(to_sample_.size(), SampledToken{});
-  const int vocabulary = engine_.vocabulary_size();
-  sampling_pool_.run(static_cast<int>(to_sample_.size()), [&](int i) {
-    Sequence& sequence = *to_sample_[static_cast<size_t>(i)];
-    samples_[static_cast<size_t>(i)] = sequence.sampler().sample(
-        sample_logits_[static_cast<size_t>(i)], vocabulary, sequence.request().top_logprobs);
-  });
-}
-
-// Stop matching, detokenizing and posting updates stay on the engine thread, in batch order.
-void StepScheduler::commit_samples() {
-  for (size_t i = 0; i < to_sample_.size(); ++i) {
-    to_sample_[i]->accept_token(std::move(samples_[i]), now(), engine_, metrics_);
-  }
-}
-
 void StepScheduler::fail_running(const std::string& what) {
   plan_.clear();  // the step that threw may have left one
   spdlog::error("engine step failed: {}; ending the {} running requests", what, running_.size());
@@ -662,19 +610,6 @@ int StepScheduler::committed_kv_tokens() const {
   int committed = kv_.used_cells() + plan_.decode_tokens();
   for (const auto& sequence : running_) committed += sequence->prompt_remaining();
   return committed;
-}
-
-// The tokens this step's decode put in each sequence's cells, for the prefix tree; before the
-// plan is committed, so they start at each sequence's kv_tokens().
-void StepScheduler::record_computed_cells() {
-  for (const StepPlan::Entry& entry : plan_.entries()) {
-    const Sequence& sequence = *entry.sequence;
-    computed_.clear();
-    for (int i = 0; i < entry.tokens; ++i) {
-      computed_.push_back(sequence.token_at(static_cast<size_t>(sequence.kv_tokens() + i)));
-    }
-    kv_.record(sequence.slot(), computed_);
-  }
 }
 
 }  // namespace brisk

@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "common/worker_pool.h"
 #include "engine/model_runner.h"
 #include "sched/cost_warmup.h"
 #include "sched/kv_manager.h"
@@ -16,6 +15,7 @@
 #include "sched/sequence.h"
 #include "sched/serving_metrics.h"
 #include "sched/step_costs.h"
+#include "sched/step_executor.h"
 #include "sched/step_plan.h"
 
 namespace brisk {
@@ -77,9 +77,9 @@ struct SchedulerReport {
 
 // The per-step policy, on the engine thread only (the engine loop, sched/engine_loop.h, owns
 // the thread and the queue that feeds it). Each step plans the next token of every running
-// sequence and, with the rest of the token budget, prompt chunks (chunked prefill); the plan
-// fills one batch, is committed to the sequences once the decode succeeded, and their next
-// tokens are sampled. Requests join and leave between steps (continuous batching).
+// sequence and, with the rest of the token budget, prompt chunks (chunked prefill); the
+// StepExecutor (sched/step_executor.h) runs the plan on the model, commits it and samples the
+// next tokens. Requests join and leave between steps (continuous batching).
 //
 // KV is counted as it is used, not reserved for max_tokens: a request starts when its prompt
 // fits beside the cells the running ones hold (or will hold once their prompts are in), so a
@@ -124,16 +124,12 @@ class StepScheduler {
   bool has_running_room() const;
   bool waits_for_first_choice(const Request& request) const;
   bool make_room(int needed, int keep, int& committed);
-  void record_computed_cells();
   int kv_free_cells() const;
   size_t preemption_victim() const;
   void preempt_one();
   void preempt(size_t index);
   bool preempt_for_priority(TimePoint now);
   std::deque<std::unique_ptr<Sequence>>::iterator next_preempted(TimePoint now);
-  void sample_and_commit(int decode_tokens, TimePoint step_started, TimePoint decode_started);
-  void sample_batch();
-  void commit_samples();
   void release_finished();
   void fail_batch(const std::string& error);
   void finish_unscheduled(Request& request, FinishReason reason, std::string error = {});
@@ -166,13 +162,9 @@ class StepScheduler {
   long steps_run_ = 0;  // steps decoded so far: holds are counted in steps
   KvManager kv_;
   QueuePolicy policy_;
-  TokenList computed_;  // scratch for record_computed_cells
   StepPlan plan_;       // this step's
-  WorkerPool sampling_pool_;
-  std::vector<Sequence*> to_sample_;  // this step's sequences with logits, and their results
-  std::vector<const float*> sample_logits_;
-  std::vector<SampledToken> samples_;
   StepCosts costs_;
+  StepExecutor executor_;  // runs each step's plan on the engine
   bool long_prefill_stepped_aside_ = false;  // the last step's long chunk gave way
   // The last admission pass: why it stopped, for each waiting request's reason.
   struct AdmissionPass {
