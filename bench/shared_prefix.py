@@ -8,6 +8,12 @@ Configurations, each in its own fresh server, interleaved round by round (--roun
 the same build with the same model, threads, context and sequences (its per-slot prompt cache,
 `cache_prompt`, is on by default). brisk bench is the client for all of them.
 
+With --prefixes K the requests rotate over K different system prompts (request i has prompt
+i mod K; they share no token): more distinct prefixes than the KV cache holds (issue 21,
+benchmark 3) — a KV-only cache evicts each before its next turn, the host tier (`--cache-ram`,
+configuration brisk-host-off turns it off) restores it. For brisk the prefix cache's own counters
+(/metrics, read before the server stops) give the hit rate and where hits came from.
+
 With --unique the same load has no shared prefix at all (every prompt opens with its own
 number, the same length): what keeping finished requests' cells costs when nothing is reused —
 in llama.cpp's unified KV buffer each step's attention spans the cells kept (benchmark 4's
@@ -32,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import urllib.request
 from pathlib import Path
 
 from percentile import percentile
@@ -54,6 +61,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=32)
     p.add_argument("--system-words", type=int, default=800, help="~1,000 tokens on Gemma 3")
     p.add_argument("--output-tokens", type=int, default=32)
+    p.add_argument("--prefixes", type=int, default=1,
+                   help="distinct system prompts, in rotation (1: all requests share one)")
     p.add_argument("--unique", action="store_true",
                    help="no shared prefix: each prompt opens with its own number")
     p.add_argument("--rounds", type=int, default=1)
@@ -63,11 +72,17 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
+def system_prompt(index: int, words: int) -> str:
+    """The index-th system prompt: its own opening, then filler words from an offset of its own."""
+    return f"Desk {index}: you are the help desk of travel company number {index}. " + " ".join(
+        FILLER_WORDS[(k + 7 * index) % len(FILLER_WORDS)] for k in range(words))
+
+
 def write_dataset(path: Path, args: argparse.Namespace) -> None:
-    system = "You are the help desk of a travel company. " + " ".join(
-        FILLER_WORDS[k % len(FILLER_WORDS)] for k in range(args.system_words))
     with path.open("w") as f:
         for i in range(args.requests + 1):
+            system = system_prompt(i % args.prefixes if args.prefixes > 1 else 0,
+                                   args.system_words)
             topic = FILLER_WORDS[(i * 11) % len(FILLER_WORDS)]
             question = QUESTIONS[i % len(QUESTIONS)].format(f"the {topic} number {i}")
             if args.unique:  # the same words, behind an opening of its own
@@ -86,10 +101,48 @@ def server_argv(config: str, port: int, args: argparse.Namespace) -> tuple[list[
                 str(args.ctx_size), "--max-seqs", str(args.seqs)]
         if config == "brisk-cache-off":
             argv += ["--prefix-cache", "off"]
+        if config == "brisk-host-off":
+            argv += ["--cache-ram", "0"]
         return argv, "/ready"
     return [str(BIN_DIR / "llama-server"), "-m", str(args.model_path), "--host", "127.0.0.1",
             "--port", str(port), "-t", str(args.threads), "-c", str(args.ctx_size),
             "-np", str(args.seqs), "--cont-batching"], "/health"
+
+
+CACHE_COUNTERS = {
+    "queries": "brisk_prefix_cache_queries_total",
+    "query_tokens": "brisk_prefix_cache_query_tokens_total",
+    "hits": "brisk_prefix_cache_hits_total",
+    "hit_tokens": "brisk_prefix_cache_hit_tokens_total",
+    "host_restores": "brisk_prefix_cache_host_restores_total",
+    "host_restore_seconds": "brisk_prefix_cache_host_restore_seconds_total",
+    "host_saves": "brisk_prefix_cache_host_saves_total",
+    "host_evictions": "brisk_prefix_cache_host_evictions_total",
+    "host_bytes": "brisk_prefix_cache_host_bytes",
+}
+
+
+def prefix_cache_counters(port: int) -> dict:
+    """brisk's prefix-cache counters (summed over labels), and the misses by reason."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    values: dict = {}
+    misses: dict = {}
+    for line in text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        name_labels, value = line.rsplit(" ", 1)
+        name = name_labels.split("{", 1)[0]
+        if name == "brisk_prefix_cache_misses_total":
+            reason = name_labels.split('reason="', 1)[1].split('"', 1)[0]
+            misses[reason] = misses.get(reason, 0) + float(value)
+        for key, metric in CACHE_COUNTERS.items():
+            if name == metric:
+                values[key] = values.get(key, 0) + float(value)
+    values["misses"] = misses
+    values["hit_rate"] = values.get("hits", 0) / values["queries"] if values.get("queries") else 0
+    values["token_hit_rate"] = (values.get("hit_tokens", 0) / values["query_tokens"]
+                                if values.get("query_tokens") else 0)
+    return values
 
 
 def summarize(requests_csv: Path) -> dict:
@@ -134,12 +187,17 @@ def main() -> None:
                    "--output-tokens", str(args.output_tokens), "--concurrency",
                    str(args.concurrency), "--num-requests", str(args.requests),
                    "--warmup-requests", "1", "--progress", "off", "--out", str(out_dir)]
+            cache = None
             try:
                 log(f"round {r} {config}: " + " ".join(cmd))
                 subprocess.run(cmd, check=True, stdout=sys.stderr)
+                if config.startswith("brisk"):
+                    cache = prefix_cache_counters(port)
             finally:
                 server.stop()
             stats = summarize(out_dir / "requests.csv")
+            if cache is not None:
+                stats["prefix_cache"] = cache
             stats.update({"round": r, "config": config, "server_argv": argv, "bench_argv": cmd})
             log(json.dumps(stats))
             rounds.append(stats)
@@ -147,13 +205,22 @@ def main() -> None:
     keys = ["ttft_mean_ms", "ttft_p50_ms", "ttft_p99_ms", "output_tokens_per_s"]
     medians = {c: {k: statistics.median(x[k] for x in rounds if x["config"] == c) for k in keys}
                for c in configs}
-    print("| config | TTFT mean / p50 / p99 ms | out tok/s |")
-    print("|---|---|---|")
+    def hit_rate(config: str) -> str:
+        rates = [x["prefix_cache"]["hit_rate"] for x in rounds
+                 if x["config"] == config and "prefix_cache" in x]
+        restores = [x["prefix_cache"].get("host_restores", 0) for x in rounds
+                    if x["config"] == config and "prefix_cache" in x]
+        if not rates:
+            return "—"
+        return f"{statistics.median(rates):.0%} ({statistics.median(restores):.0f} from host)"
+
+    print("| config | TTFT mean / p50 / p99 ms | out tok/s | prefix-cache hit rate |")
+    print("|---|---|---|---|")
     for c in configs:
         m = medians[c]
         print(f"| {c} | {m['ttft_mean_ms']:.0f} / {m['ttft_p50_ms']:.0f} / {m['ttft_p99_ms']:.0f} "
-              f"| {m['output_tokens_per_s']:.1f} |")
-    for ref in ("llama-server", "brisk-cache-off"):
+              f"| {m['output_tokens_per_s']:.1f} | {hit_rate(c)} |")
+    for ref in ("llama-server", "brisk-cache-off", "brisk-host-off"):
         if "brisk" in medians and ref in medians:
             ratio = medians["brisk"]["ttft_mean_ms"] / medians[ref]["ttft_mean_ms"]
             print(f"brisk mean TTFT / {ref}: {ratio:.2f}")

@@ -48,19 +48,28 @@ void StepScheduler::cancel_all() {
   report();
 }
 
+// A step acts first — preemption for priority, room for the decodes, admission, room for the
+// prompts — and then plans from the state it left (plan_step acts on nothing); the executor
+// runs the plan. A plan the decode refused (no KV room) moved nothing: room is made and the step
+// planned again, without admitting anyone (that would refill the room just made).
 void StepScheduler::step() {
   const TimePoint step_started = now();
   reap_cancelled();
   bool admit = true;
   for (;;) {
-    plan_step(admit);
+    if (admit && !has_running_room()) preempt_for_priority(now());
+    make_room_for_decodes();
+    if (admit) admit_waiting();
+    PlannedStep planned = plan_step();
+    // Cached prefixes give way to a running prompt.
+    while (planned.prompts_want_cells && kv_.evict_oldest()) planned = plan_step();
+    plan_ = std::move(planned.plan);
+    long_prefill_stepped_aside_ = planned.long_stepped_aside;
     if (plan_.empty()) break;
     const DecodeStatus status = executor_.run(plan_, step_started);
     if (status == DecodeStatus::no_kv_space &&
         ((kv_shared_ && kv_.cached_sequences() > 0) || running_.size() > 1)) {
-      // llama.cpp applied nothing of the batch and the plan moved no sequence: make room
-      // (cached prefixes first: in one buffer their cells are the running ones' room) and plan
-      // again without admitting anyone (that would refill the room just made).
+      // Cached prefixes first: in one buffer their cells are the running ones' room.
       if (!kv_shared_ || !kv_.evict_oldest()) preempt_one();
       admit = false;
       continue;
@@ -78,34 +87,34 @@ void StepScheduler::step() {
   release_finished();
 }
 
-// Decodes first: every running stream gets its next token in this step; then prompt chunks,
-// oldest first, up to the step's token budget and the free KV cells; then newcomers. Moves no
-// sequence forward (admission only gives newcomers a sequence id).
-void StepScheduler::plan_step(bool admit) {
-  plan_.clear();
-  // Before anything is in the batch: a sequence in it must not be preempted.
-  if (admit && !has_running_room()) preempt_for_priority(now());
-  int kv_free = kv_free_cells();
-  if (kv_shared_) {
-    // Each decode takes a cell: cached prefixes go first, then the latest-arrived make room
-    // for the others.
-    for (;;) {
-      const auto decoders = std::count_if(running_.begin(), running_.end(),
-                                          [](const auto& s) { return s->prefill_done(); });
-      if (decoders <= kv_free) break;
-      if (!kv_.evict_oldest()) {
-        if (running_.size() <= 1) break;
-        preempt_one();
-      }
-      kv_free = kv_free_cells();
+// In one buffer each decode takes a cell: cached prefixes go first, then the latest-arrived
+// running requests make room for the others.
+void StepScheduler::make_room_for_decodes() {
+  if (!kv_shared_) return;
+  for (;;) {
+    const auto decoders = std::count_if(running_.begin(), running_.end(),
+                                        [](const auto& s) { return s->prefill_done(); });
+    if (decoders <= kv_capacity_tokens_ - kv_.used_cells()) return;
+    if (!kv_.evict_oldest()) {
+      if (running_.size() <= 1) return;
+      preempt_one();
     }
   }
-  for (auto& sequence : running_) {
+}
+
+// Decodes first: every running stream gets its next token in this step; then prompt chunks of
+// the running requests (the newly admitted among them), short ones oldest first, then long ones
+// with what is left. Reads the state only: planning twice gives the same plan.
+StepScheduler::PlannedStep StepScheduler::plan_step() const {
+  PlannedStep out;
+  StepPlan& plan = out.plan;
+  int kv_free = kv_free_cells(plan);
+  for (const auto& sequence : running_) {
     if (!sequence->prefill_done()) continue;
-    plan_.add_decode(*sequence);
+    plan.add_decode(*sequence);
     --kv_free;
   }
-  const int decode_tokens = plan_.decode_tokens();
+  const int decode_tokens = plan.decode_tokens();
   // --target-itl-ms holds while a long prompt is being prefilled (what stalls streams for
   // seconds) or while the prompts waiting fit in one step. When more short prompts wait than a
   // step can carry (a burst), they keep the whole token budget: spread over many small steps
@@ -122,22 +131,12 @@ void StepScheduler::plan_step(bool admit) {
                    ? costs_.prefill_budget(decode_tokens)
                    : token_budget;
   const int step_budget = budget;
-  // Short prompts first, then newcomers (whose long prompts wait for the next pass), then the
-  // long ones with what is left, oldest first.
-  for (auto& sequence : running_) {
-    if (budget <= 0 || kv_free <= 0) break;
+  for (const auto& sequence : running_) {
+    if (budget <= 0) break;
     if (sequence->prefill_done() || is_long_prefill(*sequence)) continue;
-    add_prefill(*sequence, budget, kv_free);
+    add_prefill(out, *sequence, budget, kv_free);
   }
-  if (admit) {
-    const size_t running_before = running_.size();
-    admit_waiting(budget, kv_free);
-    if (!preempted_.empty() || !waiting_.empty()) {
-      metrics_.count_admission_block(last_pass_.blocked);
-    }
-    // Until the step's end reports the whole picture, a newcomer's estimate sees these.
-    if (running_.size() != running_before) report();
-  }
+  out.budget_for_newcomers = budget;
   const int short_tokens = step_budget - budget;
   // A step that carries short prompts carries no long chunk, so their first tokens cost their
   // own prefill only (with a chunk filling the step beside them, short newcomers waited ~80% of
@@ -151,14 +150,15 @@ void StepScheduler::plan_step(bool admit) {
   int long_budget = long_steps_aside
                         ? 0
                         : std::min(budget, std::max(timed_tokens - short_tokens, timed_tokens / 4));
-  long_prefill_stepped_aside_ = long_steps_aside && long_prefill_running;
+  out.long_stepped_aside = long_steps_aside && long_prefill_running;
   int long_prefills = 0;
-  for (auto& sequence : running_) {
-    if (long_budget <= 0 || kv_free <= 0 || long_prefills >= options_.max_long_prefills) break;
+  for (const auto& sequence : running_) {
+    if (long_budget <= 0 || long_prefills >= options_.max_long_prefills) break;
     if (sequence->prefill_done() || !is_long_prefill(*sequence)) continue;
-    add_prefill(*sequence, long_budget, kv_free);
+    add_prefill(out, *sequence, long_budget, kv_free);
     ++long_prefills;
   }
+  return out;
 }
 
 bool StepScheduler::is_long_prompt(int tokens_to_prefill) const {
@@ -169,20 +169,21 @@ bool StepScheduler::is_long_prefill(const Sequence& sequence) const {
   return !sequence.prefill_done() && is_long_prompt(sequence.prefill_work_tokens());
 }
 
-void StepScheduler::add_prefill(Sequence& sequence, int& budget, int& kv_free) {
-  // Cached prefixes give way to a running prompt.
+// The sequence's next chunk: as much of its prompt as the budget and the free cells allow.
+void StepScheduler::add_prefill(PlannedStep& out, Sequence& sequence, int& budget,
+                                int& kv_free) const {
   const int wanted = std::min(budget, sequence.prompt_remaining());
-  while (kv_shared_ && kv_free < wanted && kv_.evict_oldest()) kv_free = kv_free_cells();
   const int chunk = std::min(wanted, kv_free);
+  if (kv_shared_ && chunk < wanted) out.prompts_want_cells = true;
   if (chunk <= 0) return;
-  plan_.add_prefill(sequence, chunk);
+  out.plan.add_prefill(sequence, chunk);
   budget -= chunk;
   kv_free -= chunk;
 }
 
-int StepScheduler::kv_free_cells() const {
+int StepScheduler::kv_free_cells(const StepPlan& plan) const {
   if (!kv_shared_) return kv_capacity_tokens_;  // each sequence has its own share
-  return kv_capacity_tokens_ - kv_.used_cells() - plan_.tokens();
+  return kv_capacity_tokens_ - kv_.used_cells() - plan.tokens();
 }
 
 // The running sequence to preempt when room runs out: the latest-arrived, or under --policy
@@ -265,8 +266,33 @@ std::string StepScheduler::deadline_message(const Request& request) {
 // replay) still needs after the prefix cache's hit fits beside what the running ones hold or
 // will hold once their prompts are in, plus a watermark for their next tokens; cached prefixes
 // are evicted for it when that makes it fit. Alone, any request fits (its length was checked).
-void StepScheduler::admit_waiting(int& budget, int& kv_free) {
-  int committed = committed_kv_tokens();
+void StepScheduler::admit_waiting() {
+  const size_t running_before = running_.size();
+  admit_pass();
+  if (!preempted_.empty() || !waiting_.empty()) metrics_.count_admission_block(last_pass_.blocked);
+  // Until the step's end reports the whole picture, a newcomer's estimate sees these.
+  if (running_.size() != running_before) report();
+}
+
+// Newcomers get what the running requests leave of this step's token budget (a draft of the
+// step's plan says how much), each short one its first chunk of it.
+void StepScheduler::admit_pass() {
+  const PlannedStep draft = plan_step();
+  int budget = draft.budget_for_newcomers;
+  const int decodes = draft.plan.decode_tokens();
+  int newcomer_tokens = 0;  // the newcomers' first chunks
+  const auto start = [&](std::unique_ptr<Sequence> sequence, const PrefixLookup& hit) {
+    Sequence& started = start_sequence(std::move(sequence), hit);
+    const int kv_free =
+        kv_shared_ ? kv_free_cells(draft.plan) - newcomer_tokens : kv_capacity_tokens_;
+    // A long prompt waits for the pass after admission, so short ones admitted later in this
+    // step still get their share of the budget.
+    if (kv_free <= 0 || is_long_prefill(started)) return;
+    const int chunk = std::min({budget, started.prompt_remaining(), kv_free});
+    budget -= chunk;
+    newcomer_tokens += chunk;
+  };
+  int committed = committed_kv_tokens(decodes);
   // Long prompts beyond --max-long-prefills would only hold a sequence while they wait for
   // their turn to prefill: short ones behind them in the queue go first. Long ones keep their
   // order among themselves, and each waits only while another long prompt is prefilled.
@@ -312,7 +338,7 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
         auto next = waiting_.begin() + index;
         const TokenList& prompt = (*next)->prompt_tokens;
         hit = (*next)->shares_prompt_of ? kv_.lookup_shared_prompt(prompt) : kv_.lookup(prompt);
-        if (!make_room(static_cast<int>(prompt.size()) - hit.shared_cells(), hit.source,
+        if (!make_room(static_cast<int>(prompt.size()) - hit.shared_cells(), hit.source, decodes,
                        committed)) {
           return blocked(AdmissionBlock::kv_cache_full, next->get());
         }
@@ -326,19 +352,20 @@ void StepScheduler::admit_waiting(int& budget, int& kv_free) {
       auto sequence =
           std::make_unique<Sequence>(std::move(request), -1, this->now(), next_admission_order_++);
       sequence->scheduled_step_ = steps_run_;
-      start_sequence(std::move(sequence), hit, budget, kv_free);
+      start(std::move(sequence), hit);
     } else {
       if (resumed == preempted_.end()) return;
       Sequence& next = **resumed;
       hit = kv_.lookup(next.prefill_tokens());
-      if (!make_room(next.prompt_remaining() - hit.shared_cells(), hit.source, committed)) {
+      if (!make_room(next.prompt_remaining() - hit.shared_cells(), hit.source, decodes,
+                     committed)) {
         return blocked(AdmissionBlock::kv_cache_full, &next.request_ref());
       }
       std::unique_ptr<Sequence> sequence = std::move(*resumed);
       preempted_.erase(resumed);
-      start_sequence(std::move(sequence), hit, budget, kv_free);
+      start(std::move(sequence), hit);
     }
-    committed = committed_kv_tokens();
+    committed = committed_kv_tokens(decodes);
   }
   blocked(budget <= 0 ? AdmissionBlock::step_budget : AdmissionBlock::no_free_sequence);
 }
@@ -380,19 +407,21 @@ bool StepScheduler::has_running_room() const {
 // Whether `needed` more cells fit beside `committed` and the watermark, evicting cached
 // prefixes (least recently used first, never `keep`: the newcomer's own hit) when that is
 // enough; evicts nothing when it is not.
-bool StepScheduler::make_room(int needed, int keep, int& committed) {
+bool StepScheduler::make_room(int needed, int keep, int decodes, int& committed) {
   if (!kv_shared_ || running_.empty()) return true;
   const int room = kv_capacity_tokens_ - kv_watermark_tokens_;
   if (committed + needed <= room) return true;
   if (committed - kv_.evictable_cells(keep) + needed > room) return false;
-  while (committed + needed > room && kv_.evict_oldest(keep)) committed = committed_kv_tokens();
+  while (committed + needed > room && kv_.evict_oldest(keep)) {
+    committed = committed_kv_tokens(decodes);
+  }
   return committed + needed <= room;
 }
 
 // Gives the sequence a sequence id (with the cells of its prefix-cache hit), its first prompt
 // chunk, and its place in arrival order.
-void StepScheduler::start_sequence(std::unique_ptr<Sequence> sequence, const PrefixLookup& hit,
-                                   int& budget, int& kv_free) {
+Sequence& StepScheduler::start_sequence(std::unique_ptr<Sequence> sequence,
+                                        const PrefixLookup& hit) {
   const int id = kv_.acquire(hit);
   sequence->assign_slot(id);
   sequence->reuse_cached_prefix(kv_.attach(id, hit, sequence->prefill_tokens()));
@@ -401,10 +430,7 @@ void StepScheduler::start_sequence(std::unique_ptr<Sequence> sequence, const Pre
     return other->admission_order() > started.admission_order();
   });
   running_.insert(at, std::move(sequence));
-  kv_free = kv_free_cells();
-  // A long prompt waits for the pass after admission, so short ones admitted later in this
-  // step still get their share of the budget.
-  if (kv_free > 0 && !is_long_prefill(started)) add_prefill(started, budget, kv_free);
+  return started;
 }
 
 void StepScheduler::fail_running(const std::string& what) {
@@ -604,10 +630,10 @@ void StepScheduler::finish_unscheduled(Request& request, FinishReason reason, st
   request.on_update(std::move(update));
 }
 
-// Cells held (cached prefixes included) or taken by this step's decodes, and the prompt tokens
+// Cells held (cached prefixes included) or taken by this step's `decodes`, and the prompt tokens
 // the running sequences still have to put in (a planned chunk among them).
-int StepScheduler::committed_kv_tokens() const {
-  int committed = kv_.used_cells() + plan_.decode_tokens();
+int StepScheduler::committed_kv_tokens(int decodes) const {
+  int committed = kv_.used_cells() + decodes;
   for (const auto& sequence : running_) committed += sequence->prompt_remaining();
   return committed;
 }

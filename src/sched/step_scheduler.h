@@ -107,24 +107,41 @@ class StepScheduler {
   // A step that threw (out of memory, a bug) ends the requests it was running, never the server.
   void fail_running(const std::string& what);
 
+  // The next step's plan from the state as it is (before that step's admissions and the room it
+  // makes), acting on nothing: planning reads the state only.
+  StepPlan plan_preview() const { return plan_step().plan; }
+
   const SchedulerOptions& options() const { return options_; }
   // Any thread.
   int kv_capacity_cells() const { return kv_capacity_tokens_; }
 
  private:
   TimePoint now() const { return options_.clock(); }
+  // A step's plan, and what it says of the state it was planned from.
+  struct PlannedStep {
+    StepPlan plan;
+    int budget_for_newcomers = 0;   // tokens left after the decodes and running short prompts
+    // A prompt chunk got fewer tokens than the budget allowed, for want of free cells (one
+    // buffer): cached prefixes may give way.
+    bool prompts_want_cells = false;
+    bool long_stepped_aside = false;  // its long chunk gave way to short prompts
+  };
+
   void reap_cancelled();
-  void plan_step(bool admit);
-  void add_prefill(Sequence& sequence, int& budget, int& kv_free);
+  // The acts of a step, before its plan.
+  void make_room_for_decodes();
+  void admit_waiting();
+  void admit_pass();
+  Sequence& start_sequence(std::unique_ptr<Sequence> sequence, const PrefixLookup& hit);
+  bool make_room(int needed, int keep, int decodes, int& committed);
+  // The plan, from the state alone.
+  PlannedStep plan_step() const;
+  void add_prefill(PlannedStep& out, Sequence& sequence, int& budget, int& kv_free) const;
+  int kv_free_cells(const StepPlan& plan) const;
   bool is_long_prompt(int tokens_to_prefill) const;
   bool is_long_prefill(const Sequence& sequence) const;
-  void admit_waiting(int& budget, int& kv_free);
-  void start_sequence(std::unique_ptr<Sequence> sequence, const PrefixLookup& hit, int& budget,
-                      int& kv_free);
   bool has_running_room() const;
   bool waits_for_first_choice(const Request& request) const;
-  bool make_room(int needed, int keep, int& committed);
-  int kv_free_cells() const;
   size_t preemption_victim() const;
   void preempt_one();
   void preempt(size_t index);
@@ -134,7 +151,7 @@ class StepScheduler {
   void fail_batch(const std::string& error);
   void finish_unscheduled(Request& request, FinishReason reason, std::string error = {});
   static std::string deadline_message(const Request& request);
-  int committed_kv_tokens() const;
+  int committed_kv_tokens(int decodes) const;
   void report();
   LoadEstimate estimate_load() const;
   double expected_ms_to_finish(const Sequence& sequence) const;
@@ -162,7 +179,7 @@ class StepScheduler {
   long steps_run_ = 0;  // steps decoded so far: holds are counted in steps
   KvManager kv_;
   QueuePolicy policy_;
-  StepPlan plan_;       // this step's
+  StepPlan plan_;  // the step's, while the executor runs it
   StepCosts costs_;
   StepExecutor executor_;  // runs each step's plan on the engine
   bool long_prefill_stepped_aside_ = false;  // the last step's long chunk gave way

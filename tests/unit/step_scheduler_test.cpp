@@ -2,6 +2,7 @@
 // recompute, retries when the runner finds no KV room, and the drain.
 
 #include "sched/engine_loop.h"
+#include "sched/step_scheduler.h"
 
 #include <gtest/gtest.h>
 
@@ -159,6 +160,48 @@ TEST(StepScheduler, ShortPromptsOvertakeLongOnesWaitingForTheirTurn) {
 // --target-itl-ms cuts prompt chunks while a long prompt is prefilled or while the prompts
 // waiting fit in one step; a burst of short prompts larger than a step keeps the whole token
 // budget (spreading it over small steps cost throughput).
+// The scheduler acts (admits, makes room) before it plans, and planning reads the state only:
+// planned twice, a step is the same plan, with no cell, sequence or decode touched; the step
+// then runs what was planned.
+TEST(StepScheduler, PlanningTwiceGivesTheSamePlanAndChangesNothing) {
+  FakeModelRunner runner(256);
+  SchedulerOptions opts = options(4, 32);
+  opts.max_step_ms = 0;
+  opts.prefix_cache.enabled = false;
+  ServingMetrics metrics;
+  StepScheduler scheduler(runner, opts, metrics);
+  const auto request = [](int prompt_tokens, int max_tokens) {
+    auto out = std::make_shared<Request>();
+    out->prompt_tokens.assign(static_cast<size_t>(prompt_tokens), 7);
+    out->max_tokens = max_tokens;
+    out->sampling = greedy();
+    out->on_update = [](GenerationUpdate&&) {};
+    return out;
+  };
+  scheduler.enqueue(request(10, 50));
+  scheduler.step();  // its prompt in: it decodes from now on
+  scheduler.enqueue(request(100, 5));
+  scheduler.step();  // admitted, with its first chunk
+
+  const int cells = runner.cells_in_use();
+  const int decodes = runner.decodes();
+  const StepPlan first = scheduler.plan_preview();
+  const StepPlan second = scheduler.plan_preview();
+  ASSERT_EQ(first.decode_tokens(), 1);
+  ASSERT_GT(first.tokens(), 1) << "a prompt chunk beside the decode";
+  ASSERT_EQ(first.entries().size(), second.entries().size());
+  for (size_t i = 0; i < first.entries().size(); ++i) {
+    EXPECT_EQ(first.entries()[i].sequence, second.entries()[i].sequence);
+    EXPECT_EQ(first.entries()[i].tokens, second.entries()[i].tokens);
+    EXPECT_EQ(first.entries()[i].decode, second.entries()[i].decode);
+  }
+  EXPECT_EQ(runner.cells_in_use(), cells);
+  EXPECT_EQ(runner.decodes(), decodes);
+
+  scheduler.step();
+  EXPECT_EQ(runner.cells_in_use(), cells + first.tokens()) << "the step ran another plan";
+}
+
 TEST(StepScheduler, StepTargetHoldsExceptForABurstOfShortPrompts) {
   enum class Arrival { long_prompt, one_short, burst };
   for (const Arrival arrival : {Arrival::long_prompt, Arrival::one_short, Arrival::burst}) {
