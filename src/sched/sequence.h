@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <span>
 
@@ -50,6 +51,14 @@ class Sequence {
   Token token_at(size_t position) const;
 
   bool finished() const { return finish_reason_ != FinishReason::none; }
+  FinishReason finish_reason() const { return finish_reason_; }
+  int completion_tokens() const { return completion_tokens_; }
+  // Prompt tokens its first admission reused from the prefix cache (0 before it).
+  int cached_prompt_tokens() const { return std::max(0, cached_prompt_tokens_); }
+  TimePoint scheduled_at() const { return scheduled_at_; }
+  // The scheduler's step count when it was admitted: holds are counted in steps.
+  long scheduled_step() const { return scheduled_step_; }
+  void set_scheduled_step(long step) { scheduled_step_ = step; }
 
   // A step's batch is filled from its plan (sched/step_plan.h) without moving the sequence
   // forward; the commit_ calls do that once the decode succeeded.
@@ -94,8 +103,6 @@ class Sequence {
   long scheduled_step_ = 0;  // the scheduler's step count when it was admitted
   TimePoint first_token_at_;
   TimePoint last_token_at_;
-
-  friend class StepScheduler;
 };
 
 }  // namespace brisk

@@ -206,7 +206,7 @@ void StepScheduler::preempt(size_t index) {
   running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(index));
   kv_.release(victim->slot());
   spdlog::debug("preempting request {} ({} KV cells, {} tokens generated)", victim->request().id,
-                victim->kv_tokens(), victim->completion_tokens_);
+                victim->kv_tokens(), victim->completion_tokens());
   victim->preempt();
   last_pass_.preempted_after.push_back(&victim->request_ref());
   metrics_.count_preemption();
@@ -226,7 +226,7 @@ void StepScheduler::reap_cancelled() {
   const auto end_if_abandoned = [&](Sequence& sequence) {
     if (sequence.request().cancelled.load()) {
       sequence.finish(FinishReason::cancelled, now, metrics_);
-    } else if (sequence.completion_tokens_ == 0 && expired(sequence.request())) {
+    } else if (sequence.completion_tokens() == 0 && expired(sequence.request())) {
       sequence.finish(FinishReason::deadline, now, metrics_, deadline_message(sequence.request()));
     }
   };
@@ -351,7 +351,7 @@ void StepScheduler::admit_pass() {
     if (request) {
       auto sequence =
           std::make_unique<Sequence>(std::move(request), -1, this->now(), next_admission_order_++);
-      sequence->scheduled_step_ = steps_run_;
+      sequence->set_scheduled_step(steps_run_);
       start(std::move(sequence), hit);
     } else {
       if (resumed == preempted_.end()) return;
@@ -454,13 +454,13 @@ void StepScheduler::fail_batch(const std::string& error) {
 void StepScheduler::release_finished() {
   for (auto& sequence : running_) {
     if (!sequence->finished()) continue;
-    const FinishReason reason = sequence->finish_reason_;
+    const FinishReason reason = sequence->finish_reason();
     if (reason != FinishReason::stop && reason != FinishReason::length) {
       kv_.release(sequence->slot());
       continue;
     }
     kv_.retire(sequence->slot());
-    costs_.learn_hold(static_cast<double>(steps_run_ - sequence->scheduled_step_));
+    costs_.learn_hold(static_cast<double>(steps_run_ - sequence->scheduled_step()));
   }
   std::erase_if(running_, [](const auto& sequence) { return sequence->finished(); });
   report();
@@ -500,7 +500,7 @@ LoadEstimate StepScheduler::estimate_load() const {
       // max_tokens (everything left of the context when a client sends none), at the recent
       // step time; one past that is due now.
       load.slot_release_ms.push_back(
-          costs_.hold_left_ms(static_cast<double>(steps_run_ - sequence->scheduled_step_)));
+          costs_.hold_left_ms(static_cast<double>(steps_run_ - sequence->scheduled_step())));
     } else if (const double left_ms = expected_ms_to_finish(*sequence); left_ms >= 0) {
       // Nothing has finished yet (a cold start under load): a request that named its
       // max_tokens runs them at the measured step costs, and the requests behind it are taken
@@ -511,7 +511,7 @@ LoadEstimate StepScheduler::estimate_load() const {
           load.hold_prior_ms,
           expected_hold_ms(load,
                            static_cast<int>(request.prompt_tokens.size()) -
-                               std::max(0, sequence->cached_prompt_tokens_),
+                               sequence->cached_prompt_tokens(),
                            request.max_tokens));
     } else {
       ++load.unknown_releases;  // named no max_tokens: not guessed at
@@ -529,7 +529,7 @@ LoadEstimate StepScheduler::estimate_load() const {
 double StepScheduler::expected_ms_to_finish(const Sequence& sequence) const {
   if (!sequence.request_ref().max_tokens_named || !costs_.decode_cost_settled()) return -1;
   const int tokens_left =
-      std::max(0, sequence.request_ref().max_tokens - sequence.completion_tokens_);
+      std::max(0, sequence.request_ref().max_tokens - sequence.completion_tokens());
   return sequence.prompt_remaining() * std::max(0.0, costs_.prefill_ms_per_token()) +
          tokens_left * loaded_step_ms();
 }
@@ -556,12 +556,12 @@ SchedulerSnapshot StepScheduler::describe() const {
     v.id = request.id;
     v.priority = request.priority;
     v.prompt_tokens = static_cast<int>(request.prompt_tokens.size());
-    v.cached_prompt_tokens = std::max(0, sequence.cached_prompt_tokens_);
+    v.cached_prompt_tokens = sequence.cached_prompt_tokens();
     v.prefill_remaining = sequence.prompt_remaining();
     v.kv_tokens = sequence.kv_tokens();
-    v.generated_tokens = sequence.completion_tokens_;
+    v.generated_tokens = sequence.completion_tokens();
     v.max_tokens = request.max_tokens;
-    v.scheduled_at = sequence.scheduled_at_;
+    v.scheduled_at = sequence.scheduled_at();
     return v;
   };
   for (const auto& sequence : running_) out.running.push_back(view(*sequence));
