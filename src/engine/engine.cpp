@@ -36,9 +36,9 @@ std::optional<ggml_type> kv_cache_type(const std::string& name) {
 
 // What a request's numbers depend on besides the request: the model file (name and size),
 // llama.cpp's pinned source, the CPU features its kernels were built for, the accelerators the
-// layers run on, and the KV cache's types and layout. Threads split whole rows, so they are not
-// in it.
-std::string describe_numerics(const EngineOptions& options) {
+// layers run on, the KV cache's types and layout, and how a step's rows are cut into attention
+// calls on the CPU (`attention_rows`, 0: not cut). Threads split whole rows, so they are not in it.
+std::string describe_numerics(const EngineOptions& options, int attention_rows) {
   std::error_code ignored;
   const std::filesystem::path model(options.model_path);
   std::string identity = "model " + model.filename().string() + " " +
@@ -56,8 +56,8 @@ std::string describe_numerics(const EngineOptions& options) {
   identity += "; kv " + options.cache_type_k + "/" + options.cache_type_v +
               (options.kv_unified ? " unified" : " per-sequence") +
               (options.swa_full ? " swa-full" : "");
-  if (options.kv_unified && options.cpu_attention_rows > 0) {
-    identity += "; cpu attention calls of <= " + std::to_string(options.cpu_attention_rows) + " rows";
+  if (attention_rows > 0) {
+    identity += "; cpu attention calls of <= " + std::to_string(attention_rows) + " rows";
   }
   return identity;
 }
@@ -136,7 +136,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options, std::string* 
   const bool attention_on_gpu = options.gpu_layers > 0 && gpu_memory_bytes().has_value();
   engine->attention_rows_ =
       options.kv_unified && !attention_on_gpu ? std::max(0, options.cpu_attention_rows) : 0;
-  engine->numerics_identity_ = describe_numerics(options);
+  engine->numerics_identity_ = describe_numerics(options, engine->attention_rows_);
   engine->batch_ =
       std::make_unique<llama_batch>(llama_batch_init(options.max_batched_tokens, 0, 1));
   return engine;

@@ -92,9 +92,7 @@ void StepScheduler::step() {
 void StepScheduler::make_room_for_decodes() {
   if (!kv_shared_) return;
   for (;;) {
-    const auto decoders = std::count_if(running_.begin(), running_.end(),
-                                        [](const auto& s) { return s->prefill_done(); });
-    if (decoders <= kv_capacity_tokens_ - kv_.used_cells()) return;
+    if (decoding_sequences() <= kv_capacity_tokens_ - kv_.used_cells()) return;
     if (!kv_.evict_oldest()) {
       if (running_.size() <= 1) return;
       preempt_one();
@@ -279,7 +277,6 @@ void StepScheduler::admit_waiting() {
 void StepScheduler::admit_pass() {
   const PlannedStep draft = plan_step();
   int budget = draft.budget_for_newcomers;
-  const int decodes = draft.plan.decode_tokens();
   int newcomer_tokens = 0;  // the newcomers' first chunks
   const auto start = [&](std::unique_ptr<Sequence> sequence, const PrefixLookup& hit) {
     Sequence& started = start_sequence(std::move(sequence), hit);
@@ -292,7 +289,7 @@ void StepScheduler::admit_pass() {
     budget -= chunk;
     newcomer_tokens += chunk;
   };
-  int committed = committed_kv_tokens(decodes);
+  int committed = committed_kv_tokens();
   // Long prompts beyond --max-long-prefills would only hold a sequence while they wait for
   // their turn to prefill: short ones behind them in the queue go first. Long ones keep their
   // order among themselves, and each waits only while another long prompt is prefilled.
@@ -338,8 +335,7 @@ void StepScheduler::admit_pass() {
         auto next = waiting_.begin() + index;
         const TokenList& prompt = (*next)->prompt_tokens;
         hit = (*next)->shares_prompt_of ? kv_.lookup_shared_prompt(prompt) : kv_.lookup(prompt);
-        if (!make_room(static_cast<int>(prompt.size()) - hit.shared_cells(), hit.source, decodes,
-                       committed)) {
+        if (!make_room(static_cast<int>(prompt.size()) - hit.shared_cells(), hit.source, committed)) {
           return blocked(AdmissionBlock::kv_cache_full, next->get());
         }
         request = std::move(*next);
@@ -357,15 +353,14 @@ void StepScheduler::admit_pass() {
       if (resumed == preempted_.end()) return;
       Sequence& next = **resumed;
       hit = kv_.lookup(next.prefill_tokens());
-      if (!make_room(next.prompt_remaining() - hit.shared_cells(), hit.source, decodes,
-                     committed)) {
+      if (!make_room(next.prompt_remaining() - hit.shared_cells(), hit.source, committed)) {
         return blocked(AdmissionBlock::kv_cache_full, &next.request_ref());
       }
       std::unique_ptr<Sequence> sequence = std::move(*resumed);
       preempted_.erase(resumed);
       start(std::move(sequence), hit);
     }
-    committed = committed_kv_tokens(decodes);
+    committed = committed_kv_tokens();
   }
   blocked(budget <= 0 ? AdmissionBlock::step_budget : AdmissionBlock::no_free_sequence);
 }
@@ -407,19 +402,19 @@ bool StepScheduler::has_running_room() const {
 // Whether `needed` more cells fit beside `committed` and the watermark, evicting cached
 // prefixes (least recently used first, never `keep`: the newcomer's own hit) when that is
 // enough; evicts nothing when it is not.
-bool StepScheduler::make_room(int needed, int keep, int decodes, int& committed) {
+bool StepScheduler::make_room(int needed, int keep, int& committed) {
   if (!kv_shared_ || running_.empty()) return true;
   const int room = kv_capacity_tokens_ - kv_watermark_tokens_;
   if (committed + needed <= room) return true;
   if (committed - kv_.evictable_cells(keep) + needed > room) return false;
   while (committed + needed > room && kv_.evict_oldest(keep)) {
-    committed = committed_kv_tokens(decodes);
+    committed = committed_kv_tokens();
   }
   return committed + needed <= room;
 }
 
-// Gives the sequence a sequence id (with the cells of its prefix-cache hit), its first prompt
-// chunk, and its place in arrival order.
+// Gives the sequence a sequence id (with the cells of its prefix-cache hit) and its place in
+// arrival order; the plan gives it its prompt chunks.
 Sequence& StepScheduler::start_sequence(std::unique_ptr<Sequence> sequence,
                                         const PrefixLookup& hit) {
   const int id = kv_.acquire(hit);
@@ -480,12 +475,18 @@ void StepScheduler::finish_unscheduled(Request& request, FinishReason reason, st
   request.on_update(std::move(update));
 }
 
-// Cells held (cached prefixes included) or taken by this step's `decodes`, and the prompt tokens
+// Cells held (cached prefixes included) or taken by this step's decodes, and the prompt tokens
 // the running sequences still have to put in (a planned chunk among them).
-int StepScheduler::committed_kv_tokens(int decodes) const {
-  int committed = kv_.used_cells() + decodes;
+int StepScheduler::committed_kv_tokens() const {
+  int committed = kv_.used_cells() + decoding_sequences();
   for (const auto& sequence : running_) committed += sequence->prompt_remaining();
   return committed;
+}
+
+// The running sequences whose prompt is in: each decodes a token this step.
+int StepScheduler::decoding_sequences() const {
+  return static_cast<int>(std::count_if(running_.begin(), running_.end(),
+                                        [](const auto& s) { return s->prefill_done(); }));
 }
 
 }  // namespace brisk

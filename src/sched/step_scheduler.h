@@ -133,7 +133,7 @@ class StepScheduler {
   void admit_waiting();
   void admit_pass();
   Sequence& start_sequence(std::unique_ptr<Sequence> sequence, const PrefixLookup& hit);
-  bool make_room(int needed, int keep, int decodes, int& committed);
+  bool make_room(int needed, int keep, int& committed);
   // The plan, from the state alone.
   PlannedStep plan_step() const;
   void add_prefill(PlannedStep& out, Sequence& sequence, int& budget, int& kv_free) const;
@@ -151,7 +151,8 @@ class StepScheduler {
   void fail_batch(const std::string& error);
   void finish_unscheduled(Request& request, FinishReason reason, std::string error = {});
   static std::string deadline_message(const Request& request);
-  int committed_kv_tokens(int decodes) const;
+  int committed_kv_tokens() const;
+  int decoding_sequences() const;
   void report();
   LoadEstimate estimate_load() const;
   double expected_ms_to_finish(const Sequence& sequence) const;
