@@ -148,6 +148,35 @@ bool uses_tools(const std::vector<ChatMessage>& messages, const ChatTools* tools
   return false;
 }
 
+#ifdef BRISK_HAVE_LLAMA_COMMON
+// A lazy grammar's triggers as llama.cpp's sampler reads them: a word is matched anywhere, a
+// full pattern must match the whole output so far, a token when it is generated.
+void add_grammar_triggers(const std::vector<common_grammar_trigger>& triggers,
+                          ChatPrompt* rendered) {
+  for (const common_grammar_trigger& trigger : triggers) {
+    switch (trigger.type) {
+      case COMMON_GRAMMAR_TRIGGER_TYPE_WORD:
+        rendered->grammar_trigger_patterns.push_back(regex_escape(trigger.value));
+        break;
+      case COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN:
+        rendered->grammar_trigger_patterns.push_back(trigger.value);
+        break;
+      case COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN_FULL: {
+        const std::string& pattern = trigger.value;
+        rendered->grammar_trigger_patterns.push_back(
+            pattern.empty() ? "^$"
+                            : (pattern.front() == '^' ? "" : "^") + pattern +
+                                  (pattern.back() == '$' ? "" : "$"));
+        break;
+      }
+      case COMMON_GRAMMAR_TRIGGER_TYPE_TOKEN:
+        rendered->grammar_trigger_tokens.push_back(trigger.token);
+        break;
+    }
+  }
+}
+#endif
+
 }  // namespace
 
 bool ChatTemplate::render(const std::vector<ChatMessage>& messages, const ChatTools* tools,
@@ -191,17 +220,19 @@ bool ChatTemplate::render(const std::vector<ChatMessage>& messages, const ChatTo
       common_chat_params params = common_chat_templates_apply(jinja_.get(), inputs);
       rendered->prompt = std::move(params.prompt);
       if (calls_possible) {
-        // A lazy grammar starts only at the model's tool-call marker; brisk's sampler applies
-        // grammars from the first token, so `auto` generates freely and is parsed afterwards.
         spdlog::debug("tools: format {}, grammar {} bytes{}, {} stops, parser {} bytes",
                       common_chat_format_name(params.format), params.grammar.size(),
-                      params.grammar_lazy ? " (lazy: not applied)" : "",
-                      params.additional_stops.size(), params.parser.size());
+                      params.grammar_lazy ? " (lazy)" : "", params.additional_stops.size(),
+                      params.parser.size());
         spdlog::trace("tools grammar:\n{}", params.grammar);
         if (!params.grammar_lazy) {
           rendered->grammar =
               tighten_tool_grammar(params.grammar, tools->choice == ChatTools::Choice::required,
                                    tools->parallel_calls);
+        } else if (!params.grammar.empty() && !params.grammar_triggers.empty()) {
+          // `auto`: the model writes freely until it opens a call; the call is then constrained.
+          rendered->grammar = tighten_tool_grammar(params.grammar, false, tools->parallel_calls);
+          add_grammar_triggers(params.grammar_triggers, rendered);
         }
         rendered->generation_prompt = params.generation_prompt;
         rendered->stops = std::move(params.additional_stops);

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,10 +47,13 @@ class ChatOutputParser;
 // A chat rendered for generation. With tools, also what generation and parsing need.
 struct ChatPrompt {
   std::string prompt;
-  // GBNF the output must follow (the tool-call syntax of a `required` choice); empty when free.
-  // It begins where the template's generation prompt (the assistant turn's opening, which the
-  // prompt already ends with) begins, so the constraint is first fed that prompt's tokens.
+  // GBNF the output must follow (the tool-call syntax); empty when free. Under a `required`
+  // choice it begins where the template's generation prompt (the assistant turn's opening, which
+  // the prompt already ends with) begins, so the constraint is first fed that prompt's tokens.
+  // Under `auto` it is lazy: it starts at the template's call marker (a trigger below).
   std::string grammar;
+  std::vector<std::string> grammar_trigger_patterns;  // regular expressions, llama.cpp's syntax
+  std::vector<int32_t> grammar_trigger_tokens;
   std::string generation_prompt;
   // Strings that end generation besides the model's own end tokens (the template's).
   std::vector<std::string> stops;

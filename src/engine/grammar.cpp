@@ -114,6 +114,7 @@ class GrammarConstraint final : public TokenConstraint {
 
   bool allows(Token token) override {
     if (token < 0 || size_t(token) >= vocabulary_->kind.size()) return false;
+    if (grammar_->awaiting_trigger) return true;  // a lazy grammar not started yet
     if (mid_character()) {
       llama_token_data candidate{token, 0.0f, 0.0f};
       llama_token_data_array one{&candidate, 1, -1, false};
@@ -135,6 +136,7 @@ class GrammarConstraint final : public TokenConstraint {
 
   int mask(float* logits, int vocabulary_size) override {
     const size_t count = std::min(size_t(vocabulary_size), vocabulary_->kind.size());
+    if (grammar_->awaiting_trigger) return int(count);
     if (mid_character()) return mask_with_llama_apply(logits, count);
     allowed_.assign(count, 0);
     candidates_.clear();
@@ -179,6 +181,8 @@ class GrammarConstraint final : public TokenConstraint {
     return allowed;
   }
 
+  // While a lazy grammar waits, llama.cpp's accept collects the text and starts the grammar at
+  // a trigger, feeding it the text from the trigger on (it throws when the grammar refuses it).
   void accept(Token token) override { llama_grammar_accept_impl(*grammar_, token); }
 
  private:
@@ -291,6 +295,8 @@ std::shared_ptr<TokenConstraint> GrammarCompiler::compile(const GrammarRequest& 
 std::shared_ptr<const GrammarCompiler::Compiled> GrammarCompiler::find_or_compile(
     const GrammarRequest& request, std::string* error) {
   std::string key = (request.kind == GrammarRequest::Kind::gbnf ? "g:" : "j:") + request.text;
+  for (const std::string& pattern : request.trigger_patterns) key += "\n\x01" + pattern;
+  for (const Token token : request.trigger_tokens) key += "\n\x02" + std::to_string(token);
   {
     std::lock_guard lock(mutex_);
     auto it = compiled_.find(key);
@@ -314,8 +320,12 @@ std::shared_ptr<const GrammarCompiler::Compiled> GrammarCompiler::find_or_compil
   }
   Grammar prototype(nullptr, llama_grammar_free_impl);
   try {
-    prototype.reset(llama_grammar_init_impl(vocab_, gbnf.c_str(), "root", false, nullptr, 0,
-                                            nullptr, 0));
+    std::vector<const char*> patterns;
+    for (const std::string& pattern : request.trigger_patterns) patterns.push_back(pattern.c_str());
+    prototype.reset(llama_grammar_init_impl(vocab_, gbnf.c_str(), "root", request.lazy(),
+                                            patterns.data(), patterns.size(),
+                                            request.trigger_tokens.data(),
+                                            request.trigger_tokens.size()));
   } catch (const std::exception& e) {
     *error = std::string("the grammar is not valid: ") + e.what();
     return nullptr;

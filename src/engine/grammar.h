@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "engine/token_constraint.h"
 
@@ -22,6 +23,14 @@ struct GrammarRequest {
   };
   Kind kind = Kind::json_schema;
   std::string text;  // the schema as JSON text, or the GBNF rules
+  // A lazy grammar (a chat template's tool calls under tool_choice auto) allows anything until
+  // the output matches one of these regular expressions (the text from the match on is then fed
+  // to the grammar) or a trigger token comes; from there on it constrains. Not lazy when both
+  // are empty.
+  std::vector<std::string> trigger_patterns{};
+  std::vector<Token> trigger_tokens{};
+
+  bool lazy() const { return !trigger_patterns.empty() || !trigger_tokens.empty(); }
 };
 
 struct DecodedVocabulary;

@@ -66,8 +66,14 @@ std::variant<CompletionsRoute::ChoiceRequest, ApiError> CompletionsRoute::make_c
     }
     out.tool_parser = again.parser;
   }
-  if (!chat.grammar.empty()) {
-    // tool_choice required (or a named function): the template's tool-call syntax, enforced.
+  const GrammarRequest calls{GrammarRequest::Kind::gbnf, chat.grammar,
+                             chat.grammar_trigger_patterns, chat.grammar_trigger_tokens};
+  // With ignore_eos a finished call could only be followed by more ends of generation: under
+  // `auto` the calls are then parsed, not constrained.
+  const bool constrain_calls = !chat.grammar.empty() && !(calls.lazy() && params.ignore_eos);
+  if (constrain_calls) {
+    // tool_choice required (or a named function): the template's tool-call syntax, enforced
+    // from the first token; auto: from the template's call marker on (a lazy grammar).
     if (params.ignore_eos) {
       return ApiError::invalid(
           "'ignore_eos' cannot be combined with a required tool call: once the call is complete "
@@ -75,20 +81,23 @@ std::variant<CompletionsRoute::ChoiceRequest, ApiError> CompletionsRoute::make_c
           "ignore_eos");
     }
     std::string error;
-    request->constraint =
-        engine_.compile_grammar({GrammarRequest::Kind::gbnf, chat.grammar}, &error);
+    request->constraint = engine_.compile_grammar(calls, &error);
     if (!request->constraint ||
-        !prefill_constraint(*request->constraint, chat.generation_prompt, &error)) {
+        (!calls.lazy() &&
+         !prefill_constraint(*request->constraint, chat.generation_prompt, &error))) {
       return ApiError::invalid("the tools' call syntax did not compile into a grammar: " + error,
                                "tools");
     }
   } else if (params.tools && !params.tools->strict_tools.empty() &&
              params.tools->tools.choice == ChatTools::Choice::automatic) {
     return ApiError::invalid(
-        fmt::format("tools[{}].function.strict: with tool_choice 'auto' this model's tool calls "
-                    "are parsed, not constrained, so strict arguments cannot be promised; send "
-                    "tool_choice 'required' or name the function, or drop 'strict'",
-                    params.tools->strict_tools.front()),
+        fmt::format("tools[{}].function.strict: with tool_choice 'auto' {}, so strict arguments "
+                    "cannot be promised; send tool_choice 'required' or name the function, or "
+                    "drop 'strict'",
+                    params.tools->strict_tools.front(),
+                    params.ignore_eos ? "and ignore_eos the calls are parsed, not constrained"
+                                      : "this template's tool calls have no marker to start a "
+                                        "grammar at: they are parsed, not constrained"),
         "tools");
   }
   if (params.grammar) {

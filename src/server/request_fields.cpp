@@ -55,7 +55,8 @@ constexpr RequestField kFields[] = {
      "functions the model may call, rendered by the model's Jinja template; its output is parsed "
      "into tool_calls"},
     {"tool_choice", true, false, H,
-     "auto (parsed), none, required or a named function (both enforced by a grammar)"},
+     "auto (a call the model opens with the template's marker follows a grammar from there), "
+     "none, required or a named function (enforced by a grammar from the first token)"},
     {"parallel_tool_calls", true, false, H, "false: at most one call per answer"},
     {"functions", true, false, R, "no function calling: only an empty list"},
     {"function_call", true, false, R, "only none or auto (there are no functions)"},
