@@ -26,7 +26,7 @@ FUZZ_SMOKE_SECONDS ?= 10
 
 .PHONY: serve test deps llama-source build model test-models python unit-test integration-test cuda clean \
 	fuzz-build fuzz fuzz-smoke soak sanitize sanitize-unit-build sanitize-unit sanitize-thread \
-	peer-tools structured-outputs-check
+	peer-tools structured-outputs-check format-fuzz
 
 serve: build model
 	$(BRISK) serve --model $(MODEL) --host $(HOST) --port $(PORT) $(SERVE_ARGS)
@@ -109,6 +109,14 @@ soak: build model python
 structured-outputs-check: build test-models python
 	BRISK_GRAMMAR_SAMPLES=200 $(VENV)/bin/python -m pytest -v \
 	  tests/integration/test_structured_outputs.py -k temperature_one
+
+# Random JSON schemas and GBNF through a real server (tests/integration/test_output_format_fuzz.py
+# draws 120 of each in CI); FORMAT_FUZZ_SEED picks another sequence.
+FORMAT_FUZZ_CASES ?= 2000
+FORMAT_FUZZ_SEED  ?= 20261206
+format-fuzz: build test-models python
+	BRISK_FORMAT_FUZZ_CASES=$(FORMAT_FUZZ_CASES) BRISK_FORMAT_FUZZ_SEED=$(FORMAT_FUZZ_SEED) \
+	  $(VENV)/bin/python -m pytest -v -s tests/integration/test_output_format_fuzz.py
 
 # --- Sanitizers (BENCHMARKS.md, "Sanitizers") ---
 # Only brisk's own code is instrumented (cmake/sanitizers.cmake): llama.cpp keeps the flags of

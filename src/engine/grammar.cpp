@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cctype>
+#include <cstdint>
 #include <exception>
+#include <optional>
+#include <string_view>
 #include <limits>
 #include <vector>
 
@@ -257,6 +261,47 @@ class GrammarConstraint final : public TokenConstraint {
   std::vector<llama_token_data> data_;
 };
 
+// The first repetition `{m,n}` of the GBNF text whose minimum is above its maximum, as written
+// ("" when none). llama.cpp's parser expands `x{m,n}` into n - m optional copies, counted
+// unsigned: with m > n it allocates rules until the process is killed. A schema gets there too
+// (minItems above maxItems, minLength above maxLength), so every grammar is checked before it.
+std::string inverted_repetition(std::string_view gbnf) {
+  const auto number = [&](size_t& i) {
+    while (i < gbnf.size() && (gbnf[i] == ' ' || gbnf[i] == '\t')) ++i;
+    const size_t start = i;
+    uint64_t value = 0;
+    for (; i < gbnf.size() && std::isdigit(static_cast<unsigned char>(gbnf[i])); ++i) {
+      value = std::min<uint64_t>(value * 10 + uint64_t(gbnf[i] - '0'), UINT32_MAX);
+    }
+    while (i < gbnf.size() && (gbnf[i] == ' ' || gbnf[i] == '\t')) ++i;
+    return i == start ? std::optional<uint64_t>() : std::optional<uint64_t>(value);
+  };
+  for (size_t i = 0; i < gbnf.size(); ++i) {
+    const char c = gbnf[i];
+    if (c == '"' || c == '[') {  // a literal or a character class: skip it, escapes and all
+      const char end = c == '"' ? '"' : ']';
+      for (++i; i < gbnf.size() && gbnf[i] != end; ++i) {
+        if (gbnf[i] == '\\') ++i;
+      }
+    } else if (c == '#') {  // a comment, to the end of its line
+      while (i < gbnf.size() && gbnf[i] != '\n') ++i;
+    } else if (c == '<') {  // a token reference: <[id]> or <text>
+      while (i < gbnf.size() && gbnf[i] != '>') ++i;
+    } else if (c == '{') {
+      const size_t start = i;
+      size_t j = i + 1;
+      const auto low = number(j);
+      if (!low || j >= gbnf.size() || gbnf[j] != ',') continue;
+      ++j;
+      const auto high = number(j);
+      if (high && *high < *low && j < gbnf.size() && gbnf[j] == '}') {
+        return std::string(gbnf.substr(start, j + 1 - start));
+      }
+    }
+  }
+  return {};
+}
+
 #ifdef BRISK_HAVE_LLAMA_COMMON
 // llama.cpp's converter names what it cannot do in its exception; its parser of the schema's
 // JSON, the position of a syntax error.
@@ -286,8 +331,6 @@ std::shared_ptr<TokenConstraint> GrammarCompiler::compile(const GrammarRequest& 
                                                           std::string* error) {
   auto compiled = find_or_compile(request, error);
   if (!compiled) return nullptr;
-  std::call_once(decoded_once_,
-                 [this] { decoded_ = std::make_shared<const DecodedVocabulary>(vocab_); });
   Grammar copy(llama_grammar_clone_impl(*compiled->prototype), llama_grammar_free_impl);
   return std::make_shared<GrammarConstraint>(std::move(copy), decoded_);
 }
@@ -318,6 +361,13 @@ std::shared_ptr<const GrammarCompiler::Compiled> GrammarCompiler::find_or_compil
     return nullptr;
 #endif
   }
+  if (const std::string bad = inverted_repetition(gbnf); !bad.empty()) {
+    *error = request.kind == GrammarRequest::Kind::gbnf
+                 ? "the grammar repeats " + bad + ": its minimum is above its maximum"
+                 : "the JSON schema's bounds are inverted: a minimum (minItems, minLength, "
+                   "minProperties) is above its maximum, which makes the repetition " + bad;
+    return nullptr;
+  }
   Grammar prototype(nullptr, llama_grammar_free_impl);
   try {
     std::vector<const char*> patterns;
@@ -337,6 +387,22 @@ std::shared_ptr<const GrammarCompiler::Compiled> GrammarCompiler::find_or_compil
                    "rule"
                  : "llama.cpp could not parse the grammar made from this JSON schema";
     return nullptr;
+  }
+  std::call_once(decoded_once_,
+                 [this] { decoded_ = std::make_shared<const DecodedVocabulary>(vocab_); });
+  if (!request.lazy()) {
+    // A grammar that allows no first token (a schema whose bounds leave no value, such as an
+    // integer above 5 and below 3) would fail the request at its first token: refused here.
+    GrammarConstraint start(Grammar(llama_grammar_clone_impl(*prototype), llama_grammar_free_impl),
+                            decoded_);
+    std::vector<float> logits(decoded_->kind.size(), 0.0f);
+    if (start.mask(logits.data(), int(logits.size())) == 0) {
+      *error = request.kind == GrammarRequest::Kind::gbnf
+                   ? "the grammar allows no output: no token can begin it"
+                   : "the JSON schema admits no value that a token can begin (are its bounds, "
+                     "enums or types contradictory?)";
+      return nullptr;
+    }
   }
   auto compiled = std::make_shared<Compiled>();
   compiled->prototype = std::move(prototype);
