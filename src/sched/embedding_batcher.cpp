@@ -33,6 +33,8 @@ const char* status_name(EmbeddingOutcome::Status status) {
       return "failed";
     case EmbeddingOutcome::Status::shutting_down:
       return "shutting_down";
+    case EmbeddingOutcome::Status::cancelled:
+      return "cancelled";
   }
   return "failed";
 }
@@ -119,7 +121,7 @@ std::string EmbeddingMetrics::render_prometheus(int queued_inputs, int queued_re
   out += render_counts(batches_by_trigger_, "brisk_embedding_batches_total", "trigger");
   out +=
       "# HELP brisk_embedding_requests_total Embedding requests ended, by status (done, "
-      "deadline, failed, shutting_down).\n# TYPE brisk_embedding_requests_total counter\n";
+      "deadline, failed, shutting_down, cancelled).\n# TYPE brisk_embedding_requests_total counter\n";
   out += render_counts(requests_by_status_, "brisk_embedding_requests_total", "status");
   out +=
       "# HELP brisk_embedding_rejections_total Embedding requests refused before they queued, "
@@ -213,16 +215,22 @@ void EmbeddingBatcher::finish(std::shared_ptr<Pending> pending, EmbeddingOutcome
   mutex_.lock();
 }
 
-// Called with mutex_ held: a request whose deadline passed before all its inputs started.
-void EmbeddingBatcher::drop_expired(TimePoint now) {
+// Called with mutex_ held: a request whose client went away, or whose deadline passed, before
+// all its inputs started.
+void EmbeddingBatcher::drop_abandoned(TimePoint now) {
   for (size_t i = 0; i < queue_.size(); ++i) {
     const std::shared_ptr<Pending> job = queue_[i].job;
-    if (job->job->deadline_ms <= 0 || ms_between(job->job->arrival, now) < job->job->deadline_ms) {
+    if (job->job->cancelled.load()) {
+      finish(job, EmbeddingOutcome::Status::cancelled, "the client closed the connection");
+    } else if (job->job->deadline_ms > 0 &&
+               ms_between(job->job->arrival, now) >= job->job->deadline_ms) {
+      finish(job, EmbeddingOutcome::Status::deadline,
+             fmt::format("the request's deadline_ms ({:.0f}) passed before its inputs were "
+                         "computed",
+                         job->job->deadline_ms));
+    } else {
       continue;
     }
-    finish(job, EmbeddingOutcome::Status::deadline,
-           fmt::format("the request's deadline_ms ({:.0f}) passed before its inputs were computed",
-                       job->job->deadline_ms));
     i = static_cast<size_t>(-1);  // finish() removed its inputs: start over
   }
 }
@@ -232,7 +240,7 @@ void EmbeddingBatcher::run() {
   std::vector<WaitingInput> view;
   for (;;) {
     const TimePoint now = clock_();
-    drop_expired(now);
+    drop_abandoned(now);
     if (stopping_ && (queue_.empty() || now >= drain_deadline_)) break;
     view.clear();
     std::optional<TimePoint> first_deadline;

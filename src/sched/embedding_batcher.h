@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -21,7 +22,7 @@ namespace brisk {
 
 // How an embedding request ended.
 struct EmbeddingOutcome {
-  enum class Status { done, deadline, failed, shutting_down };
+  enum class Status { done, deadline, failed, shutting_down, cancelled };
   Status status = Status::done;
   std::string error;           // with failed or deadline
   std::vector<float> vectors;  // done: one vector of `dimensions` floats per input, in order
@@ -39,6 +40,9 @@ struct EmbeddingJob {
   TimePoint arrival;
   // Called once, on the batcher's thread: keep it short (post the response elsewhere).
   std::function<void(EmbeddingOutcome&&)> on_done;
+  // Set from any thread (the client went away): the inputs still queued are dropped uncomputed
+  // when the batcher next plans a batch, and on_done gets `cancelled`.
+  std::atomic<bool> cancelled{false};
 };
 
 enum class EmbeddingSubmit { accepted, queue_full, shutting_down };
@@ -107,7 +111,7 @@ class EmbeddingBatcher {
   };
   void run();
   void run_batch(int inputs, BatchTrigger trigger);
-  void drop_expired(TimePoint now);
+  void drop_abandoned(TimePoint now);
   void finish(std::shared_ptr<Pending> job, EmbeddingOutcome::Status status, std::string error);
 
   EmbeddingRunner& runner_;

@@ -159,6 +159,8 @@ void EmbeddingsRoute::handle(const HttpRequest& request,
           error.status = 408;
           error.type = "timeout_error";
           error.code = "deadline_exceeded";
+        } else if (outcome.status == EmbeddingOutcome::Status::cancelled) {
+          return;  // nobody is left to answer
         } else if (outcome.status == EmbeddingOutcome::Status::shutting_down) {
           error.status = 503;
           error.code = "shutting_down";
@@ -194,8 +196,17 @@ void EmbeddingsRoute::handle(const HttpRequest& request,
       session->respond(json_response(http::status::ok, body));
     });
   };
+  const std::weak_ptr<EmbeddingJob> queued = job;
   const EmbeddingSubmit status = batcher_.submit(std::move(job));
-  if (status == EmbeddingSubmit::accepted) return;
+  if (status == EmbeddingSubmit::accepted) {
+    // A client that goes away takes its inputs still waiting out of the queue: the batcher
+    // drops them when it next plans a batch (after the running one, or at the window's end).
+    // It is not woken from here: once the job is gone, so may be the model and its batcher.
+    session->watch_for_disconnect([queued] {
+      if (auto gone = queued.lock()) gone->cancelled = true;
+    });
+    return;
+  }
   ApiError error;
   if (status == EmbeddingSubmit::queue_full) {
     error.status = 429;

@@ -9,6 +9,7 @@ import concurrent.futures
 import hashlib
 import json
 import math
+import socket
 import struct
 import subprocess
 import sys
@@ -242,6 +243,39 @@ def test_a_full_queue_answers_429(tmp_path_factory):
                 assert waiting.result().status_code == 200
             late = client.post("/v1/embeddings", json={"input": "c", "deadline_ms": 50})
             assert_openai_error(late, 408)
+    finally:
+        _stop_and_check_clean_exit(server)
+
+
+def _wait_for(predicate, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_client_that_goes_away_takes_its_queued_inputs_with_it(tmp_path_factory):
+    """Three inputs wait out a 1.5 s window; their client closes the connection: the batcher
+    drops them uncomputed (counted `cancelled`), and the server goes on serving."""
+    server = start_embedding_server(tmp_path_factory, "brisk-embeddings-gone",
+                                    ["--batch-window-ms", "1500"])
+    try:
+        body = json.dumps({"input": ["x", "y", "z"]}).encode()
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            sock.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Type: application/json\r\nContent-Length: "
+                         + str(len(body)).encode() + b"\r\n\r\n" + body)
+            assert _wait_for(lambda: get_metrics(server).get(
+                "brisk_embedding_queued_inputs", 0) == 3), "the inputs never queued"
+        cancelled = 'brisk_embedding_requests_total{status="cancelled"}'
+        assert _wait_for(lambda: get_metrics(server).get(cancelled, 0) == 1), get_metrics(server)
+        metrics = get_metrics(server)
+        assert metrics.get("brisk_embedding_inputs_total", 0) == 0, metrics
+        assert metrics["brisk_embedding_queued_inputs"] == 0
+        with server.client() as client:
+            assert client.post("/v1/embeddings", json={"input": "w"}).status_code == 200
     finally:
         _stop_and_check_clean_exit(server)
 

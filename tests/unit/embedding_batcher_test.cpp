@@ -237,6 +237,30 @@ TEST_F(EmbeddingBatcherTest, ARequestPastItsDeadlineIsDroppedUncomputed) {
   EXPECT_TRUE(runner.recorded().empty());
 }
 
+// A client that closed its connection while its inputs waited behind a running batch: they are
+// dropped uncomputed when the batch ends, and the next request's inputs run.
+TEST_F(EmbeddingBatcherTest, ACancelledRequestsQueuedInputsAreDroppedUncomputed) {
+  start({});
+  runner.hold();
+  Submitted running = make_job(clock, {{1, 1}});
+  ASSERT_EQ(batcher->submit(running.job), EmbeddingSubmit::accepted);
+  ASSERT_TRUE(runner.wait_for_batches(1));
+  Submitted gone = make_job(clock, {{2, 1}, {3, 1}});
+  Submitted next = make_job(clock, {{4, 1}});
+  ASSERT_EQ(batcher->submit(gone.job), EmbeddingSubmit::accepted);
+  ASSERT_EQ(batcher->submit(next.job), EmbeddingSubmit::accepted);
+  gone.job->cancelled = true;
+  runner.release();
+  ASSERT_TRUE(ready(gone.outcome, milliseconds(5000)));
+  EXPECT_EQ(gone.outcome.get().status, EmbeddingOutcome::Status::cancelled);
+  ASSERT_TRUE(ready(next.outcome, milliseconds(5000)));
+  EXPECT_EQ(next.outcome.get().status, EmbeddingOutcome::Status::done);
+  for (const auto& batch : runner.recorded()) {
+    for (const Token token : batch) EXPECT_TRUE(token != 2 && token != 3) << "computed anyway";
+  }
+  EXPECT_EQ(batcher->queued_requests(), 0);
+}
+
 TEST_F(EmbeddingBatcherTest, AFullQueueRefusesAndAFailedBatchFailsItsRequests) {
   start({.max_queued_inputs = 3});
   runner.hold();
