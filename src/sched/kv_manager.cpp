@@ -253,6 +253,14 @@ void KvManager::release(int id) {
   state_[static_cast<size_t>(id)] = State::free;
 }
 
+bool KvManager::swap_out(int id) {
+  const TokenList tokens = tree_.tokens(id);
+  const bool saved =
+      options_.enabled && host_.enabled() && !tokens.empty() && save_to_host(id, tokens);
+  release(id);
+  return saved;
+}
+
 void KvManager::retire(int id) {
   if (!options_.enabled || tree_.length(id) == 0) {
     release(id);
@@ -301,7 +309,7 @@ void KvManager::evict(int id) {
   metrics_.count_prefix_eviction();
 }
 
-void KvManager::save_to_host(int id, const TokenList& tokens) {
+bool KvManager::save_to_host(int id, const TokenList& tokens) {
   bool stored = false;
   const auto started = std::chrono::steady_clock::now();
   std::vector<uint8_t> state = engine_.save_sequence(id);
@@ -315,6 +323,7 @@ void KvManager::save_to_host(int id, const TokenList& tokens) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (stored) metrics_.count_host_save(bytes, seconds);
   metrics_.set_host_tier(host_.bytes(), host_.entries(), host_.capacity_bytes());
+  return stored;
 }
 
 PrefixTree::Owners KvManager::running_mask() const {

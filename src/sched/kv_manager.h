@@ -113,9 +113,12 @@ class KvManager {
   int attach(int id, const PrefixLookup& hit, std::span<const Token> prompt);
   // After a successful decode: `id` computed `tokens` at its next positions.
   void record(int id, std::span<const Token> tokens);
-  // A running sequence ends without leaving its cells to the cache (cancelled, failed,
-  // preempted).
+  // A running sequence ends without leaving its cells to the cache (cancelled, failed).
   void release(int id);
+  // A running sequence is preempted: its state is saved to the host tier when there is one (so
+  // that it resumes by a restore, found by lookup like any cached prefix) and its id freed.
+  // Whether it was saved.
+  bool swap_out(int id);
   // A running sequence finished: its cells stay cached (or are freed when caching is off).
   void retire(int id);
   // Frees the least recently used cached sequence but `keep`; false when there is none.
@@ -140,7 +143,7 @@ class KvManager {
   int start_running(int id);
   // Frees a cached sequence, first saving its state in the host tier when there is one.
   void evict(int id);
-  void save_to_host(int id, const TokenList& tokens);
+  bool save_to_host(int id, const TokenList& tokens);
   // The cached `id` becomes the running sequence of a prompt that reuses its first `tokens`.
   int take_over(int id, const PrefixLookup& hit, std::span<const Token> prompt);
   int restore_from_host(int id, const PrefixLookup& hit, std::span<const Token> prompt);

@@ -104,11 +104,17 @@ std::string ServingMetrics::render_prometheus(const SchedulerStats& stats) const
   append_header(out, "brisk_requests_waiting", "gauge", "Requests admitted and waiting to run.");
   out += fmt::format("brisk_requests_waiting {}\n", stats.waiting);
   append_header(out, "brisk_requests_preempted", "gauge",
-                "Of the waiting requests, those preempted to recompute their KV cache.");
+                "Of the waiting requests, those preempted (to restore or recompute their KV "
+                "cache).");
   out += fmt::format("brisk_requests_preempted {}\n", stats.preempted);
   append_header(out, "brisk_preemptions_total", "counter",
-                "Running requests that gave up their KV cache for others, to recompute it later.");
+                "Running requests that gave up their KV cache for others, to restore or recompute "
+                "it later.");
   out += fmt::format("brisk_preemptions_total {}\n", preemptions_.load());
+  append_header(out, "brisk_preemption_swaps_total", "counter",
+                "Preempted requests whose KV state went to the host tier, to be restored rather "
+                "than recomputed when they resume.");
+  out += fmt::format("brisk_preemption_swaps_total {}\n", preemption_swaps_.load());
   append_header(out, "brisk_requests_waiting_by_reason", "gauge",
                 "Waiting requests by why they are not running: preempted, or the reason the "
                 "last admission pass stopped (docs/metrics.md).");

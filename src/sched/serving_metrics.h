@@ -54,6 +54,7 @@ class ServingMetrics {
                     const StepPhases& phases);
   void observe_finished(const RequestTimings& timings, FinishReason reason);
   void count_preemption() { ++preemptions_; }
+  void count_preemption_swap() { ++preemption_swaps_; }
   // A step whose admission pass left requests waiting, and why (a counter cannot miss a
   // short block between two scrapes, as the waiting_by_reason gauge can).
   void count_admission_block(AdmissionBlock why);
@@ -92,6 +93,7 @@ class ServingMetrics {
   std::atomic<uint64_t> prompt_tokens_{0};
   std::atomic<uint64_t> generation_tokens_{0};
   std::atomic<uint64_t> preemptions_{0};
+  std::atomic<uint64_t> preemption_swaps_{0};
   // Indexed by AdmissionBlock (none stays 0).
   std::atomic<uint64_t>
       admission_blocks_[static_cast<size_t>(AdmissionBlock::first_choice_prefill) + 1] = {};

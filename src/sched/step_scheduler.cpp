@@ -202,12 +202,14 @@ void StepScheduler::preempt_one() { preempt(preemption_victim()); }
 void StepScheduler::preempt(size_t index) {
   std::unique_ptr<Sequence> victim = std::move(running_[index]);
   running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(index));
-  kv_.release(victim->slot());
-  spdlog::debug("preempting request {} ({} KV cells, {} tokens generated)", victim->request().id,
-                victim->kv_tokens(), victim->completion_tokens());
+  const bool swapped = kv_.swap_out(victim->slot());
+  spdlog::debug("preempting request {} ({} KV cells, {} tokens generated; {})",
+                victim->request().id, victim->kv_tokens(), victim->completion_tokens(),
+                swapped ? "saved to the host tier" : "to be recomputed");
   victim->preempt();
   last_pass_.preempted_after.push_back(&victim->request_ref());
   metrics_.count_preemption();
+  if (swapped) metrics_.count_preemption_swap();
   const auto at = std::find_if(preempted_.begin(), preempted_.end(), [&](const auto& other) {
     return other->admission_order() > victim->admission_order();
   });
@@ -401,16 +403,19 @@ bool StepScheduler::has_running_room() const {
 
 // Whether `needed` more cells fit beside `committed` and the watermark, evicting cached
 // prefixes (least recently used first, never `keep`: the newcomer's own hit) when that is
-// enough; evicts nothing when it is not.
+// enough; evicts nothing when it is not. A request alone is always let in, after the cached
+// prefixes it needs the room of are evicted (a state restored from the host tier needs all of
+// its cells at once).
 bool StepScheduler::make_room(int needed, int keep, int& committed) {
-  if (!kv_shared_ || running_.empty()) return true;
+  if (!kv_shared_) return true;
   const int room = kv_capacity_tokens_ - kv_watermark_tokens_;
   if (committed + needed <= room) return true;
-  if (committed - kv_.evictable_cells(keep) + needed > room) return false;
+  const bool alone = running_.empty();
+  if (!alone && committed - kv_.evictable_cells(keep) + needed > room) return false;
   while (committed + needed > room && kv_.evict_oldest(keep)) {
     committed = committed_kv_tokens();
   }
-  return committed + needed <= room;
+  return alone || committed + needed <= room;
 }
 
 // Gives the sequence a sequence id (with the cells of its prefix-cache hit) and its place in

@@ -44,6 +44,27 @@ TEST(StepScheduler, PreemptedRequestsGenerateExactlyWhatTheyWouldAlone) {
   }
 }
 
+// With a host tier, a preempted request's KV state is saved there and restored when it resumes
+// (not recomputed), and every stream is still what it is alone.
+TEST(StepScheduler, PreemptedRequestsResumeFromTheHostTierExactly) {
+  for (const SamplingParams& sampling : {greedy(), seeded(7)}) {
+    const auto work = jobs(6, 20, 60, sampling);
+    FakeModelRunner runner(200);
+    SchedulerOptions swapping = options(6);
+    swapping.prefix_cache.host_bytes = size_t(1) << 20;
+    SchedulerRun run(runner, swapping);
+    const auto together = run.all(work);
+    expect_same_streams(together, alone(work));
+    const double swaps = run.metric("brisk_preemption_swaps_total");
+    EXPECT_GT(swaps, 0) << "no preempted request was saved to the host tier";
+    EXPECT_LE(swaps, run.metric("brisk_preemptions_total"));
+    EXPECT_GT(runner.restores(), 0) << "no preempted request resumed by a restore";
+    EXPECT_EQ(runner.failed_restores(), 0);
+    EXPECT_EQ(runner.misplaced_tokens(), 0);
+    EXPECT_LE(runner.max_cells_used(), 200);
+  }
+}
+
 // The openai SDK sends no max_tokens; the server then allows everything left of the context.
 // Such requests used to reserve the whole cache and run one at a time.
 TEST(StepScheduler, RequestsWithoutMaxTokensRunSideBySide) {
