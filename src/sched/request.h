@@ -47,6 +47,9 @@ struct GenerationUpdate {
   std::vector<GeneratedTokenLogprobs> logprobs;
   FinishReason finish_reason = FinishReason::none;
   std::string error;       // set when finish_reason == error
+  // The error is the request's own: its output format allowed no next token (a 400 naming the
+  // field, not a server failure).
+  bool request_fault = false;
   RequestTimings timings;  // set on the final update
 
   bool finished() const { return finish_reason != FinishReason::none; }

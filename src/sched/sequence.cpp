@@ -101,7 +101,10 @@ void Sequence::accept_token(SampledToken sampled, TimePoint now, const ModelRunn
   if (sampled.constraint_dead_end) {
     emit(stop_matcher_.flush());
     finish(FinishReason::error, now, metrics,
-           "the output format (response_format or grammar) allows no next token");
+           "the output format allows no next token after " + std::to_string(completion_tokens_) +
+               " generated: the schema, grammar or tool-call syntax admits nothing the model's "
+               "vocabulary can continue with here",
+           true);
     return;
   }
   const Token token = sampled.token;
@@ -152,7 +155,7 @@ void Sequence::emit(std::string text) {
 }
 
 void Sequence::finish(FinishReason reason, TimePoint now, ServingMetrics& metrics,
-                      std::string error) {
+                      std::string error, bool request_fault) {
   if (finished()) return;
   finish_reason_ = reason;
   request_->prompt_ready_to_share = true;  // the choices waiting for its prompt go on alone
@@ -175,6 +178,7 @@ void Sequence::finish(FinishReason reason, TimePoint now, ServingMetrics& metric
   pending_logprobs_.clear();
   update.finish_reason = reason;
   update.error = std::move(error);
+  update.request_fault = request_fault;
   update.timings = timings;
   request_->on_update(std::move(update));
 }

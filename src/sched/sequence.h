@@ -75,7 +75,8 @@ class Sequence {
   // reports new text.
   void accept_token(SampledToken sampled, TimePoint now, const ModelRunner& engine,
                     ServingMetrics& metrics);
-  void finish(FinishReason reason, TimePoint now, ServingMetrics& metrics, std::string error = {});
+  void finish(FinishReason reason, TimePoint now, ServingMetrics& metrics, std::string error = {},
+              bool request_fault = false);
 
  private:
   void emit(std::string text);

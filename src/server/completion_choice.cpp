@@ -20,6 +20,7 @@ void CompletionChoice::take(const GenerationUpdate& update, bool streamed) {
   if (update.finished()) {
     final_.finish_reason = update.finish_reason;
     final_.error = update.error;
+    final_.request_fault = update.request_fault;
     final_.timings = update.timings;
     final_.completion_tokens = update.completion_tokens;
   }

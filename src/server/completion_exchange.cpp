@@ -259,10 +259,13 @@ RequestTimings CompletionExchange::response_timings() const {
 }
 
 // Why a request ended without a result: the server is shutting down, or generation failed.
-ApiError CompletionExchange::unfinished_error(const GenerationUpdate& update) {
+ApiError CompletionExchange::unfinished_error(const GenerationUpdate& update) const {
   ApiError error;
   error.type = "server_error";
-  if (update.finish_reason == FinishReason::deadline) {
+  if (update.request_fault) {
+    error = ApiError::invalid(update.error, params_.grammar ? params_.grammar_field : "tools");
+    error.code = "output_format_dead_end";
+  } else if (update.finish_reason == FinishReason::deadline) {
     error.status = 408;
     error.type = "timeout_error";
     error.code = "deadline_exceeded";

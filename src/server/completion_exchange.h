@@ -57,7 +57,7 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   nlohmann::json timings_of(const RequestTimings& timings) const;
   nlohmann::json chunk_json(nlohmann::json choice, const CompletionChoice* finished) const;
   std::string usage_chunk_json() const;
-  static ApiError unfinished_error(const GenerationUpdate& update);
+  ApiError unfinished_error(const GenerationUpdate& update) const;
   void log_finished() const;
   void write_trace(const CompletionChoice& choice) const;
 

@@ -184,3 +184,19 @@ def test_contradictory_bounds_are_400s(client, schema, words):
     gbnf = {"prompt": "x", "max_tokens": 2, "grammar": 'root ::= "a"{5,3}'}
     err = assert_openai_error(client.post("/v1/completions", json=gbnf), 400)
     assert err["param"] == "grammar" and "{5,3}" in err["message"], err
+
+
+def test_a_format_that_leaves_no_token_midway_is_a_400_naming_it(client):
+    """After "a" this grammar wants a NUL, which no token's text holds: no token can go on.
+    The first token passes the compile-time check; the dead end after it is the request's
+    fault, not the server's (it was a 500), streamed or not."""
+    body = {"prompt": "x", "max_tokens": 8, "grammar": 'root ::= "a" [\\x00]'}
+    err = assert_openai_error(client.post("/v1/completions", json=body), 400)
+    assert err["param"] == "grammar" and err["code"] == "output_format_dead_end", err
+    with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as r:
+        assert r.status_code == 200
+        events = [json.loads(line[6:]) for line in r.iter_lines()
+                  if line.startswith("data: {")]
+    assert events[-1]["error"]["code"] == "output_format_dead_end", events
+    assert events[-1]["error"]["param"] == "grammar", events
+    assert client.get("/health").status_code == 200
