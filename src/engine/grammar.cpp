@@ -189,6 +189,10 @@ class GrammarConstraint final : public TokenConstraint {
   // a trigger, feeding it the text from the trigger on (it throws when the grammar refuses it).
   void accept(Token token) override { llama_grammar_accept_impl(*grammar_, token); }
 
+  // Whether every way on begins with one of a few characters (mask() then checks only the
+  // tokens that begin with them), or with nothing at all.
+  bool starts_narrow() { return grammar_->stacks.empty() || first_characters(); }
+
  private:
   bool mid_character() const { return grammar_->partial_utf8.n_remain != 0; }
 
@@ -393,10 +397,13 @@ std::shared_ptr<const GrammarCompiler::Compiled> GrammarCompiler::find_or_compil
   if (!request.lazy()) {
     // A grammar that allows no first token (a schema whose bounds leave no value, such as an
     // integer above 5 and below 3) would fail the request at its first token: refused here.
+    // Only where its start is a few characters (then only the tokens beginning with them are
+    // checked); one that starts with a broad class (a string's, any character) allows
+    // something, and checking the whole vocabulary cost ~70 ms for Gemma 3's 262,144 tokens.
     GrammarConstraint start(Grammar(llama_grammar_clone_impl(*prototype), llama_grammar_free_impl),
                             decoded_);
     std::vector<float> logits(decoded_->kind.size(), 0.0f);
-    if (start.mask(logits.data(), int(logits.size())) == 0) {
+    if (start.starts_narrow() && start.mask(logits.data(), int(logits.size())) == 0) {
       *error = request.kind == GrammarRequest::Kind::gbnf
                    ? "the grammar allows no output: no token can begin it"
                    : "the JSON schema admits no value that a token can begin (are its bounds, "
