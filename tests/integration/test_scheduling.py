@@ -164,12 +164,17 @@ def _stream_in_background(server, body: dict, headers: dict | None = None):
         tokens = 0
         with httpx.stream("POST", server.base_url + "/v1/completions", json=body,
                           headers=headers or {}, timeout=120) as r:
-            for line in r.iter_lines():
-                if line.startswith("data: {"):
-                    chunk = json.loads(line[6:])
-                    if chunk.get("usage"):
-                        tokens = chunk["usage"]["completion_tokens"]
-                    started.set()
+            # SSE lines end at CR/LF only; httpx's iter_lines also splits at U+2028, U+0085 and
+            # \x1c-\x1e, which a sampled text may hold (a chunk cut in two failed CI once).
+            pending = b""
+            for piece in r.iter_bytes():
+                *lines, pending = (pending + piece).split(b"\n")
+                for line in (raw.decode() for raw in lines):
+                    if line.startswith("data: {"):
+                        chunk = json.loads(line[6:])
+                        if chunk.get("usage"):
+                            tokens = chunk["usage"]["completion_tokens"]
+                        started.set()
             return r.status_code, tokens, time.monotonic()
 
     pool = ThreadPoolExecutor(max_workers=1)
