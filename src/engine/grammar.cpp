@@ -192,6 +192,7 @@ class GrammarConstraint final : public TokenConstraint {
   // Whether every way on begins with one of a few characters (mask() then checks only the
   // tokens that begin with them), or with nothing at all.
   bool starts_narrow() { return grammar_->stacks.empty() || first_characters(); }
+  size_t token_count() const { return vocabulary_->kind.size(); }
 
  private:
   bool mid_character() const { return grammar_->partial_utf8.n_remain != 0; }
@@ -306,6 +307,13 @@ std::string inverted_repetition(std::string_view gbnf) {
   return {};
 }
 
+// Whether a fresh grammar rejects every token of the vocabulary as its first. Costs a logit
+// vector the vocabulary's size, so it is asked only of grammars that start narrow.
+bool start_allows_no_token(GrammarConstraint& start) {
+  std::vector<float> logits(start.token_count(), 0.0f);
+  return start.mask(logits.data(), int(logits.size())) == 0;
+}
+
 #ifdef BRISK_HAVE_LLAMA_COMMON
 // llama.cpp's converter names what it cannot do in its exception; its parser of the schema's
 // JSON, the position of a syntax error.
@@ -402,8 +410,7 @@ std::shared_ptr<const GrammarCompiler::Compiled> GrammarCompiler::find_or_compil
     // something, and checking the whole vocabulary cost ~70 ms for Gemma 3's 262,144 tokens.
     GrammarConstraint start(Grammar(llama_grammar_clone_impl(*prototype), llama_grammar_free_impl),
                             decoded_);
-    std::vector<float> logits(decoded_->kind.size(), 0.0f);
-    if (start.starts_narrow() && start.mask(logits.data(), int(logits.size())) == 0) {
+    if (start.starts_narrow() && start_allows_no_token(start)) {
       *error = request.kind == GrammarRequest::Kind::gbnf
                    ? "the grammar allows no output: no token can begin it"
                    : "the JSON schema admits no value that a token can begin (are its bounds, "

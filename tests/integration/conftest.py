@@ -390,6 +390,19 @@ class StreamResult:
         return with_usage[-1] if with_usage else None
 
 
+def sse_lines(response: httpx.Response):
+    """The lines of a streamed SSE body. SSE lines end at LF or CR LF only; httpx's iter_lines
+    also splits at U+2028, U+0085 and \\x1c-\\x1e, which a sampled text may hold, and cut a
+    chunk's JSON in two (a CI failure on 2026-12-06)."""
+    pending = b""
+    for piece in response.iter_bytes():
+        *lines, pending = (pending + piece).split(b"\n")
+        for line in lines:
+            yield line.rstrip(b"\r").decode()
+    if pending:
+        yield pending.rstrip(b"\r").decode()
+
+
 def stream_sse(client: httpx.Client, path: str, payload: dict) -> StreamResult:
     """POSTs a streaming request and parses the SSE events."""
     raw, chunks, done = [], [], False
@@ -397,7 +410,7 @@ def stream_sse(client: httpx.Client, path: str, payload: dict) -> StreamResult:
         if r.status_code != 200:
             r.read()
             return StreamResult(r.status_code, dict(r.headers), [r.text], [], False)
-        for line in r.iter_lines():
+        for line in sse_lines(r):
             raw.append(line)
             if not line.strip() or line.startswith(":"):
                 continue

@@ -20,6 +20,7 @@ from conftest import (
     _start_brisk,
     completion,
     get_metrics,
+    sse_lines,
 )
 
 from sanitizer_reports import running_under_a_sanitizer
@@ -150,7 +151,7 @@ def _streaming_when_sigterm_lands(server):
                       json={"model": MODEL_NAME, "prompt": "Once", "max_tokens": 4000,
                             "ignore_eos": True, "stream": True}) as response:
         assert response.status_code == 200
-        lines = response.iter_lines()
+        lines = sse_lines(response)
         if not any(line.startswith("data: {") for line in lines):
             raise AssertionError("the stream ended before its first token")
         server.proc.send_signal(signal.SIGTERM)

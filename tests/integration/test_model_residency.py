@@ -15,7 +15,7 @@ from openai import OpenAI
 from conftest import (
     BRISK_BIN, CTX_SIZE, MODEL_FILE, MODEL_NAME, SECOND_MODEL_FILE, SECOND_MODEL_NAME, THREADS,
     Server, _stop_and_check_clean_exit, assert_openai_error, free_port, get_metrics, model_path,
-    require_file,
+    require_file, sse_lines,
 )
 
 pytestmark = pytest.mark.parallel
@@ -162,7 +162,7 @@ def test_a_model_with_requests_in_flight_is_never_unloaded(one_at_a_time):
                           json={"model": MODEL_NAME, "messages": CHAT, "stream": True,
                                 "max_tokens": 160, "ignore_eos": True}) as r:
             assert r.status_code == 200
-            for _ in r.iter_lines():
+            for _ in sse_lines(r):
                 ended.setdefault("first", time.monotonic())
         ended["at"] = time.monotonic()
 

@@ -16,7 +16,7 @@ import time
 import httpx
 import pytest
 
-from conftest import assert_openai_error
+from conftest import assert_openai_error, sse_lines
 
 # Shares nothing with other tests and measures no time: runs beside another test (Makefile).
 pytestmark = pytest.mark.parallel
@@ -195,7 +195,7 @@ def test_a_format_that_leaves_no_token_midway_is_a_400_naming_it(client):
     assert err["param"] == "grammar" and err["code"] == "output_format_dead_end", err
     with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as r:
         assert r.status_code == 200
-        events = [json.loads(line[6:]) for line in r.iter_lines()
+        events = [json.loads(line[6:]) for line in sse_lines(r)
                   if line.startswith("data: {")]
     assert events[-1]["error"]["code"] == "output_format_dead_end", events
     assert events[-1]["error"]["param"] == "grammar", events

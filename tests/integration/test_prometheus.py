@@ -30,6 +30,7 @@ from conftest import (
     free_port,
     get_metrics,
     stream_sse,
+    sse_lines,
 )
 
 # Shares nothing with other tests and measures no time: runs beside another test (Makefile).
@@ -159,7 +160,7 @@ def _hold_the_queue(brisk: Server, prometheus: Prometheus, scenario: Scenario) -
                       json={"model": MODEL_NAME, "prompt": "Once upon a time", "max_tokens": 600,
                             "ignore_eos": True, "stream": True}) as stream:
         assert stream.status_code == 200
-        lines = stream.iter_lines()
+        lines = sse_lines(stream)
         assert any(line.startswith("data: {") for line in lines), "no first token"
         for waiter in waiters:
             waiter.start()

@@ -22,6 +22,7 @@ from conftest import (
     completion_text,
     get_metrics,
     stream_sse,
+    sse_lines,
 )
 
 # Shares nothing with other tests and measures no time: runs beside another test (Makefile).
@@ -258,7 +259,7 @@ def _fingerprints(http) -> set[str]:
     with http.stream("POST", "/v1/chat/completions",
                      json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
                            "stream": True, "stream_options": {"include_usage": True}}) as r:
-        for line in r.iter_lines():
+        for line in sse_lines(r):
             if line.startswith("data: {"):
                 seen.add(json.loads(line[6:])["system_fingerprint"])
     return seen

@@ -11,7 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from conftest import MODEL_NAME, _start_brisk, _stop_and_check_clean_exit, get_metrics
+from conftest import (MODEL_NAME, _start_brisk, _stop_and_check_clean_exit, get_metrics,
+                      sse_lines)
 
 MSGS = [{"role": "user", "content": "Tell me about the sea."}]
 
@@ -33,7 +34,7 @@ def test_chats_without_max_tokens_run_side_by_side(brisk):
                     if r.status_code != 200:
                         errors.append(f"{r.status_code} {r.read()!r}")
                         return
-                    for line in r.iter_lines():
+                    for line in sse_lines(r):
                         if line.startswith("data: {") and json.loads(line[6:])["choices"]:
                             first_token[i].set()
                         if release.is_set():
@@ -122,7 +123,7 @@ def test_a_request_that_would_wait_too_long_is_refused_at_once(brisk_short_delay
                 "stream": True}
         with httpx.stream("POST", server.base_url + "/v1/completions", json=body,
                           timeout=120) as r:
-            for line in r.iter_lines():
+            for line in sse_lines(r):
                 if line.startswith("data: {"):
                     streaming.set()
             return r.status_code
@@ -164,17 +165,12 @@ def _stream_in_background(server, body: dict, headers: dict | None = None):
         tokens = 0
         with httpx.stream("POST", server.base_url + "/v1/completions", json=body,
                           headers=headers or {}, timeout=120) as r:
-            # SSE lines end at CR/LF only; httpx's iter_lines also splits at U+2028, U+0085 and
-            # \x1c-\x1e, which a sampled text may hold (a chunk cut in two failed CI once).
-            pending = b""
-            for piece in r.iter_bytes():
-                *lines, pending = (pending + piece).split(b"\n")
-                for line in (raw.decode() for raw in lines):
-                    if line.startswith("data: {"):
-                        chunk = json.loads(line[6:])
-                        if chunk.get("usage"):
-                            tokens = chunk["usage"]["completion_tokens"]
-                        started.set()
+            for line in sse_lines(r):
+                if line.startswith("data: {"):
+                    chunk = json.loads(line[6:])
+                    if chunk.get("usage"):
+                        tokens = chunk["usage"]["completion_tokens"]
+                    started.set()
             return r.status_code, tokens, time.monotonic()
 
     pool = ThreadPoolExecutor(max_workers=1)
@@ -300,7 +296,7 @@ def _stream_gaps_while_a_long_prompt_prefills(server) -> tuple[float, float, flo
                 "stream": True}
         with httpx.stream("POST", server.base_url + "/v1/completions", json=body,
                           timeout=300) as r:
-            for line in r.iter_lines():
+            for line in sse_lines(r):
                 if line.startswith("data: {") and json.loads(line[6:])["choices"]:
                     arrivals.append(time.monotonic())
                     if len(arrivals) == 8:
