@@ -45,12 +45,23 @@ CommandRunner register_doctor_command(CLI::App& app) {
                  "Request trace (brisk's JSONL, Mooncake's JSONL or Azure's CSV; docs/trace.md) "
                  "whose lengths and prefix sharing the probes take instead of the defaults");
   app.add_option("--short-input-tokens", options->short_input_tokens,
-                 "Prompt length of the short probes (default 32, or the trace's median)")
+                 "Prompt length of the short probes, or of each embeddings input (default 32, "
+                 "embeddings 64, or the trace's median)")
       ->check(CLI::Range(4, 100000));
   app.add_option("--long-input-tokens", options->long_input_tokens,
                  "Prompt length of the long, repeated-prefix and mixed probes (default 320, or the "
                  "trace's 90th percentile)")
       ->check(CLI::Range(16, 1000000));
+  app.add_option("--endpoint", options->endpoint,
+                 "What to probe: completions (a chat model), embeddings, or auto (embeddings "
+                 "where GET /v1/models says the model is an embedding model)")
+      ->check(CLI::IsMember({"auto", "completions", "embeddings"}))
+      ->capture_default_str();
+  app.add_option("--inputs-per-request", options->inputs_per_request,
+                 "--endpoint embeddings: inputs in each request (their length is "
+                 "--short-input-tokens, default 64)")
+      ->check(CLI::Range(1, 2048))
+      ->capture_default_str();
   app.add_option("--seed", options->seed, "Seed of the synthetic prompts")->capture_default_str();
   app.add_option("--serve-args", options->serve_args,
                  "Without --url: brisk serve's flags for the child, e.g. \"--model smollm2-135m "

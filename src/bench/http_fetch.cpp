@@ -85,4 +85,19 @@ std::optional<std::string> first_served_model(const TargetEndpoint& target,
   return std::nullopt;
 }
 
+std::string served_model_kind(const TargetEndpoint& target, const std::string& model,
+                              std::chrono::milliseconds timeout) {
+  const FetchResult result = fetch(target, "/v1/models", "", timeout);
+  if (!result.ok()) return {};
+  const auto reply = nlohmann::json::parse(result.body, nullptr, /*allow_exceptions=*/false);
+  if (!reply.is_object() || !reply.contains("data") || !reply["data"].is_array()) return {};
+  for (const auto& entry : reply["data"]) {
+    if (entry.is_object() && entry.contains("id") && entry["id"].is_string() &&
+        entry["id"] == model && entry.contains("kind") && entry["kind"].is_string()) {
+      return entry["kind"].get<std::string>();
+    }
+  }
+  return {};
+}
+
 }  // namespace brisk::bench

@@ -26,4 +26,9 @@ std::optional<std::string> first_served_model(const TargetEndpoint& target,
                                               std::chrono::milliseconds timeout,
                                               std::string& error);
 
+// The "kind" GET /v1/models gives `model` (brisk serve: "embedding" or "generation"); empty when
+// the server says none (most do not) or cannot be read.
+std::string served_model_kind(const TargetEndpoint& target, const std::string& model,
+                              std::chrono::milliseconds timeout);
+
 }  // namespace brisk::bench

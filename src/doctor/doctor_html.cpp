@@ -22,6 +22,17 @@ json chart_data(const Evidence& evidence, const std::vector<TelemetryReading>& t
                     {"ttft", point.ttft_ms.p50},
                     {"itl", point.itl_ms.p50}});
   }
+  // The embeddings probe: throughput in inputs/s, latency whole (no first token to wait for).
+  for (const EmbeddingPoint& point : evidence.embeddings.ramp) {
+    ramp.push_back({{"x", point.concurrency},
+                    {"tps", point.inputs_per_s},
+                    {"ttft", point.latency_ms.p50},
+                    {"itl", nullptr}});
+  }
+  json labels = evidence.embeddings.probed()
+                    ? json{{"tps", "inputs/s"}, {"ttft", "latency p50 ms"}, {"itl", ""}}
+                    : json{{"tps", "output tokens/s"}, {"ttft", "TTFT p50 ms"},
+                           {"itl", "ITL p50 ms"}};
   json stages = json::array();
   for (const ProbePoint* point : {&evidence.cold, &evidence.short_baseline, &evidence.long_baseline,
                                   &evidence.prefix, &evidence.mixed_short, &evidence.mixed_long}) {
@@ -49,7 +60,7 @@ json chart_data(const Evidence& evidence, const std::vector<TelemetryReading>& t
       series["gpu"].push_back({{"x", reading.t_s}, {"y", reading.gpu_utilization[0]}});
     }
   }
-  return {{"ramp", ramp}, {"stages", stages}, {"timeline", series}};
+  return {{"ramp", ramp}, {"labels", labels}, {"stages", stages}, {"timeline", series}};
 }
 
 using bench::html_escape;
@@ -61,6 +72,39 @@ std::optional<double> percent(const std::optional<double>& fraction) {
 
 std::optional<double> gib(const std::optional<double>& bytes) {
   return bytes ? std::optional<double>(*bytes / (1 << 30)) : std::nullopt;
+}
+
+// The embeddings probe's points: latency, throughput, what the batcher did, the resources.
+std::string embedding_numbers_table(const Evidence& evidence) {
+  std::string html =
+      "<h2>Numbers per probe point</h2><table id=\"numbers\"><thead><tr>"
+      "<th rowspan=\"2\">probe</th><th rowspan=\"2\">concurrency</th><th rowspan=\"2\">ok</th>"
+      "<th rowspan=\"2\">failed</th><th colspan=\"4\">latency ms</th>"
+      "<th rowspan=\"2\">inputs/s</th><th colspan=\"4\">batcher (brisk serve's /metrics)</th>"
+      "<th colspan=\"2\">CPU cores</th></tr><tr>"
+      "<th>mean</th><th>p50</th><th>p95</th><th>p99</th><th>inputs a batch</th>"
+      "<th>wait ms</th><th>model ms a batch</th><th>tokenize ms a request</th>"
+      "<th>server</th><th>host</th></tr></thead><tbody>";
+  std::vector<const EmbeddingPoint*> points = {&evidence.embeddings.cold};
+  for (const EmbeddingPoint& point : evidence.embeddings.ramp) points.push_back(&point);
+  for (const EmbeddingPoint* point : points) {
+    if (!point->measured()) continue;
+    const auto& batcher = point->batcher;
+    const auto of = [&](double (EmbeddingBatcherDelta::*field)() const) {
+      return batcher ? std::optional<double>(((*batcher).*field)()) : std::nullopt;
+    };
+    html += "<tr><td>" + html_escape(point->stage) + "</td>" + number_cell(point->concurrency, 0) +
+            number_cell(point->ok, 0) + number_cell(point->failed, 0) +
+            bench::latency_cells(point->latency_ms) + number_cell(point->inputs_per_s) +
+            number_cell(of(&EmbeddingBatcherDelta::inputs_per_batch), 2) +
+            number_cell(of(&EmbeddingBatcherDelta::window_wait_ms_mean)) +
+            number_cell(of(&EmbeddingBatcherDelta::compute_ms_per_batch)) +
+            number_cell(of(&EmbeddingBatcherDelta::tokenize_ms_per_request), 2) +
+            number_cell(point->resources.server_cores_mean, 2) +
+            number_cell(point->resources.host_busy_cores_mean, 2) + "</tr>";
+  }
+  return html + "</tbody></table><p class=\"note\">— not measured: a server that exports no "
+                "batcher counters (only brisk serve does), or not on this machine.</p>";
 }
 
 // The table the capacity-test reports our users follow ask for (as brisk bench's report has),
@@ -112,11 +156,11 @@ const axes = (x, y, y1) => { const s = {x: {type: 'linear', title: {display: tru
   if (y1) s.y1 = {position: 'right', title: {display: true, text: y1}, grid: {drawOnChartArea: false}};
   return s; };
 new Chart(document.getElementById('ramp'), {type: 'scatter', data: {datasets: [
-  line('output tokens/s', DATA.ramp.map(p => ({x: p.x, y: p.tps})), 0),
-  line('TTFT p50 ms', DATA.ramp.map(p => ({x: p.x, y: p.ttft})), 1, 'y1'),
-  line('ITL p50 ms', DATA.ramp.map(p => ({x: p.x, y: p.itl})), 2, 'y1')]},
-  options: {scales: axes('concurrent requests', 'tokens/s', 'ms')}});
-new Chart(document.getElementById('stages'), {type: 'bar', data: {labels: DATA.stages.map(s => s.stage),
+  line(DATA.labels.tps, DATA.ramp.map(p => ({x: p.x, y: p.tps})), 0),
+  line(DATA.labels.ttft, DATA.ramp.map(p => ({x: p.x, y: p.ttft})), 1, 'y1'),
+  line(DATA.labels.itl, DATA.ramp.filter(p => p.itl !== null).map(p => ({x: p.x, y: p.itl})), 2, 'y1')]},
+  options: {scales: axes('concurrent requests', DATA.labels.tps, 'ms')}});
+if (document.getElementById('stages')) new Chart(document.getElementById('stages'), {type: 'bar', data: {labels: DATA.stages.map(s => s.stage),
   datasets: [{label: 'client TTFT p50 ms', data: DATA.stages.map(s => s.client), backgroundColor: color(0)},
              {label: 'server TTFT p50 ms', data: DATA.stages.map(s => s.server), backgroundColor: color(3)}]}});
 const t = DATA.timeline;
@@ -149,8 +193,16 @@ bool write_doctor_html(const Evidence& evidence, const Diagnosis& diagnosis,
       << (verdict.accelerator_bound ? "The accelerator is the bottleneck."
                                     : "The accelerator is not the fix.")
       << "</b> " << html_escape(verdict.summary)
-      << "</p><p>Workload: " << html_escape(describe_probe_lengths(evidence.workload)) << ".</p>"
-      << numbers_table(evidence) << "<h2>Findings</h2><ol>";
+      << "</p>";
+  if (evidence.embeddings.probed()) {
+    out << "<p>Workload: embeddings, " << evidence.embeddings.inputs_per_request
+        << " input(s) of " << evidence.embeddings.input_tokens << " tokens a request.</p>"
+        << embedding_numbers_table(evidence);
+  } else {
+    out << "<p>Workload: " << html_escape(describe_probe_lengths(evidence.workload)) << ".</p>"
+        << numbers_table(evidence);
+  }
+  out << "<h2>Findings</h2><ol>";
   for (const Finding& finding : diagnosis.findings) {
     out << "<li><b class=\"" << severity_name(finding.severity) << "\">" << html_escape(finding.id)
         << "</b> (" << severity_name(finding.severity) << "): " << html_escape(finding.summary)
@@ -168,7 +220,9 @@ bool write_doctor_html(const Evidence& evidence, const Diagnosis& diagnosis,
     out << "</ul></li>";
   }
   out << "</ol><h2>Concurrency ramp</h2><canvas id=\"ramp\"></canvas>"
-      << "<h2>Time to first token by probe</h2><canvas id=\"stages\"></canvas>"
+      << (evidence.embeddings.probed()
+              ? ""
+              : "<h2>Time to first token by probe</h2><canvas id=\"stages\"></canvas>")
       << "<h2>CPU and KV cache during the probe</h2><canvas id=\"timeline\"></canvas>"
       << "<h2>Report</h2><pre>" << html_escape(markdown_report(evidence, diagnosis))
       << "</pre><script>const DATA = " << bench::script_json(chart_data(evidence, timeline)) << ";"

@@ -67,6 +67,42 @@ json point_json(const ProbePoint& point) {
           {"resources", resources_json(point.resources)}};
 }
 
+json batcher_json(const std::optional<EmbeddingBatcherDelta>& batcher) {
+  if (!batcher) return nullptr;
+  return {{"batches", batcher->batches},
+          {"inputs_per_batch", batcher->inputs_per_batch()},
+          {"window_wait_ms_mean", batcher->window_wait_ms_mean()},
+          {"compute_ms_per_batch", batcher->compute_ms_per_batch()},
+          {"tokenize_ms_per_request", batcher->tokenize_ms_per_request()},
+          {"compute_ms", batcher->compute_ms},
+          {"tokenize_ms", batcher->tokenize_ms}};
+}
+
+json embedding_point_json(const EmbeddingPoint& point) {
+  return {{"stage", point.stage},
+          {"concurrency", point.concurrency},
+          {"ok", point.ok},
+          {"failed", point.failed},
+          {"latency_ms", latency_json(point.latency_ms)},
+          {"inputs_per_s", point.inputs_per_s},
+          {"duration_s", point.duration_s},
+          {"start_s", nullable(point.start_s)},
+          {"end_s", nullable(point.end_s)},
+          {"batcher", batcher_json(point.batcher)},
+          {"resources", resources_json(point.resources)}};
+}
+
+json embeddings_json(const EmbeddingEvidence& embeddings) {
+  if (!embeddings.probed()) return nullptr;
+  json ramp = json::array();
+  for (const EmbeddingPoint& point : embeddings.ramp) ramp.push_back(embedding_point_json(point));
+  return {{"input_tokens", embeddings.input_tokens},
+          {"inputs_per_request", embeddings.inputs_per_request},
+          {"cold", embedding_point_json(embeddings.cold)},
+          {"ramp", ramp},
+          {"ramp_stop_reason", embeddings.ramp_stop_reason}};
+}
+
 json workload_json(const ProbeLengths& workload) {
   return {{"source", workload.from_trace() ? "trace" : "synthetic"},
           {"trace", workload.from_trace() ? json(workload.trace_path) : json(nullptr)},
@@ -267,6 +303,77 @@ std::string where_the_time_went(const Evidence& evidence) {
   return out + "\nn/a: the server (or brisk plan, for the floor) did not report it.\n\n";
 }
 
+std::string embeddings_table(const EmbeddingEvidence& embeddings) {
+  std::string out = fmt::format(
+      "## Embeddings\n\n{} input{} of {} tokens a request. Batcher columns: what brisk serve's "
+      "/metrics counted during each point (n/a: the server does not say).\n\n| probe | "
+      "concurrency | requests | inputs/s | latency p50 | p95 | p99 | inputs a batch | wait for "
+      "a batch | model time a batch | tokenize a request |\n|---|---|---|---|---|---|---|---|---"
+      "|---|---|\n",
+      embeddings.inputs_per_request, embeddings.inputs_per_request == 1 ? "" : "s",
+      embeddings.input_tokens);
+  std::vector<const EmbeddingPoint*> points = {&embeddings.cold};
+  for (const EmbeddingPoint& point : embeddings.ramp) points.push_back(&point);
+  for (const EmbeddingPoint* point : points) {
+    if (!point->measured()) continue;
+    const auto& batcher = point->batcher;
+    const auto cell = [&](double value, const char* format) {
+      return batcher ? fmt::format(fmt::runtime(format), value) : std::string("n/a");
+    };
+    out += fmt::format(
+        "| {} | {} | {} | {:.1f} | {} ms | {} ms | {} ms | {} | {} | {} | {} |\n", point->stage,
+        point->concurrency, point->ok, point->inputs_per_s, fixed(point->latency_ms.p50),
+        fixed(point->latency_ms.p95), fixed(point->latency_ms.p99),
+        cell(batcher ? batcher->inputs_per_batch() : 0, "{:.2f}"),
+        cell(batcher ? batcher->window_wait_ms_mean() : 0, "{:.1f} ms"),
+        cell(batcher ? batcher->compute_ms_per_batch() : 0, "{:.1f} ms"),
+        cell(batcher ? batcher->tokenize_ms_per_request() : 0, "{:.2f} ms"));
+  }
+  out += fmt::format("\nRamp stopped: {}.\n\n", embeddings.ramp_stop_reason.empty()
+                                                      ? "did not run"
+                                                      : embeddings.ramp_stop_reason);
+  return out;
+}
+
+// "$X/h at the best measured N <unit>/s: $Y per 1M <unit>." (or how to get it).
+std::string cost_line(const std::optional<double>& usd_per_hour, double best, const char* unit) {
+  if (usd_per_hour && best > 0) {
+    return fmt::format("${:.4g}/h at the best measured {:.1f} {}/s: ${:.2f} per 1M {}.\n",
+                       *usd_per_hour, best, unit, *usd_per_hour / (best * 3600) * 1e6, unit);
+  }
+  return fmt::format("Best measured {:.1f} {}/s; pass --usd-per-hour for $/1M {}.\n", best, unit,
+                     unit);
+}
+
+std::string cost_section(const Evidence& evidence) {
+  return "\n## Cost\n\n" +
+         (evidence.embeddings.probed()
+              ? cost_line(evidence.usd_per_hour, best_inputs_per_s(evidence), "inputs")
+              : cost_line(evidence.usd_per_hour, best_output_tokens_per_s(evidence),
+                          "output tokens"));
+}
+
+std::string latency_table(const Evidence& evidence) {
+  std::string out =
+      "## Latency\n\n| probe | concurrency | requests | TTFT mean | TTFT p95 | TTFT p99 | ITL p50 "
+      "| E2E mean | E2E p50 | E2E p95 | E2E p99 | output tokens/s | server TTFT p50 "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const ProbePoint* point : reported_points(evidence)) {
+    out += fmt::format(
+        "| {} | {} | {} | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} | {} "
+        "|\n",
+        point->stage, point->concurrency, point->ok, fixed(point->ttft_ms.mean),
+        fixed(point->ttft_ms.p95), fixed(point->ttft_ms.p99), fixed(point->itl_ms.p50),
+        fixed(point->e2e_ms.mean), fixed(point->e2e_ms.p50), fixed(point->e2e_ms.p95),
+        fixed(point->e2e_ms.p99), fixed(point->output_tokens_per_s),
+        fixed(point->server_ttft_ms_p50, " ms"));
+  }
+  out += fmt::format("\nRamp stopped: {}.",
+                     evidence.ramp_stop_reason.empty() ? "did not run" : evidence.ramp_stop_reason);
+  for (const std::string& skipped : evidence.skipped) out += " Skipped: " + skipped + ".";
+  return out + "\n\n";
+}
+
 std::string evidence_value(const EvidenceItem& item) {
   if (item.unit == "fraction") return fmt::format("{:.1f}%", item.value * 100);
   return fmt::format("{:.4g}{}{}", item.value, item.unit.empty() ? "" : " ", item.unit);
@@ -287,6 +394,14 @@ std::vector<const ProbePoint*> reported_points(const Evidence& evidence) {
 double best_output_tokens_per_s(const Evidence& evidence) {
   double best = 0;
   for (const ProbePoint& point : evidence.ramp) best = std::max(best, point.output_tokens_per_s);
+  return best;
+}
+
+double best_inputs_per_s(const Evidence& evidence) {
+  double best = 0;
+  for (const EmbeddingPoint& point : evidence.embeddings.ramp) {
+    best = std::max(best, point.inputs_per_s);
+  }
   return best;
 }
 
@@ -321,6 +436,13 @@ json report_json(const Evidence& evidence, const Diagnosis& diagnosis) {
       {"usd_per_million_output_tokens", evidence.usd_per_hour && best > 0
                                             ? json(*evidence.usd_per_hour / (best * 3600) * 1e6)
                                             : json(nullptr)}};
+  if (evidence.embeddings.probed()) {
+    const double inputs = best_inputs_per_s(evidence);
+    cost["best_inputs_per_s"] = inputs;
+    cost["usd_per_million_inputs"] = evidence.usd_per_hour && inputs > 0
+                                         ? json(*evidence.usd_per_hour / (inputs * 3600) * 1e6)
+                                         : json(nullptr);
+  }
   return {{"verdict",
            {{"accelerator_bound", diagnosis.verdict.accelerator_bound},
             {"primary_cause", diagnosis.verdict.primary_cause},
@@ -332,6 +454,7 @@ json report_json(const Evidence& evidence, const Diagnosis& diagnosis) {
             {"budget_s", evidence.budget_s},
             {"elapsed_s", evidence.elapsed_s},
             {"workload", workload_json(evidence.workload)},
+            {"endpoint", evidence.embeddings.probed() ? "embeddings" : "completions"},
             {"skipped", evidence.skipped},
             {"slo_missed_at_concurrency_1", evidence.slo_missed},
             {"probe",
@@ -344,7 +467,8 @@ json report_json(const Evidence& evidence, const Diagnosis& diagnosis) {
               {"prefix_shared_fraction", evidence.prefix_shared_fraction},
               {"mixed_short", point_json(evidence.mixed_short)},
               {"mixed_long", point_json(evidence.mixed_long)},
-              {"mixed_short_later_ttft_ms_p50", nullable(evidence.mixed_short_later_ttft_ms_p50)}}},
+              {"mixed_short_later_ttft_ms_p50", nullable(evidence.mixed_short_later_ttft_ms_p50)},
+              {"embeddings", embeddings_json(evidence.embeddings)}}},
             {"attribution", attributions_json(evidence)},
             {"resources", machine_resources_json(evidence)},
             {"hardware_floor",
@@ -362,26 +486,12 @@ std::string markdown_report(const Evidence& evidence, const Diagnosis& diagnosis
                      verdict.accelerator_bound ? "Yes" : "No", verdict.summary);
   out += fmt::format("Target {} (model {}), probed for {:.0f} s of a {:.0f} s budget.\n\n",
                      evidence.url, evidence.model, evidence.elapsed_s, evidence.budget_s);
-  out += fmt::format("Workload: {}.\n\n", describe_probe_lengths(evidence.workload));
-
-  out +=
-      "## Latency\n\n| probe | concurrency | requests | TTFT mean | TTFT p95 | TTFT p99 | ITL p50 "
-      "| E2E mean | E2E p50 | E2E p95 | E2E p99 | output tokens/s | server TTFT p50 "
-      "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
-  for (const ProbePoint* point : reported_points(evidence)) {
-    out += fmt::format(
-        "| {} | {} | {} | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} | {} "
-        "|\n",
-        point->stage, point->concurrency, point->ok, fixed(point->ttft_ms.mean),
-        fixed(point->ttft_ms.p95), fixed(point->ttft_ms.p99), fixed(point->itl_ms.p50),
-        fixed(point->e2e_ms.mean), fixed(point->e2e_ms.p50), fixed(point->e2e_ms.p95),
-        fixed(point->e2e_ms.p99), fixed(point->output_tokens_per_s),
-        fixed(point->server_ttft_ms_p50, " ms"));
+  if (evidence.embeddings.probed()) {
+    out += embeddings_table(evidence.embeddings);
+  } else {
+    out += fmt::format("Workload: {}.\n\n", describe_probe_lengths(evidence.workload));
+    out += latency_table(evidence);
   }
-  out += fmt::format("\nRamp stopped: {}.",
-                     evidence.ramp_stop_reason.empty() ? "did not run" : evidence.ramp_stop_reason);
-  for (const std::string& skipped : evidence.skipped) out += " Skipped: " + skipped + ".";
-  out += "\n\n";
   out += where_the_time_went(evidence);
   out += "## Resources\n\n| resource | value | source |\n|---|---|---|\n";
   const HostSummary& host = evidence.host;
@@ -430,7 +540,11 @@ std::string markdown_report(const Evidence& evidence, const Diagnosis& diagnosis
   out += fmt::format("| host memory used (peak) | {:.0f}% of {:.1f} GiB | /proc/meminfo |\n",
                      host.memory_used_fraction_max * 100, host.memory_total_bytes / (1 << 30));
   const ServerMetricsSummary& metrics = evidence.metrics;
-  if (!metrics.dialect.empty()) {
+  if (!metrics.dialect.empty() && evidence.embeddings.probed()) {
+    out += fmt::format("| requests queued (max) | {} | /metrics ({}) |\n",
+                       metrics.waiting_max ? fmt::format("{:.0f}", *metrics.waiting_max) : "n/a",
+                       metrics.dialect);
+  } else if (!metrics.dialect.empty()) {
     out += fmt::format(
         "| server queue / running (max) | {} / {} | /metrics ({}) |\n| KV cache usage (max) | {} | "
         "/metrics |\n| preemptions | {} | /metrics |\n| steps waiting for KV room | {} | "
@@ -443,19 +557,12 @@ std::string markdown_report(const Evidence& evidence, const Diagnosis& diagnosis
   } else {
     out += fmt::format("| server metrics | absent: {} | /metrics |\n", metrics.absent_reason);
   }
-  out += fmt::format("| decode floor | {} | {} |\n",
-                     fixed(evidence.floor.decode_ms_per_token, " ms/token"), evidence.floor.source);
-  const double best = best_output_tokens_per_s(evidence);
-  out += "\n## Cost\n\n";
-  out += evidence.usd_per_hour && best > 0
-             ? fmt::format(
-                   "${:.4g}/h at the best measured {:.1f} output tokens/s: ${:.2f} per 1M "
-                   "output tokens.\n",
-                   *evidence.usd_per_hour, best, *evidence.usd_per_hour / (best * 3600) * 1e6)
-             : fmt::format(
-                   "Best measured {:.1f} output tokens/s; pass --usd-per-hour for $/1M "
-                   "tokens.\n",
-                   best);
+  if (!evidence.embeddings.probed()) {
+    out += fmt::format("| decode floor | {} | {} |\n",
+                       fixed(evidence.floor.decode_ms_per_token, " ms/token"),
+                       evidence.floor.source);
+  }
+  out += cost_section(evidence);
   out += "\n## Findings\n\n";
   if (diagnosis.findings.empty()) out += "None: every rule's threshold held.\n";
   int rank = 1;

@@ -33,5 +33,7 @@ std::vector<const ProbePoint*> reported_points(const Evidence& evidence);
 
 // Best output throughput of the ramp and, with a price, what a million output tokens cost.
 double best_output_tokens_per_s(const Evidence& evidence);
+// Best embedding throughput of the embeddings probe's ramp, in inputs per second.
+double best_inputs_per_s(const Evidence& evidence);
 
 }  // namespace brisk::doctor

@@ -25,6 +25,10 @@ namespace brisk::doctor {
 
 namespace {
 
+// The embeddings probe's input length without --short-input-tokens: a passage as retrieval
+// pipelines cut them, short enough for every sentence-embedding model's context.
+constexpr int kEmbeddingInputTokens = 64;
+
 int fail(const std::string& message) {
   std::cerr << "error: " << message << "\n";
   return 2;
@@ -56,6 +60,16 @@ std::optional<ProbeLengths> probe_lengths(const DoctorOptions& options, std::str
   given("--short-input-tokens", options.short_input_tokens, workload.short_input_tokens);
   given("--long-input-tokens", options.long_input_tokens, workload.long_input_tokens);
   return workload;
+}
+
+// --endpoint: as given, or embeddings where the server says the model is an embedding model.
+bench::ApiKind probe_endpoint(const DoctorOptions& options, const bench::TargetEndpoint& target,
+                              const std::string& model) {
+  if (options.endpoint == "embeddings") return bench::ApiKind::embeddings;
+  if (options.endpoint == "completions") return bench::ApiKind::completions;
+  return bench::served_model_kind(target, model, std::chrono::seconds(10)) == "embedding"
+             ? bench::ApiKind::embeddings
+             : bench::ApiKind::completions;
 }
 
 }  // namespace
@@ -104,6 +118,8 @@ int run_doctor(const DoctorOptions& options) {
     model = *served;
   }
   ProbeOptions probe;
+  probe.endpoint = probe_endpoint(options, *target, model);
+  probe.inputs_per_request = options.inputs_per_request;
   probe.target = *target;
   probe.model = model;
   probe.budget_s = options.budget_s;
@@ -112,21 +128,36 @@ int run_doctor(const DoctorOptions& options) {
   probe.progress = bench::progress_style_for(options.progress);
   probe.server_pid = child ? child->pid() : options.server_pid;
   probe.workload = *workload;
+  if (probe.endpoint == bench::ApiKind::embeddings && !options.short_input_tokens &&
+      !workload->from_trace()) {
+    probe.workload.short_input_tokens = kEmbeddingInputTokens;
+  }
   probe.seed = options.seed;
-  std::cerr << fmt::format("brisk doctor: probing {} (model {}) for at most {:.0f} s; {}\n",
-                           target->url(), model, options.budget_s,
-                           describe_probe_lengths(*workload));
+  std::cerr << fmt::format(
+      "brisk doctor: probing {} (model {}) for at most {:.0f} s; {}\n", target->url(), model,
+      options.budget_s,
+      probe.endpoint == bench::ApiKind::embeddings
+          ? fmt::format("embeddings, {} input(s) of {} tokens a request", probe.inputs_per_request,
+                        probe.workload.short_input_tokens)
+          : describe_probe_lengths(*workload));
   auto outcome = run_probe(probe, error);
-  if (!outcome) return fail(error + "; check --url and that the server is up");
+  if (!outcome) {
+    return fail(error + (probe.endpoint == bench::ApiKind::embeddings
+                             ? "; check --url and that the server is up"
+                             : "; check --url and that the server is up (an embedding model? pass "
+                               "--endpoint embeddings)"));
+  }
   Evidence& evidence = outcome->evidence;
   evidence.usd_per_hour = options.usd_per_hour;
   const std::string plan_model = options.model_file.empty() ? model : options.model_file;
   evidence.floor = find_hardware_floor(plan_model, options.device, evidence.gpu);
   Diagnosis diagnosis = diagnose(evidence);
   // Each prescription's predicted effect, on the device the floor was computed for.
-  std::string no_prediction = evidence.floor.source;
+  std::string no_prediction = evidence.embeddings.probed()
+                                  ? "brisk plan does not model an embedding model's batcher"
+                                  : evidence.floor.source;
   std::optional<WhatIfModel> what_if;
-  if (!evidence.floor.device.empty()) {
+  if (!evidence.floor.device.empty() && !evidence.embeddings.probed()) {
     what_if = what_if_model(plan_model, evidence.floor.device, no_prediction);
   }
   predict_effects(evidence, what_if, no_prediction, diagnosis.findings);

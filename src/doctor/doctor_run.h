@@ -22,6 +22,10 @@ struct DoctorOptions {
   int server_pid = -1;
   std::vector<std::string> serve_args;  // for the child; default: the default model
   std::string workload;                 // a request trace whose lengths and sharing the probe takes
+  // "auto" (embeddings where GET /v1/models says the model is one), "completions" or
+  // "embeddings"; and the embeddings probe's inputs in each request.
+  std::string endpoint = "auto";
+  int inputs_per_request = 1;
   // Unset: the trace's, or ProbeLengths's defaults. Set: wins over the trace.
   std::optional<int> short_input_tokens;
   std::optional<int> long_input_tokens;

@@ -50,6 +50,68 @@ struct ProbePoint {
   bool measured() const { return ok > 0; }
 };
 
+// What brisk serve's embedding batcher did during one embeddings load point: the change of its
+// counters over the point (/metrics, brisk only). Absent from other servers.
+struct EmbeddingBatcherDelta {
+  double batches = 0;
+  double batch_inputs = 0;
+  double compute_ms = 0;      // the model's time on those batches
+  double window_wait_ms = 0;  // every input's time queued before its batch began
+  double waited_inputs = 0;
+  double tokenize_ms = 0;     // the I/O threads' time tokenizing the point's requests
+  double tokenized_requests = 0;
+  double inputs_per_batch() const { return batches > 0 ? batch_inputs / batches : 0; }
+  double window_wait_ms_mean() const { return waited_inputs > 0 ? window_wait_ms / waited_inputs : 0; }
+  double compute_ms_per_batch() const { return batches > 0 ? compute_ms / batches : 0; }
+  double tokenize_ms_per_request() const {
+    return tokenized_requests > 0 ? tokenize_ms / tokenized_requests : 0;
+  }
+};
+
+// One load point of the embeddings probe (`brisk doctor --endpoint embeddings`): requests of
+// `inputs_per_request` inputs at `concurrency`, from the client's side, and what the batcher
+// did meanwhile where the server says.
+struct EmbeddingPoint {
+  std::string stage;  // cold, ramp
+  int concurrency = 1;
+  int ok = 0;
+  int failed = 0;
+  bench::LatencySummary latency_ms;  // sent to whole answer
+  double inputs_per_s = 0;
+  double duration_s = 0;
+  double start_s = -1;  // on the telemetry's clock, as ProbePoint's
+  double end_s = -1;
+  std::optional<EmbeddingBatcherDelta> batcher;
+  PointResources resources;
+  bool measured() const { return ok > 0; }
+};
+
+// The embeddings probe: a cold request, then a ramp that doubles concurrency from 1.
+struct EmbeddingEvidence {
+  int input_tokens = 0;  // of each input
+  int inputs_per_request = 1;
+  EmbeddingPoint cold;
+  std::vector<EmbeddingPoint> ramp;  // ramp[0] is the baseline at concurrency 1
+  std::string ramp_stop_reason;
+  bool probed() const { return cold.measured(); }
+  const EmbeddingPoint* first() const;
+  const EmbeddingPoint* top() const;
+};
+
+inline const EmbeddingPoint* EmbeddingEvidence::first() const {
+  for (const EmbeddingPoint& point : ramp) {
+    if (point.measured()) return &point;
+  }
+  return nullptr;
+}
+
+inline const EmbeddingPoint* EmbeddingEvidence::top() const {
+  for (auto it = ramp.rbegin(); it != ramp.rend(); ++it) {
+    if (it->measured()) return &*it;
+  }
+  return nullptr;
+}
+
 // What the server's /metrics showed during the probe (absent when it has none).
 struct ServerMetricsSummary {
   std::string dialect;  // empty: no /metrics, or none of the known names
@@ -135,6 +197,9 @@ struct Evidence {
   double prefix_shared_fraction = 0;  // of each prefix-probe prompt
   ProbePoint mixed_short;             // short streams while long prompts arrive
   ProbePoint mixed_long;
+  // The embeddings probe; unprobed (and the points above empty) for a chat model, and the other
+  // way round.
+  EmbeddingEvidence embeddings;
   // TTFT p50 of the short requests sent after the first wave (all users start at once, and a
   // short prompt that shares its very first step with a long one is not what a steady mix sees).
   double mixed_short_later_ttft_ms_p50 = -1;

@@ -7,7 +7,9 @@
 
 #include "bench/load_runner.h"
 #include "bench/run_statistics.h"
+#include "doctor/probe_embeddings.h"
 #include "doctor/probe_point.h"
+#include "doctor/probe_stages.h"
 #include "doctor/probe_workloads.h"
 #include "doctor/rules.h"
 
@@ -18,78 +20,6 @@ namespace {
 // Time kept back from the ramp for the stages after it, in long-prompt requests (the prefix
 // probe sends three, the mixed one two among short streams).
 constexpr double kLongRequestsAfterRamp = 5;
-
-class Stages {
- public:
-  // `timeline_zero`: the telemetry's clock, on which each point's window is given.
-  Stages(const ProbeOptions& options, const bench::TokenCalibration& calibration,
-         TimePoint timeline_zero)
-      : options_(options),
-        calibration_(calibration),
-        start_(Clock::now()),
-        timeline_zero_(timeline_zero) {}
-
-  double elapsed_s() const { return seconds_between(start_, Clock::now()); }
-  double remaining_s() const { return options_.budget_s - elapsed_s(); }
-
-  bench::RunResult run(const std::string& label, const bench::Workload& workload, int concurrency,
-                       int requests, int warmup = 0) {
-    bench::RunOptions run;
-    run.load.concurrency = concurrency;
-    run.run_index = ++run_index_;
-    run.num_requests = requests;
-    run.warmup_requests = warmup;
-    run.timeout = options_.request_timeout;
-    run.stop_starting_at = start_ + std::chrono::duration_cast<Clock::duration>(
-                                        std::chrono::duration<double>(options_.budget_s));
-    std::optional<bench::ProgressDisplay> progress;
-    if (options_.progress != bench::ProgressStyle::off) {
-      progress.emplace(
-          options_.progress,
-          fmt::format("doctor {:>5.1f}/{:.0f}s {}", elapsed_s(), options_.budget_s, label),
-          requests, 0);
-      run.progress = &progress->counters();
-    }
-    return bench::run_closed_loop(options_.target, workload, run);
-  }
-
-  // summarize_point with the run's window on the telemetry's clock.
-  ProbePoint summarize(const std::string& stage, int concurrency, const bench::RunResult& run,
-                       const std::function<bool(const bench::RequestRecord&)>& keep = {}) const {
-    ProbePoint point = summarize_point(stage, concurrency, run, keep);
-    if (point.ok + point.failed > 0) {
-      point.start_s = seconds_between(timeline_zero_, run.start);
-      point.end_s = seconds_between(timeline_zero_, run.end);
-    }
-    return point;
-  }
-
-  std::unique_ptr<bench::SyntheticWorkload> synthetic(int input, int output, uint64_t salt) const {
-    return make_synthetic(options_.target, calibration_, options_.model, input, output,
-                          options_.seed * 1000 + salt);
-  }
-
- private:
-  const ProbeOptions& options_;
-  const bench::TokenCalibration& calibration_;
-  TimePoint start_;
-  TimePoint timeline_zero_;
-  int run_index_ = 0;
-};
-
-// As many of `wanted` requests (at least `minimum`) as fit in `remaining_s` at `each_s` apiece.
-int fit_requests(int wanted, double each_s, double remaining_s, int minimum) {
-  if (each_s <= 0) return wanted;
-  return std::clamp(static_cast<int>(remaining_s / each_s), minimum, wanted);
-}
-
-std::vector<std::string> slo_misses(const std::optional<bench::Slo>& slo,
-                                    const bench::RunResult& run) {
-  if (!slo) return {};
-  const bench::RunStatistics stats = bench::compute_run_statistics(
-      run.records, run.start, run.end, bench::LatencyOrigin::sent, &*slo);
-  return slo->misses(stats);
-}
 
 void run_ramp(const ProbeOptions& options, Stages& stages, const bench::Workload& shorts,
               double reserve_s, Evidence& evidence) {
@@ -192,6 +122,7 @@ void attach_resources(const std::vector<TelemetryReading>& timeline, Evidence& e
 }  // namespace
 
 std::optional<ProbeOutcome> run_probe(const ProbeOptions& options, std::string& error) {
+  if (options.endpoint == bench::ApiKind::embeddings) return run_embedding_probe(options, error);
   const bench::TokenCalibration calibration =
       bench::calibrate_tokens(options.target, options.model, std::chrono::seconds(10));
   TelemetryRecorder telemetry(options.target, options.server_pid, options.model);

@@ -23,6 +23,9 @@ struct ProbeOptions {
   std::optional<bench::Slo> slo;
   bench::ProgressStyle progress = bench::ProgressStyle::off;
   ProbeLengths workload;
+  // embeddings: the embeddings probe (probe_embeddings.h), inputs of workload.short_input_tokens
+  bench::ApiKind endpoint = bench::ApiKind::completions;
+  int inputs_per_request = 1;
   uint64_t seed = 0;
   int server_pid = -1;  // < 0: found from the port when the server runs here
   std::chrono::milliseconds request_timeout{std::chrono::minutes(2)};
@@ -33,12 +36,13 @@ struct ProbeOutcome {
   std::vector<TelemetryReading> timeline;  // for report.html
 };
 
-// Runs every stage that fits the budget: (1) a cold request, a warm baseline at concurrency 1
+// For a chat model, runs every stage that fits the budget: (1) a cold request, a warm baseline at concurrency 1
 // for short and long prompts; (2) a concurrency ramp (doubling) until throughput stops growing,
 // the SLO is missed, --max-concurrency or the budget is reached; (3) prompts sharing a long
 // prefix (skipped when the workload shares none); (4) long prompts among short streams. Each
 // point carries the resources the telemetry saw while it ran. nullopt with `error` when the target
 // cannot be probed at all (unreachable, every request failing).
+// For an embeddings endpoint, the embeddings probe instead (run_embedding_probe).
 std::optional<ProbeOutcome> run_probe(const ProbeOptions& options, std::string& error);
 
 }  // namespace brisk::doctor

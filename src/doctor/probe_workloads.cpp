@@ -4,12 +4,13 @@
 
 namespace brisk::doctor {
 
-std::unique_ptr<bench::SyntheticWorkload> make_synthetic(const bench::TargetEndpoint& target,
-                                                         const bench::TokenCalibration& calibration,
-                                                         const std::string& model,
-                                                         int input_tokens, int output_tokens,
-                                                         uint64_t seed) {
+std::unique_ptr<bench::SyntheticWorkload> make_synthetic(
+    const bench::TargetEndpoint& target, const bench::TokenCalibration& calibration,
+    const std::string& model, int input_tokens, int output_tokens, uint64_t seed,
+    bench::ApiKind kind, int inputs_per_request) {
   bench::WorkloadOptions options;
+  options.kind = kind;
+  options.inputs_per_request = inputs_per_request;
   options.model = model;
   options.input_tokens = bench::LengthDistribution::fixed_at(input_tokens);
   options.output_tokens = bench::LengthDistribution::fixed_at(output_tokens);

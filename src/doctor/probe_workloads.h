@@ -8,11 +8,11 @@ namespace brisk::doctor {
 
 // Synthetic prompts of `input_tokens` asking for `output_tokens`, sized with the target's
 // /tokenize when it has one (brisk bench's own workload: each prompt unique, so no cache helps).
-std::unique_ptr<bench::SyntheticWorkload> make_synthetic(const bench::TargetEndpoint& target,
-                                                         const bench::TokenCalibration& calibration,
-                                                         const std::string& model,
-                                                         int input_tokens, int output_tokens,
-                                                         uint64_t seed);
+// For `embeddings`, requests of `inputs_per_request` such texts.
+std::unique_ptr<bench::SyntheticWorkload> make_synthetic(
+    const bench::TargetEndpoint& target, const bench::TokenCalibration& calibration,
+    const std::string& model, int input_tokens, int output_tokens, uint64_t seed,
+    bench::ApiKind kind = bench::ApiKind::completions, int inputs_per_request = 1);
 
 // Every prompt starts with the same `shared` text (a long system prompt) and ends with a short
 // unique question: what a prefix cache is for.

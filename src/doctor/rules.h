@@ -74,6 +74,24 @@ constexpr double kFrontendCoresMin = 0.9;
 constexpr double kServerCpuShareBusy = 0.75;  // of the cores not taken by others
 constexpr double kNearFloorRatio = 2;
 constexpr double kRampPlateauGain = 1.15;  // the ramp stops when a doubling adds less
+// Embeddings (docs/doctor.md, "Embeddings"). no_batching: the batcher's batches hold fewer
+// inputs than this while at least kEmbeddingQueuedMin inputs were in flight; without batcher
+// counters, a server whose throughput gains less than kEmbeddingFlatGain while each request
+// waits for about all the others (latency at least kSerializedLatencyShare of concurrency ×
+// alone).
+constexpr double kEmbeddingBatchInputsMin = 1.5;
+constexpr int kEmbeddingQueuedMin = 4;
+constexpr double kEmbeddingFlatGain = 1.15;
+constexpr double kSerializedLatencyShare = 0.7;
+// batch_window_too_long: at concurrency 1 the batching window's wait is this share of the
+// median latency (critical from the second) and at least kWindowWaitMsMin.
+constexpr double kWindowShareWarn = 0.25;
+constexpr double kWindowShareCritical = 0.5;
+constexpr double kWindowWaitMsMin = 2;
+// cpu_bound_frontend (embeddings): tokenizing costs this share of the model's time (critical
+// from the second).
+constexpr double kTokenizeShareOfComputeWarn = 0.5;
+constexpr double kTokenizeShareOfComputeCritical = 1.0;
 }  // namespace threshold
 
 using Rule = std::function<std::optional<Finding>(const Evidence&)>;
@@ -100,6 +118,13 @@ std::optional<Finding> check_interconnect_limited(const Evidence& evidence);
 std::optional<Finding> check_network_overhead(const Evidence& evidence);
 std::optional<Finding> check_cold_start(const Evidence& evidence);
 std::optional<Finding> check_tail_latency_spikes(const Evidence& evidence);
+std::optional<Finding> check_batch_window_too_long(const Evidence& evidence);
+// The embeddings probe's no_batching, cpu_bound_frontend and compute_saturated
+// (rules_embeddings.cpp): the rules of
+// those ids read them when the evidence is from an embeddings endpoint.
+std::optional<Finding> embeddings_no_batching(const Evidence& evidence);
+std::optional<Finding> embeddings_cpu_bound_frontend(const Evidence& evidence);
+std::optional<Finding> embeddings_compute_saturated(const Evidence& evidence);
 
 struct NamedRule {
   const char* id;

@@ -160,6 +160,7 @@ std::optional<Finding> check_model_swap_thrash(const Evidence& evidence) {
 }
 
 std::optional<Finding> check_cpu_bound_frontend(const Evidence& evidence) {
+  if (evidence.embeddings.probed()) return embeddings_cpu_bound_frontend(evidence);
   const HostSummary& host = evidence.host;
   if (!evidence.gpu.present() || host.server_cores_mean < kFrontendCoresMin) return std::nullopt;
   const double gpu_busy = busiest_gpu_mean(evidence.gpu);

@@ -96,6 +96,7 @@ const std::vector<NamedRule>& all_rules() {
       {"model_on_cpu", check_model_on_cpu},
       {"kv_cache_exhausted", check_kv_cache_exhausted},
       {"no_batching", check_no_batching},
+      {"batch_window_too_long", check_batch_window_too_long},
       {"cpu_contention", check_cpu_contention},
       {"noisy_neighbour", check_noisy_neighbour},
       {"model_swap_thrash", check_model_swap_thrash},

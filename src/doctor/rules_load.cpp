@@ -33,6 +33,7 @@ const ProbePoint* ramp_first(const Evidence& evidence) {
 }
 
 std::optional<Finding> check_no_batching(const Evidence& evidence) {
+  if (evidence.embeddings.probed()) return embeddings_no_batching(evidence);
   const ProbePoint* first = ramp_first(evidence);
   const ProbePoint* top = ramp_top(evidence);
   if (!first || !top || top->concurrency < 2 * first->concurrency ||
@@ -273,6 +274,7 @@ std::optional<Finding> check_prefix_not_cached(const Evidence& evidence) {
 }
 
 std::optional<Finding> check_compute_saturated(const Evidence& evidence) {
+  if (evidence.embeddings.probed()) return embeddings_compute_saturated(evidence);
   const ProbePoint* first = ramp_first(evidence);
   const ProbePoint* top = ramp_top(evidence);
   const HostSummary& host = evidence.host;

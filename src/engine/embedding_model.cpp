@@ -55,8 +55,14 @@ std::unique_ptr<EmbeddingModel> EmbeddingModel::load(const EmbeddingModelOptions
       options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   llama_context_params params = llama_context_default_params();
   // A non-causal encoder must see each input whole in one ubatch, so a batch is one ubatch.
-  params.n_ctx = static_cast<uint32_t>(batch_tokens);
-  params.n_batch = params.n_ubatch = static_cast<uint32_t>(batch_tokens);
+  // llama.cpp reserves its worst-case graph as n_seq_max sequences of n_ubatch / n_seq_max
+  // tokens (integer division): a size that is no multiple of the inputs leaves tokens out of
+  // the pooling's shapes and aborts (--max-batch-tokens 96 with 64 inputs did). The context is
+  // rounded up to one; batches stay within batch_tokens.
+  const int inputs = options.max_batch_inputs;
+  const int context_tokens = (batch_tokens + inputs - 1) / inputs * inputs;
+  params.n_ctx = static_cast<uint32_t>(context_tokens);
+  params.n_batch = params.n_ubatch = static_cast<uint32_t>(context_tokens);
   params.n_seq_max = static_cast<uint32_t>(options.max_batch_inputs);
   params.kv_unified = true;  // a causal embedding model's inputs share the one cache
   params.n_threads = params.n_threads_batch = threads;

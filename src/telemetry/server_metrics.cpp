@@ -18,7 +18,7 @@ struct Dialect {
 const std::vector<Dialect>& dialects() {
   static const std::vector<Dialect> table = {
       {"brisk",
-       {"brisk_requests_waiting"},
+       {"brisk_requests_waiting", "brisk_embedding_queued_requests"},  // the second: embeddings alone
        {"brisk_requests_running"},
        {"brisk_kv_cache_usage_ratio"},
        {"brisk_preemptions_total"},
@@ -133,6 +133,23 @@ void read_model_residency(const std::vector<MetricSample>& all, ServerMetrics& m
   }
 }
 
+std::optional<ServerMetrics::EmbeddingBatcher> read_embedding_batcher(
+    const std::vector<MetricSample>& samples) {
+  const auto batches = sum_samples(samples, "brisk_embedding_batch_inputs_count");
+  if (!batches) return std::nullopt;
+  const auto value = [&](const char* name) { return sum_samples(samples, name).value_or(0); };
+  ServerMetrics::EmbeddingBatcher batcher;
+  batcher.batches = *batches;
+  batcher.batch_inputs = value("brisk_embedding_batch_inputs_sum");
+  batcher.batch_tokens = value("brisk_embedding_batch_tokens_sum");
+  batcher.compute_seconds = value("brisk_embedding_batch_compute_seconds_sum");
+  batcher.window_wait_seconds = value("brisk_embedding_window_wait_seconds_sum");
+  batcher.waited_inputs = value("brisk_embedding_window_wait_seconds_count");
+  batcher.tokenize_seconds = value("brisk_embedding_tokenize_seconds_sum");
+  batcher.tokenized_requests = value("brisk_embedding_tokenize_seconds_count");
+  return batcher;
+}
+
 }  // namespace
 
 ServerMetrics read_server_metrics(const std::vector<MetricSample>& all_samples,
@@ -157,6 +174,7 @@ ServerMetrics read_server_metrics(const std::vector<MetricSample>& all_samples,
         const auto reason = sample.labels.find("reason");
         if (reason != sample.labels.end()) metrics.rejections_total[reason->second] += sample.value;
       }
+      metrics.embedding = read_embedding_batcher(samples);
       read_device_sharing(all_samples, model, metrics);
       read_model_residency(all_samples, metrics);
     }

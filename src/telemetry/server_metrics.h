@@ -42,6 +42,19 @@ struct ServerMetrics {
   std::map<std::string, double> model_loads_by_model;
   std::map<std::string, double> model_unloads_by_reason;
   std::optional<double> model_load_seconds_total;
+  // brisk's embedding batcher (brisk only, docs/metrics.md "Embeddings"), from its counters and
+  // histograms' sums and counts; absent when the read model embeds nothing.
+  struct EmbeddingBatcher {
+    double batches = 0;              // brisk_embedding_batch_inputs_count
+    double batch_inputs = 0;         // ..._sum: inputs in those batches
+    double batch_tokens = 0;         // brisk_embedding_batch_tokens_sum
+    double compute_seconds = 0;      // brisk_embedding_batch_compute_seconds_sum: the model's time
+    double window_wait_seconds = 0;  // brisk_embedding_window_wait_seconds_sum, over every input
+    double waited_inputs = 0;        // ..._count
+    double tokenize_seconds = 0;     // brisk_embedding_tokenize_seconds_sum: the I/O threads' time
+    double tokenized_requests = 0;   // ..._count
+  };
+  std::optional<EmbeddingBatcher> embedding;
   bool known() const { return !dialect.empty(); }
 };
 

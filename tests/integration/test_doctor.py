@@ -516,6 +516,96 @@ def test_healthy_configuration_gets_a_clean_bill(tmp_path_factory, tmp_path, ser
         assert all(f["severity"] == "info" for f in rep["findings"]), explain(rep)
 
 
+# --- embeddings ---------------------------------------------------------------------------------
+
+EMBEDDING_PROBE = {"--budget": "30", "--max-concurrency": "8", "--progress": "off"}
+
+
+@contextlib.contextmanager
+def brisk_embedder(tmp_path_factory, name: str, *flags: str):
+    require_file(model_path(EMBEDDING_FILE), "fetch the test models first (make test-models)")
+    port = free_port()
+    argv = [str(BRISK_BIN), "serve", "--model", EMBEDDING_NAME, "--host", "127.0.0.1",
+            "--port", str(port), "--threads", str(THREADS), *flags]
+    server = Server(name=name, argv=argv, port=port,
+                    log_path=tmp_path_factory.mktemp("logs") / f"{name}.log")
+    server.start("/ready")
+    try:
+        yield server
+    finally:
+        server.terminate()
+        server.kill()
+
+
+def diagnose_embeddings(tmp_path: Path, url: str, *extra: str) -> dict:
+    run_doctor(tmp_path, "--url", url, *[part for item in EMBEDDING_PROBE.items() for part in item],
+               *extra)
+    rep = report(tmp_path)
+    check_report_shape(tmp_path, rep)
+    assert rep["measurements"]["endpoint"] == "embeddings", rep["measurements"]["endpoint"]
+    probe = rep["measurements"]["probe"]["embeddings"]
+    assert probe["ramp"][0]["concurrency"] == 1 and probe["ramp"][-1]["concurrency"] >= 4, probe
+    assert (tmp_path / "doctor" / "report.md").read_text().count("## Embeddings") == 1
+    return rep
+
+
+def test_embeddings_window_longer_than_the_model_is_batch_window_too_long(tmp_path_factory,
+                                                                           tmp_path):
+    # Found without --endpoint: brisk serve's /v1/models says the model is an embedding model.
+    with brisk_embedder(tmp_path_factory, "brisk-embed-window", "--batch-window-ms", "40") as server:
+        rep = diagnose_embeddings(tmp_path, server.base_url)
+    expect_primary(rep, "batch_window_too_long")
+    f = finding(rep, "batch_window_too_long")
+    assert f["serve_flags"] == ["--batch-window-ms", "0"], f
+    alone = rep["measurements"]["probe"]["embeddings"]["ramp"][0]
+    assert alone["batcher"]["window_wait_ms_mean"] >= 35, alone  # the window, every input
+    assert alone["batcher"]["inputs_per_batch"] == 1, alone
+
+
+def test_embeddings_batches_of_one_input_are_no_batching(tmp_path_factory, tmp_path):
+    # Two 64-token inputs never fit 96 tokens, so every batch holds one input. (Until
+    # 2026-12-06 a --max-batch-tokens that is no multiple of --max-batch-inputs, such as 96,
+    # aborted brisk serve at start in llama.cpp's graph reservation.)
+    with brisk_embedder(tmp_path_factory, "brisk-embed-one", "--max-batch-tokens", "96") as server:
+        rep = diagnose_embeddings(tmp_path, server.base_url, "--endpoint", "embeddings")
+    expect_primary(rep, "no_batching")
+    f = finding(rep, "no_batching")
+    assert f["evidence"][0]["name"] == "inputs per batch" and f["evidence"][0]["value"] == 1, f
+    assert "--max-batch-tokens" in f["prescription"], f
+
+
+def test_embeddings_llama_server_with_one_slot_is_no_batching(tmp_path_factory, tmp_path):
+    require_file(model_path(EMBEDDING_FILE), "fetch the test models first (make test-models)")
+    require_file(LLAMA_SERVER_BIN, "build the llama.cpp reference tools first (make)")
+    port = free_port()
+    argv = [str(LLAMA_SERVER_BIN), "-m", str(model_path(EMBEDDING_FILE)), "--embeddings",
+            "--metrics", "-np", "1", "--host", "127.0.0.1", "--port", str(port),
+            "-t", str(THREADS)]
+    server = Server(name="llama-server-embed-one", argv=argv, port=port,
+                    log_path=tmp_path_factory.mktemp("logs") / "llama-server-embed-one.log")
+    server.start("/health")
+    try:
+        # llama-server's /v1/models says no kind: the endpoint is named.
+        rep = diagnose_embeddings(tmp_path, server.base_url, "--endpoint", "embeddings")
+    finally:
+        server.terminate()
+        server.kill()
+    expect_primary(rep, "no_batching")
+    f = finding(rep, "no_batching")
+    assert "-np" in f["prescription"] and f["serve_flags"] == [], f
+    assert rep["measurements"]["resources"]["server_metrics"]["running_max"] == 1
+
+
+def test_embeddings_defaults_are_healthy(tmp_path_factory, tmp_path):
+    with brisk_embedder(tmp_path_factory, "brisk-embed-defaults") as server:
+        rep = diagnose_embeddings(tmp_path, server.base_url)
+    expect_primary(rep, "healthy")
+    if rep["verdict"]["primary_cause"] == "healthy":
+        assert all(f["severity"] == "info" for f in rep["findings"]), explain(rep)
+    top = rep["measurements"]["probe"]["embeddings"]["ramp"][-1]
+    assert top["batcher"]["inputs_per_batch"] > 1.5, top  # batching what queued, no window
+
+
 # --- without --url: brisk serve as a child ------------------------------------------------------
 
 

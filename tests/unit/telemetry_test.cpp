@@ -219,6 +219,40 @@ TEST(TelemetryPrometheus, ReadsOneModelOfAServerOfSeveral) {
   EXPECT_EQ(read_server_metrics(parsed->samples, "c").requests_running, 18);
 }
 
+TEST(TelemetryPrometheus, ReadsBrisksEmbeddingBatcher) {
+  // brisk serve with an embedding model alone exports no chat queue: its batcher's queue is
+  // what marks the dialect.
+  std::string error;
+  const auto parsed = parse_prometheus_text(
+      "brisk_embedding_batch_inputs_sum 40\nbrisk_embedding_batch_inputs_count 8\n"
+      "brisk_embedding_batch_tokens_sum 2600\nbrisk_embedding_batch_tokens_count 8\n"
+      "brisk_embedding_batch_compute_seconds_sum 0.6\n"
+      "brisk_embedding_batch_compute_seconds_count 8\n"
+      "brisk_embedding_window_wait_seconds_sum 0.4\n"
+      "brisk_embedding_window_wait_seconds_count 40\n"
+      "brisk_embedding_tokenize_seconds_sum 0.002\nbrisk_embedding_tokenize_seconds_count 40\n"
+      "brisk_embedding_queued_requests 3\n",
+      error);
+  ASSERT_TRUE(parsed) << error;
+  const ServerMetrics metrics = read_server_metrics(parsed->samples);
+  EXPECT_EQ(metrics.dialect, "brisk");
+  EXPECT_EQ(metrics.requests_waiting, 3);
+  ASSERT_TRUE(metrics.embedding);
+  EXPECT_EQ(metrics.embedding->batches, 8);
+  EXPECT_EQ(metrics.embedding->batch_inputs, 40);
+  EXPECT_EQ(metrics.embedding->batch_tokens, 2600);
+  EXPECT_DOUBLE_EQ(metrics.embedding->compute_seconds, 0.6);
+  EXPECT_DOUBLE_EQ(metrics.embedding->window_wait_seconds, 0.4);
+  EXPECT_EQ(metrics.embedding->waited_inputs, 40);
+  EXPECT_DOUBLE_EQ(metrics.embedding->tokenize_seconds, 0.002);
+  EXPECT_EQ(metrics.embedding->tokenized_requests, 40);
+  // A chat model's brisk serve: no batcher.
+  const auto chat = parse_prometheus_text("brisk_requests_waiting 0\nbrisk_requests_running 1\n",
+                                          error);
+  ASSERT_TRUE(chat) << error;
+  EXPECT_FALSE(read_server_metrics(chat->samples).embedding);
+}
+
 TEST(TelemetryPrometheus, ParsesLlamaServersMetrics) {
   std::string error;
   const auto parsed = parse_prometheus_text(recorded("metrics_llama_server.txt"), error);
