@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <exception>
 #include <optional>
@@ -60,6 +61,12 @@ struct RunOptions {
   // (at most until the run's deadline) before its next request, as the openai SDK's clients do;
   // otherwise it resends at once, and against a server that sheds load the users spin.
   bool honour_retry_after = true;
+  // Open loop: asked every 50 ms during the measured phase with the records so far (measured
+  // ones being filled in) and the time; a non-empty answer abandons the run at once: no further
+  // request is sent, those in flight are dropped (their connections closed, so the server can
+  // cancel them) and fail as `abandoned`, and those not sent yet are left out of the result.
+  // brisk tune ends a trial this way once it can no longer meet the SLO.
+  std::function<std::string(const std::vector<RequestRecord>&, TimePoint now)> abandon_if;
 };
 
 struct RunResult {
@@ -68,6 +75,7 @@ struct RunResult {
   std::vector<RequestRecord> records;
   TimePoint start{};  // start of the measured phase: the zero of every offset in requests.csv
   TimePoint end{};    // when the last measured request ended
+  std::string abandoned;  // why abandon_if ended the run; empty when it ran to its end
 };
 
 // Offsets in seconds from the start of the measured phase at which each of `count` requests is

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -107,6 +108,37 @@ net::awaitable<void> dispatch(ConnectionPool& pool, const std::vector<Completion
   }
 }
 
+// Asks options.abandon_if every 50 ms until the run ends or it answers; then stops `io`.
+net::awaitable<void> watch_for_abandon(net::io_context& io, const RunOptions& options,
+                                       const std::vector<RequestRecord>& records,
+                                       const bool& dispatching, const InFlight& in_flight,
+                                       std::string& abandoned) {
+  net::steady_timer tick(co_await net::this_coro::executor);
+  while (dispatching || in_flight.count > 0) {
+    tick.expires_after(std::chrono::milliseconds(50));
+    co_await tick.async_wait(net::use_awaitable);
+    if (!dispatching && in_flight.count == 0) break;
+    abandoned = options.abandon_if(records, Clock::now());
+    if (!abandoned.empty()) {
+      io.stop();
+      co_return;
+    }
+  }
+}
+
+// The records of an abandoned run: requests in flight fail as abandoned, those never sent are
+// left out.
+void settle_abandoned(RunResult& result, TimePoint now) {
+  for (RequestRecord& record : result.records) {
+    if (record.warmup || record.sent == TimePoint{} || record.end != TimePoint{}) continue;
+    record.fail(RequestError::abandoned, "the run was abandoned: " + result.abandoned);
+    record.end = now;
+  }
+  std::erase_if(result.records, [](const RequestRecord& record) {
+    return !record.warmup && record.sent == TimePoint{};
+  });
+}
+
 }  // namespace
 
 std::vector<double> arrival_offsets_s(const LoadPoint& load, int count, uint64_t seed) {
@@ -134,45 +166,67 @@ RunResult run_open_loop(const TargetEndpoint& target, const Workload& workload,
   RunResult result;
   result.load = options.load;
   result.records.resize(total);
-  net::io_context io;
-  ConnectionPool pool(io.get_executor(), target, workload.kind(), options.timeout,
-                      options.load.concurrency);
+  {  // the io_context ends here: an abandoned run's suspended requests with it
+    net::io_context io;
+    ConnectionPool pool(io.get_executor(), target, workload.kind(), options.timeout,
+                        options.load.concurrency);
 
-  // Warmup: one request at a time, so the server and the connections are warm.
-  net::co_spawn(
-      io,
-      [&]() -> net::awaitable<void> {
-        auto connection = co_await pool.acquire();
-        for (int i = 0; i < warmup; ++i) {
-          result.records[i].index = i;
-          result.records[i].warmup = true;
-          result.records[i].in_flight_at_send = 1;
-          result.records[i].scheduled = Clock::now();
-          co_await connection->send(requests[i], result.records[i]);
-        }
-        pool.release(std::move(connection));
-      },
-      rethrow_if_failed);
-  drive(io, options.busy_poll);
-  io.restart();
-
-  // A burst sends everything at once: its connections are opened before the clock starts, as a
-  // closed loop's are. A Poisson run opens them as it needs them, and its requests pay for that
-  // (new_connection), as a real client's would.
-  if (std::isinf(options.load.rate)) {
-    net::co_spawn(io, pool.open(static_cast<int>(offsets.size())), rethrow_if_failed);
+    // Warmup: one request at a time, so the server and the connections are warm.
+    net::co_spawn(
+        io,
+        [&]() -> net::awaitable<void> {
+          auto connection = co_await pool.acquire();
+          for (int i = 0; i < warmup; ++i) {
+            result.records[i].index = i;
+            result.records[i].warmup = true;
+            result.records[i].in_flight_at_send = 1;
+            result.records[i].scheduled = Clock::now();
+            co_await connection->send(requests[i], result.records[i]);
+          }
+          pool.release(std::move(connection));
+        },
+        rethrow_if_failed);
     drive(io, options.busy_poll);
     io.restart();
-  }
 
-  InFlight in_flight{0, options.progress};
-  result.start = Clock::now();
-  if (options.progress) ProgressDisplay::mark_measured_start(*options.progress, result.start);
-  net::co_spawn(io,
-                dispatch(pool, requests, result.records, warmup, result.start, offsets, in_flight),
-                rethrow_if_failed);
-  drive(io, options.busy_poll);
-  result.end = Clock::now();
+    // A burst sends everything at once: its connections are opened before the clock starts, as a
+    // closed loop's are. A Poisson run opens them as it needs them, and its requests pay for that
+    // (new_connection), as a real client's would.
+    if (std::isinf(options.load.rate)) {
+      net::co_spawn(io, pool.open(static_cast<int>(offsets.size())), rethrow_if_failed);
+      drive(io, options.busy_poll);
+      io.restart();
+    }
+
+    InFlight in_flight{0, options.progress};
+    bool dispatching = true;
+    result.start = Clock::now();
+    if (options.progress) ProgressDisplay::mark_measured_start(*options.progress, result.start);
+    net::co_spawn(
+        io,
+        [&]() -> net::awaitable<void> {
+          co_await dispatch(pool, requests, result.records, warmup, result.start, offsets,
+                            in_flight);
+          dispatching = false;
+        },
+        rethrow_if_failed);
+    if (options.abandon_if) {
+      net::co_spawn(io,
+                    watch_for_abandon(io, options, result.records, dispatching, in_flight,
+                                      result.abandoned),
+                    rethrow_if_failed);
+    }
+    drive(io, options.busy_poll);
+    result.end = Clock::now();
+    if (options.abandon_if && result.abandoned.empty()) {
+      // The watcher outlives the last answer by up to one tick: the run ended with that answer.
+      result.end = result.start;
+      for (const RequestRecord& record : result.records) {
+        if (!record.warmup) result.end = std::max(result.end, record.end);
+      }
+    }
+  }
+  if (!result.abandoned.empty()) settle_abandoned(result, result.end);
   return result;
 }
 

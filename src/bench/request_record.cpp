@@ -22,6 +22,8 @@ std::string_view error_name(RequestError error) {
       return "stream_error";
     case RequestError::disconnected:
       return "disconnected";
+    case RequestError::abandoned:
+      return "abandoned";
   }
   return "unknown";
 }

@@ -19,6 +19,7 @@ enum class RequestError {
   malformed_sse,  // the stream could not be parsed, or ended without `data: [DONE]`
   stream_error,   // the server sent an `error` object inside a 200 stream
   disconnected,   // the connection closed or reset in the middle of a response
+  abandoned,      // in flight when its run was abandoned (RunOptions::abandon_if): dropped unread
 };
 
 std::string_view error_name(RequestError error);

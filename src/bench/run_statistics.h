@@ -55,6 +55,8 @@ struct RunStatistics {
   double output_token_throughput = 0;  // usage.completion_tokens of successes per second
   long total_input_tokens = 0;
   long total_output_tokens = 0;
+  // Why the run was cut short (RunResult::abandoned, copied by its caller); empty otherwise.
+  std::string abandoned;
   // Embeddings runs: vectors received, and per second.
   long total_embeddings = 0;
   double embedding_throughput = 0;

@@ -1,6 +1,8 @@
 #include "tune/goodput_search.h"
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -11,12 +13,76 @@ constexpr double kFarOverRatio = 4;
 }  // namespace
 
 std::vector<std::string> trial_misses(const bench::Slo& slo, const bench::RunStatistics& stats) {
+  if (!stats.abandoned.empty()) return {"abandoned: " + stats.abandoned};
   std::vector<std::string> misses = slo.misses(stats);
   const double sent = static_cast<double>(stats.ok + stats.failed);
   if (stats.failed > 0.01 * sent) {
     misses.push_back(fmt::format("{} of {} requests failed", stats.failed, stats.ok + stats.failed));
   }
   return misses;
+}
+
+namespace {
+
+// How many of `samples` values must exceed a limit for their `stat` (p50 … p99, max; the
+// linear-interpolation percentile brisk bench reports) to exceed it whatever the others are.
+int certain_misses_needed(const std::string& stat, int samples) {
+  if (samples <= 0) return 1;
+  if (stat == "max") return 1;
+  const double q = std::stod(stat.substr(1)) / 100;
+  // The percentile interpolates from the value at floor(q (n - 1)) upward: with that one over
+  // the limit, the percentile is too.
+  return samples - static_cast<int>(std::floor(q * (samples - 1)));
+}
+
+// The milliseconds a request has certainly taken for `metric` by `now`: its measure when known,
+// a lower bound while it waits, nothing for what cannot be bounded yet (TPOT in flight).
+std::optional<double> certain_ms(const std::string& metric, const bench::RequestRecord& record,
+                                 TimePoint now) {
+  if (record.scheduled == TimePoint{} || record.scheduled > now) return std::nullopt;
+  const bool done = record.end != TimePoint{};
+  if (metric == "ttft") {
+    if (record.has_first_content()) return ms_between(record.scheduled, record.first_content());
+    return ms_between(record.scheduled, done ? record.end : now);
+  }
+  if (metric == "e2e") return ms_between(record.scheduled, done ? record.end : now);
+  if (metric == "tpot" && done && record.has_first_content() && record.completion_tokens >= 2) {
+    return ms_between(record.first_content(), record.end) / (record.completion_tokens - 1);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string trial_cannot_meet(const bench::Slo& slo,
+                              const std::vector<bench::RequestRecord>& records, TimePoint now) {
+  int measured = 0, failed = 0;
+  for (const bench::RequestRecord& record : records) {
+    if (record.warmup) continue;
+    ++measured;
+    if (record.end != TimePoint{} && !record.ok()) ++failed;
+  }
+  if (failed > 0.01 * measured) {
+    return fmt::format("{} of {} requests failed", failed, measured);
+  }
+  for (const SloLimit& limit : slo.limits) {
+    if (limit.metric == "itl") continue;  // pooled over the run's gaps: judged at its end
+    int over = 0;
+    for (const bench::RequestRecord& record : records) {
+      if (record.warmup || !record.ok()) continue;
+      const auto ms = certain_ms(limit.metric, record, now);
+      if (ms && *ms > limit.limit_ms) ++over;
+    }
+    // A failure leaves the latency samples; each one allowed shrinks them by one.
+    const int samples = measured - static_cast<int>(std::floor(0.01 * measured));
+    const int needed = std::max(certain_misses_needed(limit.stat, measured),
+                                certain_misses_needed(limit.stat, samples));
+    if (over >= needed) {
+      return fmt::format("{} of {} requests already over {}_{} {:.0f} ms", over, measured,
+                         limit.metric, limit.stat, limit.limit_ms);
+    }
+  }
+  return {};
 }
 
 const bench::RateTrial* Goodput::at_goodput() const {

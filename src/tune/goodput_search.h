@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "bench/rate_search.h"
+#include "bench/request_record.h"
 #include "bench/run_statistics.h"
 #include "bench/slo.h"
 
@@ -43,6 +44,16 @@ struct Goodput {
 // rejected as too long for the configuration, cut off): a failed request is one whose latency
 // is unbounded, so with fewer than 100 requests a single one is the P99 (more than 1% misses).
 std::vector<std::string> trial_misses(const bench::Slo& slo, const bench::RunStatistics& stats);
+
+// Why a trial can no longer meet `slo`, judged from its records so far at `now` (latencies from
+// each request's scheduled send, as trials measure them; every measured record is there from
+// the start, sent or not): more than 1% of its requests failed, or so many have already missed
+// a TTFT, TPOT or E2E limit (answered over it, or still waiting past it) that the limit's
+// percentile is over it whatever the rest do. Empty while it still can. brisk tune abandons a
+// trial as soon as this speaks (bench::RunOptions::abandon_if): an overloaded trial would
+// otherwise spend minutes draining a queue to measure a miss already certain.
+std::string trial_cannot_meet(const bench::Slo& slo,
+                              const std::vector<bench::RequestRecord>& records, TimePoint now);
 
 // Runs `run_at(rate)` from options.start_rate up by `growth` while it meets the SLO, down while
 // it misses, then bisects the bracket; a rate of infinity sends every request at once. `out_of_time` is asked before every run after the first.

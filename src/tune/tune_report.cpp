@@ -59,7 +59,10 @@ nlohmann::json trial_json(const bench::RateTrial& trial) {
           {"e2e_p99_ms", stats.e2e_ms.p99},
           {"request_throughput_rps", stats.request_throughput},
           {"output_tokens_per_s", stats.output_token_throughput},
-          {"goodput_rps", stats.goodput}};
+          {"goodput_rps", stats.goodput},
+          {"duration_s", stats.duration_s},
+          {"abandoned", stats.abandoned.empty() ? nlohmann::json(nullptr)
+                                                : nlohmann::json(stats.abandoned)}};
 }
 
 nlohmann::json candidate_json(const TuneReport& report, const Candidate& candidate) {

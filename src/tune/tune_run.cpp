@@ -218,10 +218,14 @@ class CandidateMeasurer {
                     describe_setting_short(setting), rate),
         static_cast<int>(run.schedule_s.size()), 0);
     run.progress = &progress.counters();
+    run.abandon_if = [&](const std::vector<bench::RequestRecord>& records, TimePoint now) {
+      return trial_cannot_meet(slo_, records, now);
+    };
     const bench::RunResult result = bench::run_open_loop(target, *workload_, run, options_.seed);
     progress.stop();
     bench::RunStatistics stats = bench::compute_run_statistics(
         result.records, result.start, result.end, bench::LatencyOrigin::scheduled, &slo_);
+    stats.abandoned = result.abandoned;
     const std::vector<std::string> misses = trial_misses(slo_, stats);
     std::cerr << fmt::format("  {} @ {:.3g} req/s: {} (TTFT p99 {:.0f} ms, TPOT p99 {:.0f} ms, "
                              "{} ok, {} failed)\n",

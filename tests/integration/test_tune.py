@@ -64,6 +64,11 @@ def test_the_search_finds_the_fast_setting_of_a_server_of_known_capacity(tmp_pat
         assert by_change[loser]["goodput_rps"] == 0, proc.stderr
         assert by_change[loser]["measurements"][0]["gave_up"], proc.stderr
         assert len(by_change[loser]["measurements"][0]["trials"]) == 1  # one run to lose
+    # prefill=400 queues 8 requests for 3.2 s; its miss is certain once two waited 150 ms.
+    overloaded = by_change["prefill=400"]["measurements"][0]["trials"][0]
+    assert overloaded["abandoned"] and "over ttft_p99 150 ms" in overloaded["abandoned"], overloaded
+    assert overloaded["duration_s"] < 1.5, overloaded
+    assert overloaded["misses"] == ["abandoned: " + overloaded["abandoned"]], overloaded
     assert report["best"]["command"].endswith(f"--prefill-ms 20 --itl-ms 5 --marker {marker}")
     assert "{port}" in report["best"]["command"]
     assert any("prefill 20 (was 100)" in line for line in report["why"]), report["why"]

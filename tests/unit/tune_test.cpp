@@ -174,6 +174,67 @@ TEST(TuneGoodputSearch, FailedRequestsMissTheSlo) {
   EXPECT_TRUE(trial_misses(ttft_slo(), few).empty());
 }
 
+// A trial of `count` requests scheduled every 100 ms from t0, none answered yet.
+std::vector<bench::RequestRecord> scheduled_trial(TimePoint t0, int count) {
+  std::vector<bench::RequestRecord> records(count + 2);
+  records[0].warmup = records[1].warmup = true;
+  for (int i = 0; i < count; ++i) {
+    records[2 + i].index = 2 + i;
+    records[2 + i].scheduled = t0 + std::chrono::milliseconds(100 * i);
+  }
+  return records;
+}
+
+TEST(TuneGoodputSearch, ATrialIsAbandonedOnceItsMissIsCertain) {
+  std::string error;
+  const auto slo = bench::parse_slo("ttft_p99=150ms,tpot_p99=20ms", error);
+  ASSERT_TRUE(slo);
+  const TimePoint t0 = Clock::now();
+  const auto at = [&](int ms) { return t0 + std::chrono::milliseconds(ms); };
+  auto records = scheduled_trial(t0, 8);
+  // p99 of 8 interpolates from the 7th value up: two requests over 150 ms make it certain.
+  EXPECT_EQ(trial_cannot_meet(*slo, records, at(160)), "");  // one waiting past 150 ms
+  EXPECT_EQ(trial_cannot_meet(*slo, records, at(260)),
+            "2 of 8 requests already over ttft_p99 150 ms");  // the second, scheduled at 100
+  // Answered in time, they count for nothing; one late first token is one miss.
+  records[2].content_chunks = {at(50)};
+  records[3].content_chunks = {at(300)};
+  EXPECT_EQ(trial_cannot_meet(*slo, records, at(260)), "");
+  EXPECT_EQ(trial_cannot_meet(*slo, records, at(360)),
+            "2 of 8 requests already over ttft_p99 150 ms");  // the third waited from 200
+  // Requests not yet due are no evidence either way.
+  EXPECT_EQ(trial_cannot_meet(*slo, scheduled_trial(at(1000), 8), at(900)), "");
+  // TPOT is judged on finished requests: 4 tokens over 90 ms is 30 ms a token.
+  auto slow_tokens = scheduled_trial(t0, 8);
+  for (int i : {2, 3}) {
+    slow_tokens[i].content_chunks = {slow_tokens[i].scheduled + std::chrono::milliseconds(10)};
+    slow_tokens[i].end = slow_tokens[i].content_chunks[0] + std::chrono::milliseconds(90);
+    slow_tokens[i].completion_tokens = 4;
+  }
+  EXPECT_EQ(trial_cannot_meet(*slo, slow_tokens, at(120)),
+            "2 of 8 requests already over tpot_p99 20 ms");
+  // One failure of 8 is more than 1%.
+  auto failed = scheduled_trial(t0, 8);
+  failed[4].end = at(200);
+  failed[4].fail(bench::RequestError::http_429, "queue full");
+  EXPECT_EQ(trial_cannot_meet(*slo, failed, at(210)), "1 of 8 requests failed");
+  // A p50 limit needs half of them over it.
+  const auto median = bench::parse_slo("e2e_p50=150ms", error);
+  EXPECT_EQ(trial_cannot_meet(*median, scheduled_trial(t0, 8), at(360)), "");  // 3 over
+  EXPECT_EQ(trial_cannot_meet(*median, scheduled_trial(t0, 8), at(560)),
+            "5 of 8 requests already over e2e_p50 150 ms");
+}
+
+TEST(TuneGoodputSearch, AnAbandonedTrialMissesAndSaysWhy) {
+  bench::RunStatistics stats;
+  stats.ok = 30;
+  stats.abandoned = "2 of 32 requests already over ttft_p99 8000 ms";
+  std::string error;
+  const auto slo = bench::parse_slo("ttft_p99=8s", error);
+  EXPECT_EQ(trial_misses(*slo, stats),
+            std::vector<std::string>{"abandoned: 2 of 32 requests already over ttft_p99 8000 ms"});
+}
+
 TEST(TuneGoodputSearch, WithoutAStartRateABurstMeasuresTheCapacityFirst) {
   std::vector<double> rates;
   const Goodput found = search_goodput(ttft_slo(), {.refine_steps = 2}, [&](double rate) {
