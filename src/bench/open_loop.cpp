@@ -13,6 +13,8 @@
 namespace brisk::bench {
 namespace {
 
+constexpr std::chrono::seconds kWarmupRetryLimit{30};
+
 // Idle keep-alive connections, opened on demand up to `cap` (0: no cap). Only the dispatcher
 // acquires, so at most one coroutine ever waits for a release.
 class ConnectionPool {
@@ -171,17 +173,30 @@ RunResult run_open_loop(const TargetEndpoint& target, const Workload& workload,
     ConnectionPool pool(io.get_executor(), target, workload.kind(), options.timeout,
                         options.load.concurrency);
 
-    // Warmup: one request at a time, so the server and the connections are warm.
+    // Warmup: one request at a time, so the server and the connections are warm. One the
+    // server sheds (429, 503) is sent again every 250 ms, for up to kWarmupRetryLimit: a server
+    // still cancelling the previous run's backlog (brisk tune abandons an overloaded trial)
+    // would otherwise meet the measured phase with it.
     net::co_spawn(
         io,
         [&]() -> net::awaitable<void> {
           auto connection = co_await pool.acquire();
+          net::steady_timer pause(co_await net::this_coro::executor);
+          const TimePoint retry_until = Clock::now() + kWarmupRetryLimit;
           for (int i = 0; i < warmup; ++i) {
-            result.records[i].index = i;
-            result.records[i].warmup = true;
-            result.records[i].in_flight_at_send = 1;
-            result.records[i].scheduled = Clock::now();
-            co_await connection->send(requests[i], result.records[i]);
+            RequestRecord& record = result.records[i];
+            for (;;) {
+              record = RequestRecord{};
+              record.index = i;
+              record.warmup = true;
+              record.in_flight_at_send = 1;
+              record.scheduled = Clock::now();
+              co_await connection->send(requests[i], record);
+              const bool shed = record.http_status == 429 || record.http_status == 503;
+              if (!shed || Clock::now() >= retry_until) break;
+              pause.expires_after(std::chrono::milliseconds(250));
+              co_await pause.async_wait(net::use_awaitable);
+            }
           }
           pool.release(std::move(connection));
         },

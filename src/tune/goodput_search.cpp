@@ -57,13 +57,18 @@ std::optional<double> certain_ms(const std::string& metric, const bench::Request
 std::string trial_cannot_meet(const bench::Slo& slo,
                               const std::vector<bench::RequestRecord>& records, TimePoint now) {
   int measured = 0, failed = 0;
+  const bench::RequestRecord* first_failure = nullptr;
   for (const bench::RequestRecord& record : records) {
     if (record.warmup) continue;
     ++measured;
-    if (record.end != TimePoint{} && !record.ok()) ++failed;
+    if (record.end != TimePoint{} && !record.ok()) {
+      ++failed;
+      if (!first_failure) first_failure = &record;
+    }
   }
   if (failed > 0.01 * measured) {
-    return fmt::format("{} of {} requests failed", failed, measured);
+    return fmt::format("{} of {} requests failed ({}: {})", failed, measured,
+                       bench::error_name(first_failure->error), first_failure->error_detail);
   }
   for (const SloLimit& limit : slo.limits) {
     if (limit.metric == "itl") continue;  // pooled over the run's gaps: judged at its end

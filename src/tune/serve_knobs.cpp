@@ -72,7 +72,9 @@ ServeKnobs brisk_serve_knobs(std::vector<std::string> base_flags, int cores) {
   layout.values = {{"unified", {"--kv-unified"}}, {"per-sequence", {"--no-kv-unified"}}};
   layout.effect =
       "unified: one KV buffer, a request may use the whole context, but every step attends "
-      "over all cells in use; per-sequence: each step's cost follows each stream's own context";
+      "over all cells in use; per-sequence: each step's cost follows each stream's own context "
+      "(its --ctx-size grows to --max-seqs × the longest request where it must, so that none "
+      "is refused)";
   knobs.push_back(std::move(layout));
   // The KV cache type, K and V alike: q8_0 halves the bytes attention reads each step and the
   // cache's memory (more sequences fit); brisk plan sees both. Differing K and V types given
@@ -113,20 +115,17 @@ ServeKnobs brisk_serve_knobs(std::vector<std::string> base_flags, int cores) {
   return serve;
 }
 
-std::optional<std::string> share_refusal(const ServeKnobs& serve, const Setting& setting,
-                                         int longest_request_tokens) {
+std::optional<int> per_sequence_context(const ServeKnobs& serve, const Setting& setting) {
   const auto layout = setting.find("kv-layout");
   if (layout == setting.end() || layout->second != "per-sequence") return std::nullopt;
+  if (serve.longest_request_tokens <= 0) return std::nullopt;
   std::vector<std::string> fixed = serve.fixed_args;
   const int ctx_size = std::atoi(take_flag(fixed, {"--ctx-size", "-c"}).value_or("8192").c_str());
   const auto seqs = setting.find("max-seqs");
   const int max_seqs = seqs == setting.end() ? 16 : std::max(1, std::atoi(seqs->second.c_str()));
-  const int share = ctx_size / max_seqs;
-  if (longest_request_tokens <= share) return std::nullopt;
-  return "a KV buffer per sequence holds " + std::to_string(share) + " cells (--ctx-size " +
-         std::to_string(ctx_size) + " / --max-seqs " + std::to_string(max_seqs) +
-         "): the workload's longest request, " + std::to_string(longest_request_tokens) +
-         " tokens, would be refused";
+  if (serve.longest_request_tokens <= ctx_size / max_seqs) return std::nullopt;
+  constexpr int kRound = 256;
+  return (max_seqs * serve.longest_request_tokens + kRound - 1) / kRound * kRound;
 }
 
 }  // namespace brisk::tune

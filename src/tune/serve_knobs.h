@@ -14,14 +14,17 @@ namespace brisk::tune {
 struct ServeKnobs {
   std::vector<std::string> fixed_args;  // base_flags without the flags the knobs set
   std::vector<Knob> knobs;
+  // The workload's longest request, prompt + answer, in tokens; 0: unknown (a dataset).
+  int longest_request_tokens = 0;
 };
 
 ServeKnobs brisk_serve_knobs(std::vector<std::string> base_flags, int cores);
 
-// Why `setting` cannot serve requests of `longest_request_tokens` (prompt + answer) at all: with
-// a KV buffer per sequence each holds --ctx-size / --max-seqs cells, and brisk serve refuses a
-// longer request (400). nullopt when it can.
-std::optional<std::string> share_refusal(const ServeKnobs& serve, const Setting& setting,
-                                         int longest_request_tokens);
+// The --ctx-size a per-sequence KV layout needs so that no request of the workload is refused:
+// with a buffer per sequence each holds --ctx-size / --max-seqs cells, and brisk serve refuses a
+// longer request (400). So a per-sequence candidate gets --max-seqs × the longest request
+// (rounded up to 256) where the configured context would leave a smaller share; nullopt where
+// it needs none (a unified layout, a share that holds it, an unknown longest request).
+std::optional<int> per_sequence_context(const ServeKnobs& serve, const Setting& setting);
 
 }  // namespace brisk::tune

@@ -70,7 +70,7 @@ class BriskServeFactory : public ServerFactory {
  public:
   BriskServeFactory(const ServeKnobs& serve) : serve_(serve) {}
   // The fixed flags, less those the knobs set (brisk serve refuses a flag given twice), then the
-  // knobs' flags.
+  // knobs' flags, then the context a per-sequence layout needs.
   std::vector<std::string> args_for(const Setting& setting) const {
     std::vector<std::string> args = serve_.fixed_args;
     const std::vector<std::string> knob_args = setting_args(serve_.knobs, setting);
@@ -78,6 +78,10 @@ class BriskServeFactory : public ServerFactory {
       if (!value.empty()) take_flag(args, {"--" + name});
     }
     args.insert(args.end(), knob_args.begin(), knob_args.end());
+    if (const auto context = per_sequence_context(serve_, setting)) {
+      take_flag(args, {"--ctx-size", "-c"});
+      args.insert(args.end(), {"--ctx-size", std::to_string(*context)});
+    }
     return args;
   }
   bench::ServerLaunch launch(const Setting& setting) const override {
@@ -288,6 +292,10 @@ std::optional<std::string> brisk_serve_space(const TuneOptions& options, const b
       space.verify.push_back({{"prescription", prescription.finding}});
     }
   }
+  if (options.dataset.empty()) {
+    space.serve.longest_request_tokens =
+        options.input_tokens.longest() + options.output_tokens.longest();
+  }
   space.servers = std::make_unique<BriskServeFactory>(space.serve);
   space.prediction = GoodputPrediction::make(
       options.model, options.device, static_cast<int>(std::lround(options.input_tokens.mean())),
@@ -422,12 +430,6 @@ int run_tune(const TuneOptions& options) {
   search.margin = options.margin;
   search.confirm_top = options.confirm_top;
   search.confirm_repeats = options.confirm_repeats;
-  if (options.server_cmd.empty() && options.dataset.empty()) {
-    const int longest = options.input_tokens.longest() + options.output_tokens.longest();
-    search.refusal = [&space, longest](const Setting& setting) {
-      return share_refusal(space.serve, setting, longest);
-    };
-  }
   std::cerr << fmt::format("brisk tune: {} on {}, SLO {}, budget {}, {}\n", report.server,
                            options.model, options.slo, format_duration(options.budget_s),
                            space.verify.empty()

@@ -217,7 +217,7 @@ TEST(TuneGoodputSearch, ATrialIsAbandonedOnceItsMissIsCertain) {
   auto failed = scheduled_trial(t0, 8);
   failed[4].end = at(200);
   failed[4].fail(bench::RequestError::http_429, "queue full");
-  EXPECT_EQ(trial_cannot_meet(*slo, failed, at(210)), "1 of 8 requests failed");
+  EXPECT_EQ(trial_cannot_meet(*slo, failed, at(210)), "1 of 8 requests failed (http_429: queue full)");
   // A p50 limit needs half of them over it.
   const auto median = bench::parse_slo("e2e_p50=150ms", error);
   EXPECT_EQ(trial_cannot_meet(*median, scheduled_trial(t0, 8), at(360)), "");  // 3 over
@@ -379,20 +379,24 @@ TEST(TuneSearch, AConfigurationThatRefusesTheWorkloadIsNotMeasured) {
   EXPECT_EQ(result.candidates[result.best].setting.at("slots"), "4");  // the best of the rest
 }
 
-// With a buffer per sequence a request is limited to --ctx-size / --max-seqs cells.
-TEST(TuneServeKnobs, APerSequenceShareTooSmallForTheLongestRequestIsARefusal) {
-  const ServeKnobs serve = brisk_serve_knobs({"--model", "m", "--ctx-size", "4096"}, 2);
+// With a buffer per sequence a request is limited to --ctx-size / --max-seqs cells: a
+// per-sequence candidate gets the context its longest request needs instead of refusing it.
+TEST(TuneServeKnobs, APerSequenceCandidateGetsTheContextItsLongestRequestNeeds) {
+  ServeKnobs serve = brisk_serve_knobs({"--model", "m", "--ctx-size", "4096"}, 2);
+  serve.longest_request_tokens = 1000;
   Setting setting = baseline_setting(serve.knobs);
-  EXPECT_FALSE(share_refusal(serve, setting, 1000));  // one buffer: a request may use all of it
+  EXPECT_FALSE(per_sequence_context(serve, setting));  // one buffer: a request may use all of it
   setting["kv-layout"] = "per-sequence";
   setting["max-seqs"] = "4";
-  EXPECT_FALSE(share_refusal(serve, setting, 1024));
-  const auto refused = share_refusal(serve, setting, 1025);
-  ASSERT_TRUE(refused);
-  EXPECT_NE(refused->find("1024 cells"), std::string::npos) << *refused;
-  const ServeKnobs defaults = brisk_serve_knobs({"--model", "m"}, 2);  // --ctx-size 8192
-  EXPECT_TRUE(share_refusal(defaults, setting, 2049));
-  EXPECT_FALSE(share_refusal(defaults, setting, 2048));
+  EXPECT_FALSE(per_sequence_context(serve, setting));  // 1024 cells each hold 1000
+  serve.longest_request_tokens = 1025;
+  EXPECT_EQ(per_sequence_context(serve, setting), 4352);  // 4 × 1025, rounded up to 256
+  ServeKnobs defaults = brisk_serve_knobs({"--model", "m"}, 2);  // --ctx-size 8192
+  defaults.longest_request_tokens = 800;
+  setting["max-seqs"] = "16";
+  EXPECT_EQ(per_sequence_context(defaults, setting), 12800);  // tune's run 3 pruned this one
+  defaults.longest_request_tokens = 0;  // a dataset: unknown
+  EXPECT_FALSE(per_sequence_context(defaults, setting));
 }
 
 TEST(TuneSearch, KnobsThePredictionCannotSeeAlternateWithThoseItCan) {
