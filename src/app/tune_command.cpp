@@ -59,13 +59,20 @@ CommandRunner register_tune_command(CLI::App& app) {
                  "brisk plan catalog id of this machine, for the predictions (its calibration "
                  "from `brisk plan calibrate` is used when there is one)")
       ->capture_default_str();
-  app.add_option("--endpoint", options->endpoint, "completions or chat")
-      ->check(CLI::IsMember({"completions", "chat"}))
+  app.add_option("--endpoint", options->endpoint,
+                 "completions, chat or embeddings; auto: embeddings for an embedding model, "
+                 "else completions")
+      ->check(CLI::IsMember({"auto", "completions", "chat", "embeddings"}))
+      ->capture_default_str();
+  app.add_option("--inputs-per-request", options->inputs_per_request,
+                 "Embeddings: inputs in each request (each of --input-tokens)")
+      ->check(CLI::Range(1, 2048))
       ->capture_default_str();
   app.add_option("--input-tokens", *input, "Prompt lengths, as brisk bench takes them")
       ->check(length_distribution())
       ->capture_default_str();
-  app.add_option("--output-tokens", *output, "Answer lengths, as brisk bench takes them")
+  auto* output_option =
+      app.add_option("--output-tokens", *output, "Answer lengths, as brisk bench takes them")
       ->check(length_distribution())
       ->capture_default_str();
   app.add_option("--arrival", options->arrival,
@@ -100,8 +107,9 @@ CommandRunner register_tune_command(CLI::App& app) {
   app.add_option("--progress", options->progress, "auto, bar, lines or off")
       ->check(CLI::IsMember({"auto", "bar", "lines", "off"}))
       ->capture_default_str();
-  return [options, input, output] {
+  return [options, input, output, output_option] {
     std::string error;
+    options->output_tokens_given = output_option->count() > 0;
     options->input_tokens = *bench::parse_length_distribution(*input, error);
     options->output_tokens = *bench::parse_length_distribution(*output, error);
     return tune::run_tune(*options);

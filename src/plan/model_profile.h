@@ -30,6 +30,9 @@ struct ModelProfile {
   int max_context = 0;
   int sliding_window = 0;      // tokens; 0: every layer attends to the whole context
   int global_layer_every = 0;  // with a window: every Nth layer is global; 0: all use the window
+  // An embedding model (its GGUF declares a pooling type): brisk serve runs it in the dynamic
+  // batcher on /v1/embeddings, which plan's simulation does not model.
+  bool pooling = false;
 
   // A GGUF knows its weights exactly; otherwise they follow from parameters x precision.
   std::optional<Precision> stored_precision;

@@ -57,7 +57,8 @@ struct SearchOptions {
   double confirm_share = 0.3;  // of the budget kept for the confirmation
   // Why a configuration cannot serve the workload at all (pruned unmeasured, with that note);
   // nullopt when it can. None: every configuration can.
-  std::function<std::optional<std::string>(const Setting&)> refusal;
+  using Refusal = std::function<std::optional<std::string>(const Setting&)>;
+  Refusal refusal;
 };
 
 // What to do with a configuration: start its server, search its goodput, stop the server.

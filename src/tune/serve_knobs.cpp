@@ -115,6 +115,49 @@ ServeKnobs brisk_serve_knobs(std::vector<std::string> base_flags, int cores) {
   return serve;
 }
 
+ServeKnobs embedding_serve_knobs(std::vector<std::string> base_flags, int cores) {
+  ServeKnobs serve;
+  std::vector<Knob>& knobs = serve.knobs;
+  knobs.push_back(numeric_knob(
+      base_flags, "batch-window-ms", {}, {"0", "1", "2", "5", "10"}, "0",
+      "how long the oldest waiting input waits for others to join its batch: a window fills "
+      "batches when requests arrive one by one (fewer, fuller model calls), and every request "
+      "waits it when the model is idle; 0 starts a batch as soon as the model is free",
+      false));
+  knobs.push_back(numeric_knob(
+      base_flags, "max-batch-inputs", {}, {"8", "16", "32", "64"}, "64",
+      "inputs in one batch: more spread a model call over more inputs, while llama.cpp "
+      "attends over a whole batch at once (masked), so a batch's cost grows faster than its "
+      "inputs",
+      false));
+  knobs.push_back(numeric_knob(
+      base_flags, "max-batch-tokens", {}, {"0", "256", "1024", "2048"}, "0",
+      "tokens of all inputs in one batch (0: the model's training context): the same trade in "
+      "tokens; it is also the longest input served",
+      false));
+  if (cores >= 4) {
+    std::vector<std::string> threads = {std::to_string(cores / 2), std::to_string(cores)};
+    knobs.push_back(numeric_knob(
+        base_flags, "threads", {"-t"}, threads, std::to_string(cores),
+        "llama.cpp's compute threads: all cores, or half of them when the HTTP threads, which "
+        "tokenize every input, compete for the rest",
+        false));
+  }
+  serve.fixed_args = std::move(base_flags);
+  return serve;
+}
+
+std::optional<std::string> batch_tokens_refusal(const ServeKnobs& serve, const Setting& setting) {
+  const auto tokens = setting.find("max-batch-tokens");
+  if (tokens == setting.end() || serve.longest_request_tokens <= 0) return std::nullopt;
+  const int max_batch_tokens = std::atoi(tokens->second.c_str());
+  if (max_batch_tokens <= 0 || max_batch_tokens >= serve.longest_request_tokens) {
+    return std::nullopt;
+  }
+  return "--max-batch-tokens " + tokens->second + " is below the workload's longest input (" +
+         std::to_string(serve.longest_request_tokens) + " tokens): brisk serve would refuse it";
+}
+
 std::optional<int> per_sequence_context(const ServeKnobs& serve, const Setting& setting) {
   const auto layout = setting.find("kv-layout");
   if (layout == setting.end() || layout->second != "per-sequence") return std::nullopt;

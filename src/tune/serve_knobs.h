@@ -20,6 +20,15 @@ struct ServeKnobs {
 
 ServeKnobs brisk_serve_knobs(std::vector<std::string> base_flags, int cores);
 
+// The same for an embedding model, whose flags set the dynamic batcher instead: the window,
+// the inputs and tokens of one batch, and the threads. longest_request_tokens is then the
+// workload's longest input.
+ServeKnobs embedding_serve_knobs(std::vector<std::string> base_flags, int cores);
+
+// Why an embedding setting cannot serve the workload: a --max-batch-tokens below its longest
+// input, which brisk serve refuses (400); nullopt when it can.
+std::optional<std::string> batch_tokens_refusal(const ServeKnobs& serve, const Setting& setting);
+
 // The --ctx-size a per-sequence KV layout needs so that no request of the workload is refused:
 // with a buffer per sequence each holds --ctx-size / --max-seqs cells, and brisk serve refuses a
 // longer request (400). So a per-sequence candidate gets --max-seqs × the longest request

@@ -59,6 +59,7 @@ nlohmann::json trial_json(const bench::RateTrial& trial) {
           {"e2e_p99_ms", stats.e2e_ms.p99},
           {"request_throughput_rps", stats.request_throughput},
           {"output_tokens_per_s", stats.output_token_throughput},
+          {"embeddings_per_s", stats.embedding_throughput},
           {"goodput_rps", stats.goodput},
           {"duration_s", stats.duration_s},
           {"abandoned", stats.abandoned.empty() ? nlohmann::json(nullptr)
@@ -91,6 +92,14 @@ nlohmann::json candidate_json(const TuneReport& report, const Candidate& candida
           {"command", candidate.command},
           {"peak_memory_bytes", candidate.peak_memory_bytes},
           {"note", candidate.note}};
+}
+
+bool embeddings(const TuneReport& report) { return report.endpoint == "embeddings"; }
+
+// A trial's P99 latencies as the report shows them: an embeddings answer has only its E2E.
+std::string latency_text(const TuneReport& report, const bench::RunStatistics& stats) {
+  if (embeddings(report)) return fmt::format("E2E p99 {:.0f} ms", stats.e2e_ms.p99);
+  return fmt::format("TTFT p99 {:.0f} ms, TPOT p99 {:.0f} ms", stats.ttft_ms.p99, stats.tpot_ms.p99);
 }
 
 // The trial of `goodput` nearest above `rate` that met the SLO, if any.
@@ -129,8 +138,8 @@ std::vector<std::string> why_it_wins(const TuneReport& report) {
       std::string line = fmt::format("At {} the baseline missed {}", rate_text(trial.rate),
                                      fmt::join(trial.misses, ", "));
       if (const bench::RateTrial* met = met_at_or_above(best, trial.rate)) {
-        line += fmt::format("; the best met the SLO at {} (TTFT p99 {:.0f} ms, TPOT p99 {:.0f} ms)",
-                            rate_text(met->rate), met->stats.ttft_ms.p99, met->stats.tpot_ms.p99);
+        line += fmt::format("; the best met the SLO at {} ({})", rate_text(met->rate),
+                            latency_text(report, met->stats));
       }
       why.push_back(line + ".");
       break;
@@ -145,8 +154,11 @@ std::vector<std::string> why_it_wins(const TuneReport& report) {
 
 std::string ranked_table(const TuneReport& report) {
   std::string table =
-      "| rank | change from baseline | predicted req/s | goodput req/s | TTFT p99 ms | TPOT p99 "
-      "ms | peak memory MiB | stage |\n|---|---|---|---|---|---|---|---|\n";
+      embeddings(report)
+          ? "| rank | change from baseline | predicted req/s | goodput req/s | E2E p99 ms | "
+            "inputs/s | peak memory MiB | stage |\n|---|---|---|---|---|---|---|---|\n"
+          : "| rank | change from baseline | predicted req/s | goodput req/s | TTFT p99 ms | TPOT "
+            "p99 ms | peak memory MiB | stage |\n|---|---|---|---|---|---|---|---|\n";
   const Setting& baseline = report.search.candidates.front().setting;
   int rank = 0;
   for (const size_t index : ranking(report.search)) {
@@ -158,8 +170,13 @@ std::string ranked_table(const TuneReport& report) {
         candidate.measured() ? std::to_string(++rank) : "-",
         describe_change(report.knobs, baseline, candidate.setting),
         candidate.predicted_rps ? fmt::format("{:.3g}", *candidate.predicted_rps) : "-",
-        goodput_text(candidate), at ? fmt::format("{:.0f}", at->stats.ttft_ms.p99) : "-",
-        at ? fmt::format("{:.0f}", at->stats.tpot_ms.p99) : "-",
+        goodput_text(candidate),
+        !at                  ? "-"
+        : embeddings(report) ? fmt::format("{:.0f}", at->stats.e2e_ms.p99)
+                             : fmt::format("{:.0f}", at->stats.ttft_ms.p99),
+        !at                  ? "-"
+        : embeddings(report) ? fmt::format("{:.3g}", at->stats.embedding_throughput)
+                             : fmt::format("{:.0f}", at->stats.tpot_ms.p99),
         candidate.peak_memory_bytes > 0
             ? fmt::format("{:.0f}", candidate.peak_memory_bytes / (1 << 20))
             : "-",
@@ -189,6 +206,7 @@ nlohmann::json report_json(const TuneReport& report) {
   return {{"server", report.server},
           {"model", report.model},
           {"slo", report.slo},
+          {"endpoint", report.endpoint},
           {"budget_s", report.budget_s},
           {"elapsed_s", report.elapsed_s},
           {"stopped", search.stopped},

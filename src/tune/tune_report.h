@@ -16,6 +16,8 @@ struct TuneReport {
   std::string server;  // "brisk serve" or the --server-cmd template
   std::string model;
   std::string slo;
+  // What each trial sent: completions, chat or embeddings (whose latency is E2E alone).
+  std::string endpoint = "completions";
   double budget_s = 0;
   double elapsed_s = 0;
   int requests_per_run = 0;

@@ -25,6 +25,7 @@
 #include "common/model_store.h"
 #include "common/subprocess.h"
 #include "plan/deployment_emitter.h"
+#include "plan/model_profile.h"
 #include "tune/command_line.h"
 #include "tune/config_search.h"
 #include "tune/goodput_prediction.h"
@@ -175,7 +176,11 @@ class CandidateMeasurer {
       return false;
     }
     bench::WorkloadSpec spec;
-    spec.kind = options_.endpoint == "chat" ? bench::ApiKind::chat : bench::ApiKind::completions;
+    spec.kind = options_.endpoint == "chat"         ? bench::ApiKind::chat
+                : options_.endpoint == "embeddings" ? bench::ApiKind::embeddings
+                                                    : bench::ApiKind::completions;
+    spec.stream = spec.kind != bench::ApiKind::embeddings;
+    spec.inputs_per_request = options_.inputs_per_request;
     spec.model = *model;
     spec.input_tokens = options_.input_tokens;
     spec.output_tokens = options_.output_tokens;
@@ -231,12 +236,16 @@ class CandidateMeasurer {
         result.records, result.start, result.end, bench::LatencyOrigin::scheduled, &slo_);
     stats.abandoned = result.abandoned;
     const std::vector<std::string> misses = trial_misses(slo_, stats);
-    std::cerr << fmt::format("  {} @ {:.3g} req/s: {} (TTFT p99 {:.0f} ms, TPOT p99 {:.0f} ms, "
-                             "{} ok, {} failed)\n",
+    const std::string latency =
+        options_.endpoint == "embeddings"
+            ? fmt::format("E2E p99 {:.0f} ms", stats.e2e_ms.p99)
+            : fmt::format("TTFT p99 {:.0f} ms, TPOT p99 {:.0f} ms", stats.ttft_ms.p99,
+                          stats.tpot_ms.p99);
+    std::cerr << fmt::format("  {} @ {:.3g} req/s: {} ({}, {} ok, {} failed)\n",
                              describe_setting_short(setting), rate,
                              misses.empty() ? "meets the SLO"
                                             : "misses " + fmt::format("{}", fmt::join(misses, ", ")),
-                             stats.ttft_ms.p99, stats.tpot_ms.p99, stats.ok, stats.failed);
+                             latency, stats.ok, stats.failed);
     return stats;
   }
 
@@ -263,7 +272,33 @@ struct SearchSpace {
   std::optional<GoodputPrediction> prediction;
   Setting predicted_base;  // brisk serve's knob values under --verify's prescriptions
   std::vector<Setting> verify;  // --verify: every setting to measure, besides the baseline
+  SearchOptions::Refusal refusal;  // why a setting cannot serve the workload, if it cannot
 };
+
+// --endpoint auto: embeddings when --model is an embedding model (its GGUF declares a pooling
+// type), else completions; a model plan cannot read (not pulled yet) is taken as generative.
+std::string resolved_endpoint(const TuneOptions& options) {
+  if (options.endpoint != "auto") return options.endpoint;
+  std::string ignored;
+  const auto profile = plan::resolve_model_profile(options.model, &ignored);
+  return profile && profile->pooling ? "embeddings" : "completions";
+}
+
+// What an embeddings tune cannot take: an SLO on tokens, answer lengths, a dataset.
+std::optional<std::string> embeddings_problem(const TuneOptions& options, const bench::Slo& slo) {
+  if (options.output_tokens_given) return "an embedding model generates nothing: drop --output-tokens";
+  for (const SloLimit& limit : slo.limits) {
+    if (limit.metric != "e2e") {
+      return fmt::format("an embeddings answer comes in one piece, with no first token: an SLO "
+                         "on {} could never be checked; limit e2e (e.g. e2e_p99=200ms)",
+                         limit.metric);
+    }
+  }
+  if (!options.dataset.empty()) {
+    return "an embeddings tune sends synthetic inputs of --input-tokens: drop --dataset";
+  }
+  return std::nullopt;
+}
 
 std::optional<std::string> brisk_serve_space(const TuneOptions& options, const bench::Slo& slo,
                                              SearchSpace& space) {
@@ -276,7 +311,9 @@ std::optional<std::string> brisk_serve_space(const TuneOptions& options, const b
            "127.0.0.1 itself; drop them";
   }
   if (!take_flag(probe, {"--model", "-m"})) base->insert(base->begin(), {"--model", options.model});
-  space.serve = brisk_serve_knobs(*base, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  const int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  const bool embeddings = options.endpoint == "embeddings";
+  space.serve = embeddings ? embedding_serve_knobs(*base, cores) : brisk_serve_knobs(*base, cores);
   space.knobs = space.serve.knobs;
   if (!options.verify.empty()) {
     const auto prescriptions = read_prescriptions(options.verify, error);
@@ -292,11 +329,21 @@ std::optional<std::string> brisk_serve_space(const TuneOptions& options, const b
       space.verify.push_back({{"prescription", prescription.finding}});
     }
   }
-  if (options.dataset.empty()) {
+  if (embeddings) {
+    space.serve.longest_request_tokens = options.input_tokens.longest();
+    space.refusal = [&serve = space.serve](const Setting& setting) {
+      return batch_tokens_refusal(serve, setting);
+    };
+  } else if (options.dataset.empty()) {
     space.serve.longest_request_tokens =
         options.input_tokens.longest() + options.output_tokens.longest();
   }
   space.servers = std::make_unique<BriskServeFactory>(space.serve);
+  if (embeddings) {
+    std::cerr << "note: no predictions (brisk plan does not model an embedding model's "
+                 "batcher): every candidate is measured\n";
+    return std::nullopt;
+  }
   space.prediction = GoodputPrediction::make(
       options.model, options.device, static_cast<int>(std::lround(options.input_tokens.mean())),
       static_cast<int>(std::lround(options.output_tokens.mean())), slo.limits, error);
@@ -389,16 +436,9 @@ void print_result(const TuneReport& report) {
   std::cout << "\nbest: " << best.command << "\n";
 }
 
-}  // namespace
-
-int run_tune(const TuneOptions& options) {
+// The search for options whose endpoint is resolved and whose SLO is parsed.
+int run_tune_resolved(const TuneOptions& options, const bench::Slo& slo) {
   std::string error;
-  if (options.slo.empty()) {
-    return fail("--slo is required: the limits a configuration must meet, e.g. "
-                "ttft_p99=2s,tpot_p99=200ms");
-  }
-  const auto slo = bench::parse_slo(options.slo, error);
-  if (!slo) return fail("--slo: " + error);
   if (!options.base_flags.empty() && !options.server_cmd.empty()) {
     return fail("--base-flags are brisk serve's; --server-cmd starts another server: give one");
   }
@@ -406,7 +446,7 @@ int run_tune(const TuneOptions& options) {
     return fail("--grid lists the values of --server-cmd's placeholders: give --server-cmd too");
   }
   SearchSpace space;
-  if (const auto problem = options.server_cmd.empty() ? brisk_serve_space(options, *slo, space)
+  if (const auto problem = options.server_cmd.empty() ? brisk_serve_space(options, slo, space)
                                                       : template_space(options, space)) {
     return fail(*problem);
   }
@@ -415,6 +455,7 @@ int run_tune(const TuneOptions& options) {
   report.server = space.servers->name();
   report.model = options.model;
   report.slo = options.slo;
+  report.endpoint = options.endpoint;
   report.budget_s = options.budget_s;
   report.requests_per_run = options.requests_per_run;
   report.knobs = space.knobs;
@@ -425,8 +466,9 @@ int run_tune(const TuneOptions& options) {
 
   bench::stop_servers_on_signals();
   Budget budget(options.budget_s, steady_seconds);
-  CandidateMeasurer measurer(options, *slo, *space.servers, report.knobs, budget);
+  CandidateMeasurer measurer(options, slo, *space.servers, report.knobs, budget);
   SearchOptions search;
+  search.refusal = space.refusal;
   search.margin = options.margin;
   search.confirm_top = options.confirm_top;
   search.confirm_repeats = options.confirm_repeats;
@@ -474,6 +516,27 @@ int run_tune(const TuneOptions& options) {
   return measured_baseline.measured() && !measured_baseline.measurements.front().trials.empty()
              ? 0
              : 1;
+}
+
+}  // namespace
+
+int run_tune(const TuneOptions& options) {
+  std::string error;
+  if (options.slo.empty()) {
+    return fail("--slo is required: the limits a configuration must meet, e.g. "
+                "ttft_p99=2s,tpot_p99=200ms");
+  }
+  const auto slo = bench::parse_slo(options.slo, error);
+  if (!slo) return fail("--slo: " + error);
+  TuneOptions resolved = options;
+  resolved.endpoint = resolved_endpoint(options);
+  if (resolved.endpoint == "embeddings") {
+    if (const auto problem = embeddings_problem(resolved, *slo)) return fail(*problem);
+  } else if (options.inputs_per_request != 1) {
+    return fail("--inputs-per-request is for embeddings (--endpoint embeddings, or an embedding "
+                "--model)");
+  }
+  return run_tune_resolved(resolved, *slo);
 }
 
 }  // namespace brisk::tune

@@ -21,8 +21,11 @@ struct TuneOptions {
   std::string out_dir;
   std::string emit;  // "k8s" or "haproxy": the winner as deployment files (brisk serve only)
   std::string device = "cpu-2vcpu";  // brisk plan catalog entry of this machine, for predictions
-  // The workload, as brisk bench takes it.
-  std::string endpoint = "completions";
+  // The workload, as brisk bench takes it. "auto": embeddings for an embedding model (its GGUF
+  // declares a pooling type), else completions.
+  std::string endpoint = "auto";
+  int inputs_per_request = 1;  // embeddings: inputs in each request
+  bool output_tokens_given = false;  // --output-tokens was given (an embedding model refuses it)
   bench::LengthDistribution input_tokens = bench::LengthDistribution::fixed_at(128);
   bench::LengthDistribution output_tokens = bench::LengthDistribution::fixed_at(64);
   std::string dataset;  // JSONL prompts

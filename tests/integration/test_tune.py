@@ -111,6 +111,10 @@ def test_ctrl_c_stops_the_candidate_server_and_tune_exits(tmp_path):
     (["--base-flags", "--max-seqs 4", "--server-cmd", "srv --port {port}"], "give one"),
     (["--budget", "20x"], "is not a duration"),
     (["--base-flags", "--port 8080"], "drop them"),
+    # An embedding model (found from its GGUF): its answers have no first token.
+    (["--model", "all-minilm-l6-v2"], "limit e2e"),
+    (["--model", "all-minilm-l6-v2", "--output-tokens", "8"], "drop --output-tokens"),
+    (["--inputs-per-request", "4"], "--inputs-per-request is for embeddings"),
 ])
 def test_bad_flags_are_refused_with_what_to_change(args, message):
     proc = tune("--slo", "ttft_p99=1s", *args, timeout=30)
@@ -168,6 +172,34 @@ def test_a_real_short_tune_of_brisk_serve_stays_within_its_budget(tmp_path):
     assert marker in manifests and "kind: HorizontalPodAutoscaler" in manifests
     best_flags = report["best"]["command"].split()
     assert best_flags[best_flags.index("--max-seqs") + 1] in manifests
+    assert processes_with(marker) == []
+
+
+def test_a_real_short_tune_of_an_embedding_models_batcher(tmp_path):
+    marker = "tune-emb-" + uuid.uuid4().hex[:12]
+    started = time.monotonic()
+    # A loose SLO: the test machine runs other tests beside this one, and the point here is that
+    # a real embeddings tune measures its batcher's knobs and reports them, not which one wins.
+    proc = tune("--model", "all-minilm-l6-v2", "--slo", "e2e_p99=3s",
+                "--base-flags", f"--served-model-name {marker} --threads {THREADS}",
+                "--budget", "40s", "--requests-per-run", 8, "--input-tokens", 200,
+                "--inputs-per-request", 2, "--out", tmp_path)
+    elapsed_s = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["endpoint"] == "embeddings"  # --endpoint auto, from the GGUF's pooling type
+    assert [knob["name"] for knob in report["knobs"]][:3] == [
+        "batch-window-ms", "max-batch-inputs", "max-batch-tokens"]
+    assert report["prediction"] is None  # brisk plan does not model the batcher
+    baseline = report["baseline"]
+    assert "--batch-window-ms 0" in baseline["command"] and "--max-seqs" not in baseline["command"]
+    trials = [t for m in baseline["measurements"] for t in m["trials"]]
+    served = [t for t in trials if t["ok"] >= 4 and t["failed"] == 0]
+    assert served, proc.stderr
+    assert served[0]["embeddings_per_s"] > 0 and served[0]["e2e_p99_ms"] > 0, served[0]
+    assert report["workload"]["endpoint"] == "embeddings", report["workload"]
+    assert "E2E p99 ms" in (tmp_path / "report.md").read_text()
+    assert report["elapsed_s"] <= 40 + 30 and elapsed_s <= 40 + 45, proc.stderr
     assert processes_with(marker) == []
 
 

@@ -399,6 +399,58 @@ TEST(TuneServeKnobs, APerSequenceCandidateGetsTheContextItsLongestRequestNeeds) 
   EXPECT_FALSE(per_sequence_context(defaults, setting));
 }
 
+TEST(TuneServeKnobs, AnEmbeddingModelsKnobsAreItsBatchersAndATooSmallBatchIsNotMeasured) {
+  ServeKnobs serve = embedding_serve_knobs(
+      {"--model", "all-minilm-l6-v2", "--batch-window-ms", "2", "--max-queued-inputs", "100"}, 2);
+  EXPECT_EQ(serve.fixed_args, (std::vector<std::string>{"--model", "all-minilm-l6-v2",
+                                                        "--max-queued-inputs", "100"}));
+  const Setting baseline = baseline_setting(serve.knobs);
+  EXPECT_EQ(baseline.at("batch-window-ms"), "2");
+  EXPECT_EQ(baseline.at("max-batch-inputs"), "64");  // brisk serve's defaults
+  EXPECT_EQ(baseline.at("max-batch-tokens"), "0");
+  EXPECT_EQ(baseline.count("max-seqs"), 0u);  // the completion engine's flags: refused there
+  const std::vector<std::string> args = setting_args(serve.knobs, baseline);
+  EXPECT_NE(std::find(args.begin(), args.end(), "--batch-window-ms"), args.end());
+  EXPECT_EQ(std::find(args.begin(), args.end(), "--max-seqs"), args.end());
+
+  // A batch smaller than the longest input: brisk serve would refuse that input, so the
+  // candidate is pruned with the reason, never measured.
+  serve.longest_request_tokens = 300;
+  Setting small = baseline;
+  small["max-batch-tokens"] = "256";
+  const auto refused = batch_tokens_refusal(serve, small);
+  ASSERT_TRUE(refused);
+  EXPECT_NE(refused->find("below the workload's longest input (300 tokens)"), std::string::npos)
+      << *refused;
+  EXPECT_FALSE(batch_tokens_refusal(serve, baseline));  // 0: the model's own context
+  small["max-batch-tokens"] = "1024";
+  EXPECT_FALSE(batch_tokens_refusal(serve, small));
+
+  FakeClock clock;
+  int runs = 0;
+  Budget budget(1e6, [&] { return clock.now_s; });
+  SearchOptions options;
+  options.refusal = [&](const Setting& setting) { return batch_tokens_refusal(serve, setting); };
+  std::vector<Setting> measured;
+  const MeasureFn measure = [&](const Setting& setting, const GoodputSearchOptions&, Candidate&) {
+    measured.push_back(setting);
+    clock.now_s += 10;
+    Goodput goodput;
+    goodput.rate = 1;
+    goodput.missed_at = 1.2;
+    return goodput;
+  };
+  const SearchResult result =
+      search_configurations(serve.knobs, baseline, {}, measure, budget, options);
+  for (const Setting& setting : measured) EXPECT_NE(setting.at("max-batch-tokens"), "256");
+  const auto pruned = std::find_if(
+      result.candidates.begin(), result.candidates.end(),
+      [](const Candidate& candidate) { return candidate.setting.at("max-batch-tokens") == "256"; });
+  ASSERT_NE(pruned, result.candidates.end());
+  EXPECT_EQ(pruned->stage, "pruned");
+  EXPECT_NE(pruned->note.find("longest input"), std::string::npos);
+}
+
 TEST(TuneSearch, KnobsThePredictionCannotSeeAlternateWithThoseItCan) {
   std::vector<Knob> knobs = fake_knobs();  // slots (not predicted), batch
   knobs[1].predicted = true;
@@ -449,6 +501,15 @@ TEST(TuneReport, HoldsBaselineBestEveryCandidateAndWhyItWins) {
   EXPECT_NE(why.find("the baseline missed ttft_p99"), std::string::npos) << why;
   EXPECT_NE(ranked_table(report).find("| 1 | slots=8 batch=1024 |"), std::string::npos)
       << ranked_table(report);
+  EXPECT_NE(ranked_table(report).find("TTFT p99 ms"), std::string::npos);
+  // An embeddings tune: its answers have no first token, so E2E and inputs/s are shown.
+  report.endpoint = "embeddings";
+  EXPECT_EQ(report_json(report)["endpoint"], "embeddings");
+  EXPECT_NE(ranked_table(report).find("| E2E p99 ms | inputs/s |"), std::string::npos)
+      << ranked_table(report);
+  EXPECT_EQ(ranked_table(report).find("TTFT"), std::string::npos);
+  EXPECT_NE(report_json(report)["why"].dump().find("E2E p99"), std::string::npos)
+      << report_json(report)["why"].dump();
 }
 
 TEST(TunePrescriptions, ReadsTheDoctorsServeFlagsAndMeasuresEachInFull) {
