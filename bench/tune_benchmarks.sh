@@ -5,7 +5,7 @@
 #     winner's flags as the one prescription, so both are measured in full, interleaved);
 #  3. the same search on llama-server through --server-cmd (its defaults first: 4 slots, ubatch 512).
 # Usage: bench/tune_benchmarks.sh OUT_DIR [BUDGET]   (BUDGET of 1: 20m; REMEASURE_BUDGET of 2:
-# 8m; LLAMA_BUDGET of 3: 10m)
+# 8m; LLAMA_BUDGET of 3: 10m, 0 to skip it)
 set -euo pipefail
 out=${1:?usage: bench/tune_benchmarks.sh OUT_DIR [BUDGET]}
 budget=${2:-20m}
@@ -37,6 +37,7 @@ PY
   --base-flags "--threads $threads" --verify "$out/winner.json" --confirm-top 1 --confirm-repeats 2 --progress off \
   --out "$out/remeasure" 2> "$out/remeasure.log"
 
+[[ ${LLAMA_BUDGET:-10m} == 0 ]] && exit 0  # LLAMA_BUDGET=0: parts 1 and 2 only
 "$brisk" tune --server-cmd "build/bin/llama-server -m {model} --port {port} -t $threads -np {slots} -ub {ubatch}" \
   --grid slots=4,1,2,8,16 --grid ubatch=512,128,256 --model "$model_file" --slo "$slo" \
   --budget "${LLAMA_BUDGET:-10m}" "${workload[@]}" --progress off --out "$out/llama-server" 2> "$out/llama-server.log"

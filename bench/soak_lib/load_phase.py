@@ -108,11 +108,13 @@ async def client_loop(index: int, role: str, deadline: float, settings: ClientSe
 
 
 def _gauges(metrics: dict | None) -> dict:
-    """The gauges that must return to 0 when idle, and the server's own connection count (1 when
-    idle: the scrape that reads it)."""
+    """The gauges that must return to 0 when idle, the server's own connection count (1 when
+    idle: the scrape that reads it), and the prefix cache's host tier against its --cache-ram."""
     names = {"running": "brisk_requests_running", "waiting": "brisk_requests_waiting",
              "kv_usage_ratio": "brisk_kv_cache_usage_ratio",
-             "http_connections": "brisk_http_connections"}
+             "http_connections": "brisk_http_connections",
+             "host_tier_bytes": "brisk_prefix_cache_host_bytes",
+             "host_tier_capacity_bytes": "brisk_prefix_cache_host_capacity_bytes"}
     return {key: None if metrics is None else metrics.get(name) for key, name in names.items()}
 
 

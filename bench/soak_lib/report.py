@@ -37,7 +37,9 @@ def sampling_summary(samples: list[dict]) -> dict:
         return max(values) if values else None
     return {"samples": len(samples), "client_loop_lag_ms_max": worst("client_loop_lag_ms"),
             "metrics_answer_ms_max": worst("metrics_answer_ms"),
-            "open_fds_max": worst("open_fds"), "http_connections_max": worst("http_connections")}
+            "open_fds_max": worst("open_fds"), "http_connections_max": worst("http_connections"),
+            "host_tier_bytes_max": worst("host_tier_bytes"),
+            "host_tier_capacity_bytes": worst("host_tier_capacity_bytes")}
 
 
 def count_matching(log: OutcomeLog, predicate) -> int:
@@ -66,9 +68,13 @@ def rss_summary(samples: list[dict], duration_s: float, warmup_fraction: float) 
     if warm is None or end is None:
         return {"after_warmup_kib": None, "end_kib": None, "change": None, "met": False}
     change = end["rss_kib"] / warm["rss_kib"] - 1
+
+    def less_host_tier(sample):  # the prefix cache's host tier grows by design, to --cache-ram
+        return sample["rss_kib"] - (sample.get("host_tier_bytes") or 0) / 1024
     return {"after_warmup_kib": warm["rss_kib"], "after_warmup_t_s": warm["t_s"],
             "end_kib": end["rss_kib"], "end_t_s": end["t_s"],
             "max_kib": max(s["rss_kib"] for s in during), "change": round(change, 4),
+            "change_less_host_tier": round(less_host_tier(end) / less_host_tier(warm) - 1, 4),
             "met": abs(change) <= RSS_TOLERANCE}
 
 
@@ -93,7 +99,15 @@ def goals(result: dict) -> dict:
                        and idle["kv_usage_ratio"] == 0},
         "rss_flat_within_5_percent": {"change": server["rss"]["change"],
                                       "met": server["rss"]["met"]},
+        "host_tier_within_cache_ram": _host_tier_goal(soak["sampling"]),
     }
+
+
+def _host_tier_goal(sampling: dict) -> dict:
+    """The prefix cache's host tier never held more than its --cache-ram (sampled gauges)."""
+    held, capacity = sampling.get("host_tier_bytes_max"), sampling.get("host_tier_capacity_bytes")
+    return {"max_bytes": held, "capacity_bytes": capacity,
+            "met": held is not None and capacity is not None and held <= capacity}
 
 
 def _fmt(value, unit: str = "") -> str:
@@ -127,7 +141,8 @@ def figures_table(result: dict) -> str:
          f"{server['exit_status_on_sigterm']})", mark("no_crash")),
         ("RSS after warm-up → end (MiB)",
          f"{_mib(rss['after_warmup_kib'])} → {_mib(rss['end_kib'])} "
-         f"({_pct(rss['change'])})", mark("rss_flat_within_5_percent")),
+         f"({_pct(rss['change'])}; less the host tier's bytes: "
+         f"{_pct(rss.get('change_less_host_tier'))})", mark("rss_flat_within_5_percent")),
         ("open fds before → after, idle", f"{server['open_fds']['before']} → "
                                           f"{server['open_fds']['after_idle']}",
          mark("fds_back_to_start")),
@@ -140,6 +155,13 @@ def figures_table(result: dict) -> str:
     ]
     rows.append(("slowest well-behaved request, s", _fmt(_s(soak["e2e_ms"]["p100"])), ""))
     sampling = soak["sampling"]
+    host = g["host_tier_within_cache_ram"]
+    rows.append(("host tier: most held / --cache-ram (MiB); saves, restores, evictions",
+                 f"{_mib_bytes(host['max_bytes'])} / {_mib_bytes(host['capacity_bytes'])}; "
+                 f"{_int(server.get('host_tier', {}).get('saves'))}, "
+                 f"{_int(server.get('host_tier', {}).get('restores'))}, "
+                 f"{_int(server.get('host_tier', {}).get('evictions'))}",
+                 mark("host_tier_within_cache_ram")))
     rows.append(("most open fds / connections during the load",
                  f"{sampling['open_fds_max']} / {_fmt(sampling['http_connections_max'])}", ""))
     rows.append(("client event-loop lag max / slowest /metrics answer, ms",
@@ -167,3 +189,11 @@ def _mib(kib) -> str:
 
 def _pct(change) -> str:
     return "–" if change is None else f"{change * 100:+.1f}%"
+
+
+def _mib_bytes(value) -> str:
+    return "–" if value is None else f"{value / 2**20:.0f}"
+
+
+def _int(value) -> str:
+    return "–" if value is None else str(int(value))

@@ -22,6 +22,11 @@ from soak_lib.server_process import ServerProcess, option_value, raise_open_file
 # Requests that send no max_tokens would otherwise reserve the whole context each (docs/cli.md)
 # and run until it is full; a small cap makes them end like the rest.
 DEFAULT_SERVER_ARGS = ["--override-generation-config", '{"max_tokens": 64}']
+# The prefix cache's host tier over the soak: what it saved, restored and evicted (bounded by
+# --cache-ram: the evictions are what kept it there).
+HOST_TIER_COUNTERS = {"saves": "brisk_prefix_cache_host_saves_total",
+                      "restores": "brisk_prefix_cache_host_restores_total",
+                      "evictions": "brisk_prefix_cache_host_evictions_total"}
 DEFAULT_SHARES = {"well_behaved": 0.5, "vanishing": 0.3, "malformed": 0.2}
 
 
@@ -121,7 +126,9 @@ async def _measured_phases(config: SoakConfig, server: ServerProcess, fds_before
                prometheus.by_label(before, "brisk_requests_rejected_total", "reason")),
            "finished_by_reason": prometheus.delta(
                prometheus.by_label(after, "brisk_requests_finished_total", "finished_reason"),
-               prometheus.by_label(before, "brisk_requests_finished_total", "finished_reason"))}
+               prometheus.by_label(before, "brisk_requests_finished_total", "finished_reason")),
+           "host_tier": {key: after.get(name, 0) - before.get(name, 0) if after else None
+                         for key, name in HOST_TIER_COUNTERS.items()}}
     if config.baseline_s > 0 and server.alive():
         indexes = [i for i, role in enumerate(roles) if role == WELL_BEHAVED]
         out["baseline_log"], out["baseline_samples"], out["baseline_timing"] = \
@@ -172,6 +179,7 @@ def run_soak(config: SoakConfig) -> dict:
                          "kinds_after_idle": phases["idle_after_soak"]["fd_kinds"]},
             "rejected_by_reason": phases["rejected_by_reason"],
             "finished_by_reason": phases["finished_by_reason"],
+            "host_tier": phases["host_tier"],
             "log_tail": server.log_tail(3000) if not phases["alive_after_soak"] or exit_status
             else None,
         },

@@ -40,7 +40,7 @@ ServeKnobs brisk_serve_knobs(std::vector<std::string> base_flags, int cores) {
   ServeKnobs serve;
   std::vector<Knob>& knobs = serve.knobs;
   knobs.push_back(numeric_knob(
-      base_flags, "max-seqs", {}, {"4", "8", "16", "32"}, "16",
+      base_flags, "max-seqs", {}, {"1", "2", "4", "8", "16", "32"}, "16",
       "requests running at once: more batch more tokens per step until the step (each stream's "
       "token gap) grows too long; fewer keep TPOT short and make the rest wait in the queue",
       true));

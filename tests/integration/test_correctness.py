@@ -19,7 +19,6 @@ from conftest import (
     require_file,
     stream_sse,
 )
-from sanitizer_reports import running_under_a_sanitizer
 
 # Shares nothing with other tests and measures no time: runs beside another test (Makefile).
 pytestmark = pytest.mark.parallel
@@ -113,14 +112,28 @@ def test_chat_matches_llama_server(client, ref_client):
         assert ours["choices"][0]["finish_reason"] == ref["choices"][0]["finish_reason"]
 
 
-def _run_all(client_factory, prompts, n_tokens, concurrent: bool, extra=None) -> list[str]:
+# Batching may change a greedy text only where the model nearly tied: at the first token that
+# differs, the token chosen in the batch must be among the alone run's five best, at most this
+# many nats below its best. llama.cpp's batched kernels round differently from single-sequence
+# ones (a matmul over 8 rows sums in another order, attention runs tiled or per row): measured
+# on SmolLM2 (2026-12-06), a token's log-probability moved by up to 0.13 nats between a prompt
+# run alone and among 8, enough to swap two candidates 0.02-0.2 nats apart. A scheduling bug
+# (a token lost, repeated, or computed on another sequence's cells) changes a text where the
+# model had no doubt.
+TIE_NATS = 0.5
+
+
+def _greedy_runs(client_factory, prompts, n_tokens, concurrent: bool) -> list[dict]:
+    """Each prompt's greedy completion with its five best tokens at every position."""
     def one(prompt):
         with client_factory() as c:
             r = c.post("/v1/completions",
                        json={"prompt": prompt, "max_tokens": n_tokens, "temperature": 0,
-                             "ignore_eos": True, **(extra or {})})
+                             "ignore_eos": True, "logprobs": 5})
             assert r.status_code == 200, r.text
-            return r.json()["choices"][0]["text"]
+            choice = r.json()["choices"][0]
+            assert len(choice["logprobs"]["tokens"]) == n_tokens, choice
+            return {"text": choice["text"], **choice["logprobs"]}
 
     if not concurrent:
         return [one(p) for p in prompts]
@@ -128,64 +141,30 @@ def _run_all(client_factory, prompts, n_tokens, concurrent: bool, extra=None) ->
         return list(pool.map(one, prompts))
 
 
-def test_concurrent_greedy_equals_sequential(brisk, llama_server):
-    alone = _run_all(brisk.client, CONCURRENT_PROMPTS, CONCURRENT_TOKENS, concurrent=False)
-    together = _run_all(brisk.client, CONCURRENT_PROMPTS, CONCURRENT_TOKENS, concurrent=True)
-    diverged = [i for i, (a, b) in enumerate(zip(alone, together)) if a != b]
-    if not diverged:
-        return
-    if running_under_a_sanitizer():
-        # The 16 requests ran (what a sanitizer checks); the comparison below needs brisk and
-        # llama-server to batch alike under the same load, which an instrumented brisk, several
-        # times slower on its own code, does not.
-        pytest.skip(f"prompts {diverged} diverged; an instrumented brisk batches differently")
+def _first_difference(alone: dict, together: dict) -> tuple[int, float] | None:
+    """Where two greedy runs of a prompt part, and by how much the alone run preferred its own
+    token there over the batch's (inf when the batch's token was not among its five best)."""
+    for k, (a, b) in enumerate(zip(alone["tokens"], together["tokens"])):
+        if a != b:
+            top = alone["top_logprobs"][k]
+            return k, (top[a] - top[b]) if b in top else float("inf")
+    return None
+
+
+def test_concurrent_greedy_departs_from_sequential_only_at_near_ties(brisk):
+    alone = _greedy_runs(brisk.client, CONCURRENT_PROMPTS, CONCURRENT_TOKENS, concurrent=False)
+    together = _greedy_runs(brisk.client, CONCURRENT_PROMPTS, CONCURRENT_TOKENS, concurrent=True)
+    departures = {i: _first_difference(a, b) for i, (a, b) in enumerate(zip(alone, together))}
+    departures = {i: d for i, d in departures.items() if d is not None}
     report = "\n".join(
-        f"  {CONCURRENT_PROMPTS[i]!r}:\n    alone:      {alone[i]!r}\n"
-        f"    concurrent: {together[i]!r}"
-        for i in diverged
-    )
-    # Batched CPU kernels may legitimately round differently from single-sequence ones. That is
-    # only an excuse if llama.cpp's own server shows the same kind of divergence under the same
-    # load: 8 simultaneous greedy requests whose texts differ from the same requests run alone.
-    no_cache = {"cache_prompt": False}
-    ref_alone = _run_all(llama_server.client, CONCURRENT_PROMPTS, CONCURRENT_TOKENS, False,
-                         no_cache)
-    ref_diverged: set[int] = set()
-    ref_report = []
-    same_text = set()  # prompts whose concurrent text is exactly what llama-server produced
-    for _attempt in range(3):
-        ref_together = _run_all(llama_server.client, CONCURRENT_PROMPTS, CONCURRENT_TOKENS, True,
-                                no_cache)
-        for i, (a, b) in enumerate(zip(ref_alone, ref_together)):
-            if b == together[i]:
-                same_text.add(i)
-            if a != b and i not in ref_diverged:
-                ref_diverged.add(i)
-                ref_report.append(f"  {CONCURRENT_PROMPTS[i]!r}:\n    alone:      {a!r}\n"
-                                  f"    concurrent: {b!r}")
-        if set(diverged) <= ref_diverged:
-            break
-    solo_match = [i for i in range(len(alone)) if alone[i] == ref_alone[i]]
-    # Which prompts flip depends on how each server happens to group them into batches, and
-    # brisk's scheduler groups them differently (short prompts first, steps cut to
-    # --target-itl-ms), so the sets need not match; as many flips as llama-server's, plus one,
-    # is the same effect. That no token is lost, repeated or misplaced by the scheduling itself
-    # is tested exactly on a fake model (tests/unit/step_scheduler_test.cpp).
-    if set(diverged) <= ref_diverged or len(diverged) <= len(ref_diverged) + 1:
-        pytest.xfail(
-            f"greedy output of brisk changes under 8-way concurrency for prompts {diverged}; "
-            f"llama-server shows the same effect (prompts {sorted(ref_diverged)} change "
-            "when run together): batched CPU kernels round differently from single-sequence "
-            f"ones. Solo texts equal llama-server's for {len(solo_match)}/{len(alone)} prompts; "
-            f"concurrent texts equal llama-server's for {sorted(same_text & set(diverged))}."
-            f"\nbrisk:\n{report}\nllama-server:\n" + "\n".join(ref_report)
-        )
-    pytest.fail(
-        f"greedy output of brisk changes for prompts {diverged} when 8 requests run together; "
-        f"llama-server's changed only for {sorted(ref_diverged)} in three tries, fewer by more "
-        f"than one.\n{report}\n"
-        "llama-server:\n" + "\n".join(ref_report)
-    )
+        f"  {CONCURRENT_PROMPTS[i]!r}: token {k}, {gap:.3f} nats\n"
+        f"    alone:    {alone[i]['text']!r}\n    together: {together[i]['text']!r}"
+        for i, (k, gap) in departures.items())
+    print(f"greedy texts that batching changed: {len(departures)} of {len(CONCURRENT_PROMPTS)}"
+          + ("\n" + report if report else ""))
+    assert all(gap <= TIE_NATS for _, gap in departures.values()), (
+        f"batching changed a greedy text where the model did not nearly tie (> {TIE_NATS} "
+        f"nats):\n{report}")
 
 
 @pytest.mark.parametrize("prompt", REFERENCE_PROMPTS[:2], ids=["france", "robot"])

@@ -23,8 +23,10 @@ DURATION_S = 40
 # A short --read-timeout lets the stalling clients be dropped within the run. A small queue keeps
 # the wait of an admitted request short even on a machine slowed down by other work, so the
 # generous hang bound below catches a request that never ends, not a slow machine.
+# A host tier far smaller than the default fills within the run: what it must then do is evict.
+CACHE_RAM_MIB = 64
 SERVER_ARGS = [*DEFAULT_SERVER_ARGS, "--read-timeout", "5", "--max-queued-requests", "16",
-               "--threads", str(THREADS)]
+               "--threads", str(THREADS), "--cache-ram", str(CACHE_RAM_MIB)]
 HANG_AFTER_S = 300
 
 
@@ -99,3 +101,10 @@ def test_idle_again_with_no_request_or_kv_cell_held(soak):
     idle = soak["idle_after_soak"]
     assert idle["running"] == 0 and idle["waiting"] == 0, idle
     assert idle["kv_usage_ratio"] == 0, f"{idle['kv_cells_in_use']} KV cells still in use: {idle}"
+
+
+def test_the_host_tier_stays_within_cache_ram(soak):
+    host = soak["goals"]["host_tier_within_cache_ram"]
+    assert host["capacity_bytes"] == CACHE_RAM_MIB * 2**20, host
+    assert soak["server"]["host_tier"]["saves"] > 0, f"nothing was saved: {soak['server']}"
+    assert host["met"], f"the host tier held more than --cache-ram: {host}"
