@@ -34,6 +34,15 @@ Knob numeric_knob(std::vector<std::string>& base_flags, const std::string& flag,
   return knob;
 }
 
+// llama.cpp's compute threads: all cores or half of them, a knob with 4 cores or more.
+void add_threads_knob(std::vector<Knob>& knobs, std::vector<std::string>& base_flags, int cores,
+                      std::string effect) {
+  if (cores < 4) return;
+  knobs.push_back(numeric_knob(base_flags, "threads", {"-t"},
+                               {std::to_string(cores / 2), std::to_string(cores)},
+                               std::to_string(cores), std::move(effect), false));
+}
+
 }  // namespace
 
 ServeKnobs brisk_serve_knobs(std::vector<std::string> base_flags, int cores) {
@@ -103,14 +112,9 @@ ServeKnobs brisk_serve_knobs(std::vector<std::string> base_flags, int cores) {
       knobs.push_back(std::move(kv_type));
     }
   }
-  if (cores >= 4) {
-    std::vector<std::string> threads = {std::to_string(cores / 2), std::to_string(cores)};
-    knobs.push_back(numeric_knob(
-        base_flags, "threads", {"-t"}, threads, std::to_string(cores),
-        "llama.cpp's compute threads: all cores, or half of them when the HTTP threads and the "
-        "sampler compete for the rest",
-        false));
-  }
+  add_threads_knob(knobs, base_flags, cores,
+                   "llama.cpp's compute threads: all cores, or half of them when the HTTP threads "
+                   "and the sampler compete for the rest");
   serve.fixed_args = std::move(base_flags);
   return serve;
 }
@@ -135,14 +139,9 @@ ServeKnobs embedding_serve_knobs(std::vector<std::string> base_flags, int cores)
       "tokens of all inputs in one batch (0: the model's training context): the same trade in "
       "tokens; it is also the longest input served",
       false));
-  if (cores >= 4) {
-    std::vector<std::string> threads = {std::to_string(cores / 2), std::to_string(cores)};
-    knobs.push_back(numeric_knob(
-        base_flags, "threads", {"-t"}, threads, std::to_string(cores),
-        "llama.cpp's compute threads: all cores, or half of them when the HTTP threads, which "
-        "tokenize every input, compete for the rest",
-        false));
-  }
+  add_threads_knob(knobs, base_flags, cores,
+                   "llama.cpp's compute threads: all cores, or half of them when the HTTP "
+                   "threads, which tokenize every input, compete for the rest");
   serve.fixed_args = std::move(base_flags);
   return serve;
 }
