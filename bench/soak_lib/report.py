@@ -69,13 +69,16 @@ def rss_summary(samples: list[dict], duration_s: float, warmup_fraction: float) 
         return {"after_warmup_kib": None, "end_kib": None, "change": None, "met": False}
     change = end["rss_kib"] / warm["rss_kib"] - 1
 
-    def less_host_tier(sample):  # the prefix cache's host tier grows by design, to --cache-ram
+    # A leak is growth nothing accounts for: the prefix cache's host tier grows by design up to
+    # --cache-ram (a goal of its own), so the goal judges the RSS less the bytes it holds.
+    def less_host_tier(sample):
         return sample["rss_kib"] - (sample.get("host_tier_bytes") or 0) / 1024
+    change_less_host_tier = less_host_tier(end) / less_host_tier(warm) - 1
     return {"after_warmup_kib": warm["rss_kib"], "after_warmup_t_s": warm["t_s"],
             "end_kib": end["rss_kib"], "end_t_s": end["t_s"],
             "max_kib": max(s["rss_kib"] for s in during), "change": round(change, 4),
-            "change_less_host_tier": round(less_host_tier(end) / less_host_tier(warm) - 1, 4),
-            "met": abs(change) <= RSS_TOLERANCE}
+            "change_less_host_tier": round(change_less_host_tier, 4),
+            "met": abs(change_less_host_tier) <= RSS_TOLERANCE}
 
 
 def goals(result: dict) -> dict:

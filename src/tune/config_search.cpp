@@ -206,6 +206,7 @@ class Search {
     }
     if (chosen.empty()) return;
     chosen.insert(chosen.begin(), 0);
+    int measurements_left = options_.confirm_repeats * static_cast<int>(chosen.size());
     for (int repeat = 0; repeat < options_.confirm_repeats; ++repeat) {
       for (const size_t index : chosen) {
         if (!fits(0)) {
@@ -218,10 +219,22 @@ class Search {
         again.start_rate = candidate.goodput_rps() > 0 ? candidate.goodput_rps() : lowest_rate_tried();
         again.growth = 1.25;
         again.refine_steps = 2;
+        again.max_runs = fair_share_of_runs(measurements_left--, again.max_runs);
         result_.candidates[index].stage += "+confirm";
         measure(index, again);
       }
     }
+  }
+
+  // Rate trials for one of the `measurements_left` confirmations: an equal share of what the
+  // budget still holds, at the mean trial time so far (at least 2, at most `most`). Unshared,
+  // the baseline, re-measured first after one lucky trial, backed off through 8 trials and
+  // left no time for the winner's repeat (BENCHMARKS.md, brisk tune run 4).
+  int fair_share_of_runs(int measurements_left, int most) const {
+    if (trials_ <= 0 || measured_s_ <= 0) return most;
+    const double trial_s = measured_s_ / trials_;
+    const double share = budget_.left_s() / trial_s / std::max(1, measurements_left);
+    return std::clamp(static_cast<int>(share), 2, most);
   }
 
   size_t best_measured() const {

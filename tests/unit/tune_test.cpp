@@ -334,6 +334,40 @@ TEST(TuneSearch, TheBudgetStopsItAndTheBestMeasuredSoFarWins) {
             result.candidates.front().goodput_rps());
 }
 
+// The confirmation shares what is left of the budget: a baseline whose first measurement was
+// lucky (a queue that happened to drain) backs off through many trials when re-measured, and
+// unshared it once took all the time kept for the confirmation, leaving the winner unconfirmed.
+TEST(TuneSearch, TheConfirmationSharesTheBudgetLeftBetweenBaselineAndWinner) {
+  FakeClock clock;
+  int runs = 0;
+  Budget budget(200, [&] { return clock.now_s; });  // tight: the confirmation is short of time
+  const std::vector<Knob> knobs = fake_knobs();
+  const Setting baseline = baseline_setting(knobs);
+  int baseline_measurements = 0;
+  const MeasureFn measure = [&](const Setting& setting, const GoodputSearchOptions& options,
+                                Candidate& candidate) {
+    const bool lucky = setting == baseline && baseline_measurements++ == 0;
+    const double goodput = setting == baseline && !lucky ? 0.05 : true_goodput(setting);
+    candidate.command = "fake";
+    return search_goodput(
+        ttft_slo(), options,
+        [&](double rate) {
+          ++runs;
+          clock.now_s += clock.seconds_per_run;
+          return run_against(goodput, rate);
+        },
+        [&] { return budget.spent(); });
+  };
+  SearchOptions options;
+  options.confirm_top = 1;
+  const SearchResult result =
+      search_configurations(knobs, baseline, {}, measure, budget, options);
+  ASSERT_NE(result.best, 0u);
+  EXPECT_EQ(result.candidates.front().measurements.size(), 2u);  // the baseline re-measured
+  EXPECT_EQ(result.candidates[result.best].measurements.size(), 2u)
+      << "the winner was not re-measured: " << result.candidates[result.best].stage;
+}
+
 TEST(TuneSearch, PredictionOrdersTheKnobsAndPrunesHopelessValues) {
   FakeClock clock;
   int runs = 0;
