@@ -96,12 +96,6 @@ nlohmann::json candidate_json(const TuneReport& report, const Candidate& candida
 
 bool embeddings(const TuneReport& report) { return report.endpoint == "embeddings"; }
 
-// A trial's P99 latencies as the report shows them: an embeddings answer has only its E2E.
-std::string latency_text(const TuneReport& report, const bench::RunStatistics& stats) {
-  if (embeddings(report)) return fmt::format("E2E p99 {:.0f} ms", stats.e2e_ms.p99);
-  return fmt::format("TTFT p99 {:.0f} ms, TPOT p99 {:.0f} ms", stats.ttft_ms.p99, stats.tpot_ms.p99);
-}
-
 // The trial of `goodput` nearest above `rate` that met the SLO, if any.
 const bench::RateTrial* met_at_or_above(const Candidate& candidate, double rate) {
   const bench::RateTrial* found = nullptr;
@@ -139,7 +133,7 @@ std::vector<std::string> why_it_wins(const TuneReport& report) {
                                      fmt::join(trial.misses, ", "));
       if (const bench::RateTrial* met = met_at_or_above(best, trial.rate)) {
         line += fmt::format("; the best met the SLO at {} ({})", rate_text(met->rate),
-                            latency_text(report, met->stats));
+                            latency_text(report.endpoint, met->stats));
       }
       why.push_back(line + ".");
       break;
@@ -261,6 +255,11 @@ bool write_report_files(const TuneReport& report, const std::string& dir, std::s
     return false;
   }
   return true;
+}
+
+std::string latency_text(const std::string& endpoint, const bench::RunStatistics& stats) {
+  if (endpoint == "embeddings") return fmt::format("E2E p99 {:.0f} ms", stats.e2e_ms.p99);
+  return fmt::format("TTFT p99 {:.0f} ms, TPOT p99 {:.0f} ms", stats.ttft_ms.p99, stats.tpot_ms.p99);
 }
 
 }  // namespace brisk::tune

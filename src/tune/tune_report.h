@@ -32,6 +32,10 @@ struct TuneReport {
 // trades, and the SLO limit that held the baseline back against what the best measured there.
 std::vector<std::string> why_it_wins(const TuneReport& report);
 
+// A trial's P99 latencies in words, for `endpoint`'s trials: an embeddings answer has only
+// its E2E; the others their TTFT and TPOT.
+std::string latency_text(const std::string& endpoint, const bench::RunStatistics& stats);
+
 // The measured candidates, best first, then the pruned ones, as a Markdown table.
 std::string ranked_table(const TuneReport& report);
 

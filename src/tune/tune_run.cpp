@@ -236,16 +236,11 @@ class CandidateMeasurer {
         result.records, result.start, result.end, bench::LatencyOrigin::scheduled, &slo_);
     stats.abandoned = result.abandoned;
     const std::vector<std::string> misses = trial_misses(slo_, stats);
-    const std::string latency =
-        options_.endpoint == "embeddings"
-            ? fmt::format("E2E p99 {:.0f} ms", stats.e2e_ms.p99)
-            : fmt::format("TTFT p99 {:.0f} ms, TPOT p99 {:.0f} ms", stats.ttft_ms.p99,
-                          stats.tpot_ms.p99);
     std::cerr << fmt::format("  {} @ {:.3g} req/s: {} ({}, {} ok, {} failed)\n",
                              describe_setting_short(setting), rate,
                              misses.empty() ? "meets the SLO"
                                             : "misses " + fmt::format("{}", fmt::join(misses, ", ")),
-                             latency, stats.ok, stats.failed);
+                             latency_text(options_.endpoint, stats), stats.ok, stats.failed);
     return stats;
   }
 
