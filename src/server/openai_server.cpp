@@ -424,8 +424,11 @@ HttpResponse OpenAiServer::ready_response() const {
 
 HttpResponse OpenAiServer::metrics_response() const {
   MetricsExposition exposition;
+  std::string vllm_compat;  // vLLM's series carry its own model_name label: added last, unlabelled
   for (const auto& model : models_.models()) {
-    exposition.add(model->render_metrics(), models_.several() ? model->name() : "");
+    ServedModel::MetricsText text = model->render_metrics(options_.vllm_metrics);
+    exposition.add(text.brisk, models_.several() ? model->name() : "");
+    vllm_compat += text.vllm;
   }
   exposition.add(rejections_.render_prometheus(models_.several()), "");
   exposition.add(models_.render_prometheus(), "");
@@ -434,10 +437,7 @@ HttpResponse OpenAiServer::metrics_response() const {
   }
   exposition.add(connections_.render_prometheus(), "");
   if (trace_) exposition.add(trace_->render_prometheus(), "");
-  if (options_.vllm_metrics) {
-    // vLLM's series carry its own model_name label.
-    for (const auto& model : models_.models()) exposition.add(model->render_vllm_compat(), "");
-  }
+  if (!vllm_compat.empty()) exposition.add(vllm_compat, "");
   HttpResponse response{http::status::ok, 11};
   response.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
   response.body() = exposition.render();

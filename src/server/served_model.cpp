@@ -201,21 +201,26 @@ int ServedModel::max_model_len() const {
   return max_model_len_;
 }
 
-std::string ServedModel::render_metrics() {
+ServedModel::MetricsText ServedModel::render_metrics(bool with_vllm_compat) {
   std::shared_ptr<LoadedModel> loaded;
   {
     std::lock_guard lock(mutex_);
     loaded = loaded_;  // not a use: /metrics does not keep a model loaded
   }
-  std::string out;
+  MetricsText out;
   if (kind() == ModelKind::embedding) {
-    out = loaded ? loaded->embeddings_->render_metrics() : embedding_metrics_.render_prometheus(0, 0);
+    out.brisk =
+        loaded ? loaded->embeddings_->render_metrics() : embedding_metrics_.render_prometheus(0, 0);
   } else {
-    out = serving_metrics_.render_prometheus(loaded ? loaded->engine_loop_->stats()
-                                                    : SchedulerStats{});
-    if (loaded) out += render_grammar_metrics(loaded->engine_->grammars());
+    const SchedulerStats stats = loaded ? loaded->engine_loop_->stats() : SchedulerStats{};
+    out.brisk = serving_metrics_.render_prometheus(stats);
+    if (loaded) out.brisk += render_grammar_metrics(loaded->engine_->grammars());
+    if (loaded && with_vllm_compat) {
+      out.vllm = ServingMetrics::render_vllm_compat(stats, options_.name);
+    }
   }
-  return out + render_residency();
+  out.brisk += render_residency();
+  return out;
 }
 
 std::string ServedModel::render_residency() const {
@@ -252,16 +257,6 @@ std::string ServedModel::render_residency() const {
       "# TYPE brisk_model_load_seconds histogram\n";
   out += load_seconds_.render_prometheus("brisk_model_load_seconds");
   return out;
-}
-
-std::string ServedModel::render_vllm_compat() {
-  std::shared_ptr<LoadedModel> loaded;
-  {
-    std::lock_guard lock(mutex_);
-    loaded = loaded_;
-  }
-  if (!loaded || !loaded->engine_loop_) return {};
-  return ServingMetrics::render_vllm_compat(loaded->engine_loop_->stats(), options_.name);
 }
 
 }  // namespace brisk

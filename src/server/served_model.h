@@ -121,10 +121,13 @@ class ServedModel {
   // The most tokens one request may hold (prompt and completion; an embedding input): as of
   // its last load, 0 before its first.
   int max_model_len() const;
-  // Its /metrics families, unlabelled (the server adds model="NAME" when it serves several).
-  std::string render_metrics();
-  // --metrics-compat vllm: its gauges under vLLM's names; empty for an embedding model.
-  std::string render_vllm_compat();
+  // Its /metrics text for one scrape. Both parts come from one snapshot of the scheduler, so a
+  // scrape never shows a gauge under brisk's name and vLLM's with two different values.
+  struct MetricsText {
+    std::string brisk;  // its families, unlabelled (the server adds model="NAME" with several)
+    std::string vllm;   // --metrics-compat vllm: its gauges under vLLM's names (else empty)
+  };
+  MetricsText render_metrics(bool with_vllm_compat);
 
  private:
   std::unique_ptr<LoadedModel> build(ModelParts parts);
