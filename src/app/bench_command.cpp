@@ -122,30 +122,31 @@ std::string conflicting_flags(const BenchFlags& flags) {
       }
     }
   }
-  if (flags.endpoint == "embeddings") {
+  if (flags.endpoint == "embeddings" || flags.endpoint == "rerank") {
+    const std::string& endpoint = flags.endpoint;
     if (!flags.dataset.empty() || !flags.sharegpt.empty() || !flags.preset.empty() ||
         !flags.sessions.empty()) {
-      return "--endpoint embeddings sends synthetic inputs of --input-tokens: drop --dataset, "
-             "--sharegpt, --preset and --sessions";
+      return "--endpoint " + endpoint +
+             " sends synthetic inputs of --input-tokens: drop --dataset, --sharegpt, --preset "
+             "and --sessions";
     }
     if (flags.output_tokens_given) {
-      return "--endpoint embeddings generates nothing: drop --output-tokens";
+      return "--endpoint " + endpoint + " generates nothing: drop --output-tokens";
     }
     if (!flags.sampling.sent_sampling().empty()) {
-      return "--endpoint embeddings samples nothing: drop the sampling flags";
+      return "--endpoint " + endpoint + " samples nothing: drop the sampling flags";
     }
     std::string ignored;  // a malformed --slo is reported where it is parsed
     for (const SloLimit& limit :
          parse_slo_limits(flags.slo, ignored).value_or(std::vector<SloLimit>{})) {
       if (limit.metric != "e2e") {
         return fmt::format(
-            "an embeddings answer has no first token: an SLO on {} could never "
-            "be checked; limit e2e",
-            limit.metric);
+            "{} answer has no first token: an SLO on {} could never be checked; limit e2e",
+            endpoint == "rerank" ? "a rerank" : "an embeddings", limit.metric);
       }
     }
   } else if (flags.inputs_per_request != 1) {
-    return "--inputs-per-request is for --endpoint embeddings";
+    return "--inputs-per-request is for --endpoint embeddings or rerank";
   }
   for (const std::string& rate : flags.rates) {
     if (flags.duration_s && rate == "inf") {
@@ -208,6 +209,7 @@ int run_bench(const BenchFlags& flags) {
   bench::WorkloadSpec spec;
   spec.kind = flags.endpoint == "chat"         ? bench::ApiKind::chat
               : flags.endpoint == "embeddings" ? bench::ApiKind::embeddings
+              : flags.endpoint == "rerank"     ? bench::ApiKind::rerank
                                                : bench::ApiKind::completions;
   spec.inputs_per_request = flags.inputs_per_request;
   spec.model = model;
@@ -218,7 +220,8 @@ int run_bench(const BenchFlags& flags) {
   spec.sharegpt_path = flags.sharegpt;
   spec.sharegpt_wanted = flags.duration_s ? 1000 : flags.warmup_requests + flags.num_requests;
   spec.seed = flags.seed;
-  spec.stream = !flags.no_stream && spec.kind != bench::ApiKind::embeddings;
+  spec.stream = !flags.no_stream && spec.kind != bench::ApiKind::embeddings &&
+                spec.kind != bench::ApiKind::rerank;
   spec.sampling = *sampling;
 
   // One shared workload, or one per preset case (each then its own load point).

@@ -12,12 +12,13 @@ CLI::Option* add_bench_flags(CLI::App& app, BenchFlags& flags) {
   app.add_option("--url", flags.url, "Base URL of the OpenAI-compatible server")
       ->capture_default_str();
   app.add_option("--endpoint", flags.endpoint,
-                 "Which API to drive: completions, chat, or embeddings (synthetic inputs of "
-                 "--input-tokens, --inputs-per-request in each request)")
-      ->check(CLI::IsMember({"completions", "chat", "embeddings"}))
+                 "Which API to drive: completions, chat, embeddings (synthetic inputs of "
+                 "--input-tokens, --inputs-per-request in each request) or rerank (a 16-token "
+                 "query and --inputs-per-request documents of --input-tokens)")
+      ->check(CLI::IsMember({"completions", "chat", "embeddings", "rerank"}))
       ->capture_default_str();
   app.add_option("--inputs-per-request", flags.inputs_per_request,
-                 "--endpoint embeddings: inputs in each request")
+                 "--endpoint embeddings: inputs in each request; rerank: documents")
       ->check(CLI::Range(1, 2048))
       ->capture_default_str();
   app.add_option("--model", flags.model, "Model name (default: the first of GET /v1/models)");

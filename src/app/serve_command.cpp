@@ -71,7 +71,8 @@ struct ModelSpec {
   std::string model;   // as --model (or `model` of the file) names it
   std::string origin;  // where it was named, for messages: "--model X" or "FILE:LINE: [[model]] N"
   ResolveResult resolved;
-  bool embedding = false;
+  bool embedding = false;  // a pooling model (embeddings or a reranker): the batcher serves it
+  bool reranker = false;   // its pooling is rank: /v1/rerank
   std::string name;  // empty until resolved: the catalog name or the file's stem
   std::vector<std::string> aliases;
   DeviceTenantOptions share;
@@ -82,8 +83,8 @@ struct ModelSpec {
   plan::ServingMemory memory;     // what it takes of --memory-budget, estimated before loading
 };
 
-// An embedding model serves /v1/embeddings through the dynamic batcher; nothing of the
-// completion engine (KV cache, step scheduler) is built.
+// An embedding model serves /v1/embeddings through the dynamic batcher, a reranker /v1/rerank;
+// nothing of the completion engine (KV cache, step scheduler) is built.
 std::unique_ptr<ModelParts> load_embedding_model(const ModelFlags& flags, const std::string& name,
                                                  const ResolveResult& model, std::string* error) {
   EmbeddingModelOptions options = flags.embedding;
@@ -91,7 +92,7 @@ std::unique_ptr<ModelParts> load_embedding_model(const ModelFlags& flags, const 
   options.threads = flags.engine.threads;
   options.gpu_layers = flags.engine.gpu_layers;
   options.device = flags.engine.device;
-  spdlog::info("loading {} (an embedding model)", model.path.string());
+  spdlog::info("loading {} (a pooling model)", model.path.string());
   std::unique_ptr<EmbeddingModel> embedding_model = EmbeddingModel::load(options, error);
   if (!embedding_model) return nullptr;
   if (embedding_model->max_input_tokens() < embedding_model->train_context_size()) {
@@ -105,9 +106,10 @@ std::unique_ptr<ModelParts> load_embedding_model(const ModelFlags& flags, const 
     preferred += (preferred.empty() ? "" : ",") + std::to_string(size);
   }
   spdlog::info(
-      "{}: embeddings ({}, {} dimensions, {} pooling), inputs up to {} tokens; batches of up to "
-      "{} inputs and {} tokens, window {} ms, preferred sizes {}",
-      name, embedding_model->description(), embedding_model->dimensions(),
+      "{}: {} ({}, {} outputs, {} pooling), inputs up to {} tokens; batches of up to {} inputs "
+      "and {} tokens, window {} ms, preferred sizes {}",
+      name, embedding_model->ranks() ? "/v1/rerank" : "/v1/embeddings",
+      embedding_model->description(), embedding_model->dimensions(),
       embedding_model->pooling_name(), embedding_model->max_input_tokens(),
       options.max_batch_inputs, embedding_model->max_batch_tokens(), flags.batch_window.window_ms,
       preferred.empty() ? "none" : preferred);
@@ -277,6 +279,7 @@ std::optional<SpecFailure> resolve(ModelSpec& spec) {
                        1};
   }
   spec.embedding = is_embedding_model_file(spec.resolved.path.string());
+  spec.reranker = spec.embedding && is_reranker_model_file(spec.resolved.path.string());
   if (spec.name.empty()) spec.name = spec.resolved.served_name;
   spec.share.name = spec.name;
   return std::nullopt;
@@ -386,7 +389,9 @@ std::unique_ptr<ServedModel> make_served_model(const ModelSpec& spec,
                                                RejectionCounts& rejections) {
   ServedModel::Options options;
   options.name = spec.name;
-  options.kind = spec.embedding ? ModelKind::embedding : ModelKind::generative;
+  options.kind = spec.reranker    ? ModelKind::reranker
+                 : spec.embedding ? ModelKind::embedding
+                                  : ModelKind::generative;
   options.aliases = spec.aliases;
   options.share = spec.share;
   options.pinned = spec.pinned;

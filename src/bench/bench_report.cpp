@@ -182,8 +182,11 @@ std::string summary_table(const BenchReport& report) {
         pair(s.ttft_ms), pair(s.itl_ms), pair(s.tpot_ms), pair(s.e2e_ms), s.chunk_token_mismatch,
         s.schedule_lag_ms.p99);
     if (s.total_embeddings > 0) {
-      table += fmt::format("{:>16} embeddings {:.1f}/s, input tokens {:.0f}/s\n", "",
-                           s.embedding_throughput, s.input_token_throughput);
+      const bool rerank = outcome.workload.is_object() &&
+                          outcome.workload.value("endpoint", "") == "rerank";
+      table += fmt::format("{:>16} {} {:.1f}/s, input tokens {:.0f}/s\n", "",
+                           rerank ? "documents scored" : "embeddings", s.embedding_throughput,
+                           s.input_token_throughput);
     }
   }
   return table;

@@ -1,5 +1,7 @@
 #include "bench/completion_response.h"
 
+#include <fmt/format.h>
+
 #include <limits>
 #include <optional>
 #include <string>
@@ -92,18 +94,24 @@ bool read_completion_object(const json& object, ApiKind kind, RequestRecord& rec
   return !choice_text((*choices)[0], kind, true).empty();
 }
 
-// An embeddings answer: one vector per input sent (of any encoding), its prompt tokens, no output.
-void read_embeddings_object(const json& object, RequestRecord& record) {
-  const auto data = object.find("data");
+// An embeddings answer: one vector per input sent (of any encoding), its prompt tokens, no
+// output. A rerank answer alike: one result per document sent, in "results".
+void read_embeddings_object(const json& object, ApiKind kind, RequestRecord& record) {
+  const char* list = kind == ApiKind::rerank ? "results" : "data";
+  const auto data = object.find(list);
   if (data == object.end() || !data->is_array()) {
-    record.fail(RequestError::malformed_sse, "an embeddings answer without a \"data\" list");
+    record.fail(RequestError::malformed_sse,
+                fmt::format("{} answer without a \"{}\" list",
+                            kind == ApiKind::rerank ? "a rerank" : "an embeddings", list));
     return;
   }
   record.embeddings = static_cast<int>(data->size());
   if (record.embeddings != record.embedding_inputs) {
     record.fail(RequestError::malformed_sse,
-                std::to_string(record.embeddings) + " vectors came back for " +
-                    std::to_string(record.embedding_inputs) + " inputs");
+                fmt::format("{} {} came back for {} {}", record.embeddings,
+                            kind == ApiKind::rerank ? "scores" : "vectors",
+                            record.embedding_inputs,
+                            kind == ApiKind::rerank ? "documents" : "inputs"));
     return;
   }
   if (const auto usage = object.find("usage"); usage != object.end() && usage->is_object()) {
@@ -145,8 +153,8 @@ void read_response_body(std::string_view body, ApiKind kind, RequestRecord& reco
     record.fail(RequestError::malformed_sse, "response is not JSON");
   } else if (object.contains("error")) {
     record.fail(RequestError::stream_error, error_message_of(object, body));
-  } else if (kind == ApiKind::embeddings) {
-    read_embeddings_object(object, record);
+  } else if (kind == ApiKind::embeddings || kind == ApiKind::rerank) {
+    read_embeddings_object(object, kind, record);
   } else {
     read_completion_object(object, kind, record);
   }

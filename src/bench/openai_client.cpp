@@ -76,6 +76,11 @@ std::string build_embeddings_body(const std::string& model,
   return json{{"model", model}, {"input", inputs}}.dump();
 }
 
+std::string build_rerank_body(const std::string& model, const std::string& query,
+                              const std::vector<std::string>& documents) {
+  return json{{"model", model}, {"query", query}, {"documents", documents}}.dump();
+}
+
 std::string build_token_prompt_body(const std::string& model, const std::vector<int>& prompt,
                                     int max_tokens, bool stream, const SamplingOptions& sampling) {
   json body = request_body(model, max_tokens, stream, sampling);

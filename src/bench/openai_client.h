@@ -45,6 +45,9 @@ std::string build_messages_body(const std::string& model, const nlohmann::json& 
 
 // /v1/embeddings with these inputs, as OpenAI's `input` list (non-streamed).
 std::string build_embeddings_body(const std::string& model, const std::vector<std::string>& inputs);
+// /v1/rerank: `query` against `documents` (every score asked for: no top_n).
+std::string build_rerank_body(const std::string& model, const std::string& query,
+                              const std::vector<std::string>& documents);
 
 // One virtual user's HTTP/1.1 connection to the target. It sends one request at a time and keeps
 // the connection alive between requests, as a real client pool would, so connection setup is not

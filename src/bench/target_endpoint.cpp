@@ -41,6 +41,8 @@ const char* completion_route(ApiKind kind) {
       return "/v1/chat/completions";
     case ApiKind::embeddings:
       return "/v1/embeddings";
+    case ApiKind::rerank:
+      return "/v1/rerank";
     case ApiKind::completions:
       break;
   }

@@ -7,7 +7,8 @@
 namespace brisk::bench {
 
 // Which OpenAI route the benchmark drives.
-enum class ApiKind { completions, chat, embeddings };
+// rerank: /v1/rerank, one query with --inputs-per-request documents (an input each).
+enum class ApiKind { completions, chat, embeddings, rerank };
 
 // How the server treats a kept-alive connection, learned by the first connection re-used.
 // Some servers close it right after an answer while their headers say keep-alive (llama-server

@@ -148,6 +148,9 @@ uint64_t request_key(uint64_t seed, int run_index, int request_index, uint64_t s
 constexpr uint64_t kIdSalt = 0;
 constexpr uint64_t kInputSalt = 0x1f83d9abfb41bd6bULL;
 constexpr uint64_t kOutputSalt = 0x5be0cd19137e2179ULL;
+constexpr uint64_t kQuerySalt = 0x1f83d9abfb41bd6bULL;
+// A rerank request's query: a search box's length, whatever the documents'.
+constexpr int kRerankQueryTokens = 16;
 
 }  // namespace
 
@@ -164,13 +167,19 @@ int SyntheticWorkload::output_tokens(int run_index, int request_index) const {
 }
 
 CompletionRequest SyntheticWorkload::request(int run_index, int request_index) const {
-  if (options_.kind == ApiKind::embeddings) {
+  if (options_.kind == ApiKind::embeddings || options_.kind == ApiKind::rerank) {
     // Each input its own prompt, numbered on from the request's, so none repeats another.
     std::vector<std::string> inputs;
     const int count = options_.inputs_per_request;
     for (int i = 0; i < count; ++i) inputs.push_back(prompt(run_index, request_index * count + i));
-    return CompletionRequest{target_.route(completion_route(options_.kind)),
-                             build_embeddings_body(options_.model, inputs), false, count};
+    const std::string route = target_.route(completion_route(options_.kind));
+    if (options_.kind == ApiKind::embeddings) {
+      return CompletionRequest{route, build_embeddings_body(options_.model, inputs), false, count};
+    }
+    const std::string query = prompt_of_length(
+        request_key(options_.seed, run_index, request_index, kQuerySalt), kRerankQueryTokens);
+    return CompletionRequest{route, build_rerank_body(options_.model, query, inputs), false,
+                             count};
   }
   return CompletionRequest{
       target_.route(completion_route(options_.kind)),

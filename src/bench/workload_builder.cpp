@@ -32,8 +32,9 @@ BuiltWorkload synthetic(const WorkloadSpec& spec, const TargetEndpoint& target,
                       {"seed", spec.seed},
                       {"tokenizer", tokenizer_api_name(calibration.api)}};
   description.update(length_fields("input_tokens", spec.input_tokens));
-  if (spec.kind == ApiKind::embeddings) {
-    description["endpoint"] = "embeddings";
+  const bool pooling = spec.kind == ApiKind::embeddings || spec.kind == ApiKind::rerank;
+  if (pooling) {
+    description["endpoint"] = spec.kind == ApiKind::rerank ? "rerank" : "embeddings";
     description["inputs_per_request"] = spec.inputs_per_request;
   } else {
     description.update(length_fields("output_tokens", spec.output_tokens));
@@ -46,8 +47,10 @@ BuiltWorkload synthetic(const WorkloadSpec& spec, const TargetEndpoint& target,
           ? fmt::format("measured via /tokenize, {} fields", tokenizer_api_name(calibration.api))
           : std::string("assumed: the server has no /tokenize brisk speaks"),
       spec.output_tokens.spec());
-  if (spec.kind == ApiKind::embeddings) {
-    summary = fmt::format("{} inputs per request, {}", spec.inputs_per_request,
+  if (pooling) {
+    summary = fmt::format("{} {} per request, {}", spec.inputs_per_request,
+                          spec.kind == ApiKind::rerank ? "documents (and a 16-token query)"
+                                                       : "inputs",
                           summary.substr(0, summary.find(" output=")));
   }
   // Every prompt starts with its unique id line (so no prefix cache can answer it), plus BOS.

@@ -67,9 +67,9 @@ bench::ApiKind probe_endpoint(const DoctorOptions& options, const bench::TargetE
                               const std::string& model) {
   if (options.endpoint == "embeddings") return bench::ApiKind::embeddings;
   if (options.endpoint == "completions") return bench::ApiKind::completions;
-  return bench::served_model_kind(target, model, std::chrono::seconds(10)) == "embedding"
-             ? bench::ApiKind::embeddings
-             : bench::ApiKind::completions;
+  const std::string kind = bench::served_model_kind(target, model, std::chrono::seconds(10));
+  if (kind == "reranker") return bench::ApiKind::rerank;  // refused by the caller
+  return kind == "embedding" ? bench::ApiKind::embeddings : bench::ApiKind::completions;
 }
 
 }  // namespace
@@ -119,6 +119,12 @@ int run_doctor(const DoctorOptions& options) {
   }
   ProbeOptions probe;
   probe.endpoint = probe_endpoint(options, *target, model);
+  if (probe.endpoint == bench::ApiKind::rerank) {
+    return fail(fmt::format("'{}' is a reranker: brisk doctor probes completion and embeddings "
+                            "endpoints, not /v1/rerank yet; measure it with brisk bench "
+                            "--endpoint rerank",
+                            model));
+  }
   probe.inputs_per_request = options.inputs_per_request;
   probe.target = *target;
   probe.model = model;

@@ -27,6 +27,12 @@ bool is_embedding_model_file(const std::string& path) {
   return metadata && metadata->arch_number("pooling_type").value_or(0) > 0;
 }
 
+bool is_reranker_model_file(const std::string& path) {
+  std::string ignored;
+  const std::optional<GgufMetadata> metadata = read_gguf_metadata(path, &ignored);
+  return metadata && metadata->arch_number("pooling_type").value_or(0) == LLAMA_POOLING_TYPE_RANK;
+}
+
 std::unique_ptr<EmbeddingModel> EmbeddingModel::load(const EmbeddingModelOptions& options,
                                                      std::string* error) {
   init_llama_backend_once();
@@ -81,7 +87,10 @@ std::unique_ptr<EmbeddingModel> EmbeddingModel::load(const EmbeddingModelOptions
     return nullptr;
   }
   model->threadpool_ = CpuThreadpool::attach(model->context_, threads, /*poll=*/50);
-  model->dimensions_ = llama_model_n_embd_out(model->model_);
+  model->ranks_ = llama_pooling_type(model->context_) == LLAMA_POOLING_TYPE_RANK;
+  // A reranker's output is its classification head's: n_cls_out scores per input.
+  model->dimensions_ = model->ranks_ ? static_cast<int>(llama_model_n_cls_out(model->model_))
+                                     : llama_model_n_embd_out(model->model_);
   model->max_batch_tokens_ = batch_tokens;
   model->max_batch_inputs_ = options.max_batch_inputs;
   model->batch_ = std::make_unique<llama_batch>(llama_batch_init(batch_tokens, 0, 1));
@@ -98,6 +107,43 @@ EmbeddingModel::~EmbeddingModel() {
 TokenList EmbeddingModel::tokenize(std::string_view text) const {
   // No special-token parsing: a document that contains "[SEP]" is text, not a separator.
   return tokenize_text(vocab_, text, /*add_special=*/true, /*parse_special=*/false);
+}
+
+RerankPair EmbeddingModel::tokenize_pair(std::string_view query, std::string_view document,
+                                         int max_document_tokens) const {
+  TokenList document_tokens = tokenize_text(vocab_, document, false, false);
+  std::string cut_document;
+  if (max_document_tokens > 0 && document_tokens.size() > static_cast<size_t>(max_document_tokens)) {
+    document_tokens.resize(static_cast<size_t>(max_document_tokens));
+    cut_document = detokenize_text(vocab_, document_tokens);
+    document = cut_document;
+  }
+  RerankPair pair;
+  pair.document_tokens = static_cast<int>(document_tokens.size());
+  if (const char* tmpl = llama_model_chat_template(model_, "rerank")) {
+    // The template's text with {query} and {document} filled in, its special tokens parsed.
+    std::string prompt = tmpl;
+    for (const auto& [key, value] : {std::pair<std::string_view, std::string_view>{"{query}", query},
+                                     {"{document}", document}}) {
+      for (size_t at = prompt.find(key); at != std::string::npos;
+           at = prompt.find(key, at + value.size())) {
+        prompt.replace(at, key.size(), value);
+      }
+    }
+    pair.tokens = tokenize_text(vocab_, prompt, false, true);
+    return pair;
+  }
+  Token end = llama_vocab_eos(vocab_);
+  if (end == LLAMA_TOKEN_NULL) end = llama_vocab_sep(vocab_);
+  TokenList& out = pair.tokens;
+  if (llama_vocab_get_add_bos(vocab_)) out.push_back(llama_vocab_bos(vocab_));
+  const TokenList query_tokens = tokenize_text(vocab_, query, false, false);
+  out.insert(out.end(), query_tokens.begin(), query_tokens.end());
+  if (llama_vocab_get_add_eos(vocab_)) out.push_back(end);
+  if (llama_vocab_get_add_sep(vocab_)) out.push_back(llama_vocab_sep(vocab_));
+  out.insert(out.end(), document_tokens.begin(), document_tokens.end());
+  if (llama_vocab_get_add_eos(vocab_)) out.push_back(end);
+  return pair;
 }
 
 void EmbeddingModel::truncate(TokenList* tokens, int max_tokens) const {
@@ -176,7 +222,12 @@ bool EmbeddingModel::embed(std::span<const TokenList* const> inputs, std::vector
       *error = "llama.cpp returned no embedding for input " + std::to_string(sequence);
       return false;
     }
-    normalize_into(pooled, dimensions_, vectors->data() + sequence * dimensions_);
+    float* out = vectors->data() + sequence * dimensions_;
+    if (ranks_) {
+      std::copy(pooled, pooled + dimensions_, out);  // scores, as llama-server returns them
+    } else {
+      normalize_into(pooled, dimensions_, out);
+    }
   }
   return true;
 }

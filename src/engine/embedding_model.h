@@ -28,12 +28,22 @@ struct EmbeddingModelOptions {
 };
 
 // True when the GGUF at `path` is a pooling model (it declares a pooling type: BERT-style
-// sentence encoders, rerankers, embedding LLMs) that brisk serves on /v1/embeddings rather than
-// on the completion routes.
+// sentence encoders, rerankers, embedding LLMs) that brisk serves through the dynamic batcher
+// rather than on the completion routes.
 bool is_embedding_model_file(const std::string& path);
+// True when that pooling is "rank": a reranker (a classification head scores a query and a
+// document read together), served on /v1/rerank instead of /v1/embeddings.
+bool is_reranker_model_file(const std::string& path);
 
-// A sentence-embedding model on llama.cpp: pooling and causality come from the GGUF, as
-// llama-server reads them. Tokenizing is safe from any thread; embed() belongs to one thread.
+// A query and a document as a reranker reads them, tokenized.
+struct RerankPair {
+  TokenList tokens;
+  int document_tokens = 0;  // of `tokens`, the document's own
+};
+
+// A sentence-embedding model or a reranker on llama.cpp: pooling and causality come from the
+// GGUF, as llama-server reads them. Tokenizing is safe from any thread; embed() belongs to one
+// thread.
 class EmbeddingModel final : public EmbeddingRunner {
  public:
   static std::unique_ptr<EmbeddingModel> load(const EmbeddingModelOptions& options,
@@ -53,6 +63,15 @@ class EmbeddingModel final : public EmbeddingRunner {
   int train_context_size() const;
   // "mean", "cls", "last" or "rank".
   std::string pooling_name() const;
+  // A reranker: embed() gives each input its head's raw scores (its first is the relevance),
+  // not a normalized vector.
+  bool ranks() const { return ranks_; }
+  // A query and a document in the reranker's input format, as llama-server builds it: the
+  // GGUF's "rerank" template if it has one, else [BOS] query [EOS] [SEP] document [EOS] with
+  // the special tokens the vocabulary adds. `max_document_tokens` > 0 cuts the document to that
+  // many tokens first.
+  RerankPair tokenize_pair(std::string_view query, std::string_view document,
+                           int max_document_tokens = 0) const;
   std::string description() const;
 
   int dimensions() const override { return dimensions_; }
@@ -70,6 +89,7 @@ class EmbeddingModel final : public EmbeddingRunner {
   std::unique_ptr<CpuThreadpool> threadpool_;
   std::unique_ptr<llama_batch> batch_;
   int dimensions_ = 0;
+  bool ranks_ = false;
   int max_batch_tokens_ = 0;
   int max_batch_inputs_ = 0;
 };

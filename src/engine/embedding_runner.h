@@ -9,8 +9,9 @@
 namespace brisk {
 
 // What the dynamic batcher needs from a stateless model: one call that turns a batch of token
-// lists into one pooled, L2-normalized vector each. EmbeddingModel runs it on llama.cpp; the
-// batcher's unit tests run it on a fake, so batching is tested without a model.
+// lists into one pooled output each (an L2-normalized vector; a reranker's raw scores).
+// EmbeddingModel runs it on llama.cpp; the batcher's unit tests run it on a fake, so batching is
+// tested without a model.
 class EmbeddingRunner {
  public:
   virtual ~EmbeddingRunner() = default;

@@ -103,6 +103,20 @@ TokenList tokenize_text(const llama_vocab* vocab, std::string_view text, bool ad
   return tokens;
 }
 
+std::string detokenize_text(const llama_vocab* vocab, const TokenList& tokens) {
+  const int32_t count = static_cast<int32_t>(tokens.size());
+  std::string text(tokens.size() * 8 + 16, '\0');
+  int32_t length = llama_detokenize(vocab, tokens.data(), count, text.data(),
+                                    static_cast<int32_t>(text.size()), false, false);
+  if (length < 0) {
+    text.resize(static_cast<size_t>(-length));
+    length = llama_detokenize(vocab, tokens.data(), count, text.data(),
+                              static_cast<int32_t>(text.size()), false, false);
+  }
+  text.resize(static_cast<size_t>(std::max(length, 0)));
+  return text;
+}
+
 std::string token_text(const llama_vocab* vocab, Token token) {
   char buffer[256];
   int32_t length = llama_token_to_piece(vocab, token, buffer, sizeof(buffer), 0, false);

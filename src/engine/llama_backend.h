@@ -40,6 +40,8 @@ class GpuPlacement {
 TokenList tokenize_text(const llama_vocab* vocab, std::string_view text, bool add_special,
                         bool parse_special);
 std::string token_text(const llama_vocab* vocab, Token token);
+// The text of `tokens` (special tokens left out), as llama_detokenize writes it.
+std::string detokenize_text(const llama_vocab* vocab, const TokenList& tokens);
 
 // A persistent pool of CPU worker threads attached to a context. Without one, ggml's CPU backend
 // starts and joins fresh threads for every graph it computes; llama-server attaches one, so do

@@ -226,6 +226,7 @@ std::optional<ModelProfile> profile_from_gguf(const std::string& path, std::stri
   if (model.architecture == "gemma3" && model.sliding_window > 0) model.global_layer_every = 6;
   model.tied_embeddings = !metadata->bytes_by_tensor.contains("output.weight");
   model.pooling = metadata->arch_number("pooling_type").value_or(0) > 0;
+  model.ranks = metadata->arch_number("pooling_type").value_or(0) == 4;  // LLAMA_POOLING_TYPE_RANK
   model.parameters = static_cast<double>(metadata->parameter_count);
 
   std::string dominant_type;

@@ -33,6 +33,7 @@ struct ModelProfile {
   // An embedding model (its GGUF declares a pooling type): brisk serve runs it in the dynamic
   // batcher on /v1/embeddings, which plan's simulation does not model.
   bool pooling = false;
+  bool ranks = false;  // its pooling is rank: a reranker, served on /v1/rerank
 
   // A GGUF knows its weights exactly; otherwise they follow from parameters x precision.
   std::optional<Precision> stored_precision;

@@ -101,6 +101,8 @@ class EmbeddingBatcher {
 
   int queued_inputs() const;
   int queued_requests() const;
+  // At --max-queued-inputs: a new request is answered 429 (and /ready says queue_full).
+  bool queue_full() const { return queued_inputs() >= options_.max_queued_inputs; }
   const BatchWindowOptions& options() const { return options_; }
 
  private:

@@ -2,11 +2,11 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "common/clock.h"
+#include "server/batcher_requests.h"
 #include "server/embedding_params.h"
 #include "server/openai_json.h"
 
@@ -36,43 +36,11 @@ std::string base64_of_floats(const float* values, size_t count) {
   return out;
 }
 
-HttpResponse json_response(http::status status, const json& body) {
-  HttpResponse response{status, 11};
-  response.set(http::field::content_type, "application/json");
-  response.body() = dump_json(body);
-  return response;
-}
-
-std::optional<int> priority_header(const HttpRequest& request, std::optional<ApiError>* error) {
-  const auto header = request.find("x-request-priority");
-  if (header == request.end()) return std::nullopt;
-  const std::string value(header->value());
-  int priority = 0;
-  const auto [end, status] = std::from_chars(value.data(), value.data() + value.size(), priority);
-  if (status != std::errc() || end != value.data() + value.size() || priority < -1000000 ||
-      priority > 1000000) {
-    *error = ApiError::invalid(
-        "the X-Request-Priority header must be an integer between -1000000 and 1000000 (lower "
-        "runs sooner), got '" +
-            value + "'",
-        "priority");
-  }
-  return priority;
-}
-
 }  // namespace
 
 EmbeddingsRoute::EmbeddingsRoute(EmbeddingModel& model, EmbeddingBatcher& batcher,
                                  EmbeddingMetrics& metrics, std::string model_name)
     : model_(model), batcher_(batcher), metrics_(metrics), model_name_(std::move(model_name)) {}
-
-std::string EmbeddingsRoute::render_metrics() const {
-  return metrics_.render_prometheus(batcher_.queued_inputs(), batcher_.queued_requests());
-}
-
-bool EmbeddingsRoute::queue_full() const {
-  return batcher_.queued_inputs() >= batcher_.options().max_queued_inputs;
-}
 
 HttpResponse EmbeddingsRoute::reject(const ApiError& error, const std::string& reason) {
   metrics_.count_rejection(reason);
@@ -151,24 +119,9 @@ void EmbeddingsRoute::handle(const HttpRequest& request,
                   model_name = model_name_](EmbeddingOutcome&& outcome) {
     net::post(executor, [session, base64, prompt_tokens, tokenize_ms, model_load_ms, model_name,
                          outcome = std::move(outcome)] {
+      if (outcome.status == EmbeddingOutcome::Status::cancelled) return;  // nobody to answer
       if (outcome.status != EmbeddingOutcome::Status::done) {
-        ApiError error;
-        error.type = "server_error";
-        error.message = outcome.error;
-        if (outcome.status == EmbeddingOutcome::Status::deadline) {
-          error.status = 408;
-          error.type = "timeout_error";
-          error.code = "deadline_exceeded";
-        } else if (outcome.status == EmbeddingOutcome::Status::cancelled) {
-          return;  // nobody is left to answer
-        } else if (outcome.status == EmbeddingOutcome::Status::shutting_down) {
-          error.status = 503;
-          error.code = "shutting_down";
-        } else {
-          error.status = 500;
-          error.code = "embedding_failed";
-        }
-        return session->respond(error_response(error));
+        return session->respond(error_response(outcome_error(outcome)));
       }
       json data = json::array();
       const size_t dimensions = static_cast<size_t>(outcome.dimensions);
@@ -193,38 +146,13 @@ void EmbeddingsRoute::handle(const HttpRequest& request,
                      {"compute_ms", outcome.compute_ms},
                      {"batches", outcome.batches}}}};
       if (model_load_ms > 0) body["brisk_timings"]["model_load_ms"] = model_load_ms;
-      session->respond(json_response(http::status::ok, body));
+      session->respond(json_body_response(http::status::ok, body));
     });
   };
-  const std::weak_ptr<EmbeddingJob> queued = job;
-  const EmbeddingSubmit status = batcher_.submit(std::move(job));
-  if (status == EmbeddingSubmit::accepted) {
-    // A client that goes away takes its inputs still waiting out of the queue: the batcher
-    // drops them when it next plans a batch (after the running one, or at the window's end).
-    // It is not woken from here: once the job is gone, so may be the model and its batcher.
-    session->watch_for_disconnect([queued] {
-      if (auto gone = queued.lock()) gone->cancelled = true;
-    });
-    return;
-  }
-  ApiError error;
-  if (status == EmbeddingSubmit::queue_full) {
-    error.status = 429;
-    error.type = "rate_limit_exceeded";
-    error.code = "queue_full";
-    error.message = fmt::format(
-        "the server's embedding queue is full ({} inputs waiting, --max-queued-inputs {}); retry "
-        "after a short wait",
-        batcher_.queued_inputs(), batcher_.options().max_queued_inputs);
-    HttpResponse response = reject(error, "queue_full");
-    response.set(http::field::retry_after, "1");
-    return session->respond(std::move(response));
-  }
-  error.status = 503;
-  error.type = "server_error";
-  error.code = "shutting_down";
-  error.message = "the server is shutting down";
-  session->respond(reject(error, "shutting_down"));
+  submit_to_batcher(batcher_, std::move(job), session,
+                    [this](const ApiError& error, const std::string& reason) {
+                      return reject(error, reason);
+                    });
 }
 
 }  // namespace brisk

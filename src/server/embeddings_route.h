@@ -21,10 +21,6 @@ class EmbeddingsRoute {
   void handle(const HttpRequest& request, const std::shared_ptr<HttpSession>& session,
               std::shared_ptr<const void> keep_loaded = nullptr, double model_load_ms = 0);
   EmbeddingModel& model() { return model_; }
-  std::string render_metrics() const;
-  bool queue_full() const;
-  // Stops admitting and lets queued inputs finish for up to `drain_timeout`.
-  void shutdown(std::chrono::milliseconds drain_timeout) { batcher_.shutdown(drain_timeout); }
 
  private:
   HttpResponse reject(const ApiError& error, const std::string& reason);

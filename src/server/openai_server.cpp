@@ -58,7 +58,15 @@ constexpr Route kRoutes[] = {
     {"/v1/completions", http::verb::post}, {"/tokenize", http::verb::post},
     {"/v1/embeddings", http::verb::post},  {"/models/load", http::verb::post},
     {"/models/unload", http::verb::post},
+    // Jina's and Cohere's v1 clients post to /v1/rerank, Cohere's v2 client to /v2/rerank,
+    // llama-server's users to /rerank too: one route, one body shape.
+    {"/v1/rerank", http::verb::post},      {"/v2/rerank", http::verb::post},
+    {"/rerank", http::verb::post},
 };
+
+bool is_rerank_path(std::string_view path) {
+  return path == "/v1/rerank" || path == "/v2/rerank" || path == "/rerank";
+}
 
 }  // namespace
 
@@ -288,6 +296,9 @@ void OpenAiServer::handle(HttpRequest&& request, const std::shared_ptr<HttpSessi
       return loaded.embeddings()->handle(*shared, session, std::move(hold.model),
                                          hold.load_wait_ms);
     }
+    if (is_rerank_path(path)) {
+      return loaded.reranks()->handle(*shared, session, std::move(hold.model), hold.load_wait_ms);
+    }
     loaded.completions()->handle(
         *shared, path == "/v1/chat/completions" ? CompletionKind::chat : CompletionKind::text,
         session, std::move(hold.model), hold.load_wait_ms);
@@ -375,31 +386,37 @@ void OpenAiServer::handle_residency(HttpRequest&& request,
 
 std::variant<ServedModel*, HttpResponse> OpenAiServer::model_for(const HttpRequest& request,
                                                                  std::string_view path) {
-  const bool embeddings = path == "/v1/embeddings";
-  const ModelKind kind = embeddings ? ModelKind::embedding : ModelKind::generative;
+  const ModelKind kind = path == "/v1/embeddings" ? ModelKind::embedding
+                         : is_rerank_path(path)   ? ModelKind::reranker
+                                                  : ModelKind::generative;
   // A request that names no model goes to the first one that serves its route.
   const std::optional<std::string> name = requested_model_name(request.body());
   ServedModel* model = name ? models_.find(*name) : models_.first_of(kind);
   if (!name && model == nullptr) model = &models_.default_model();  // answered below: wrong kind
   if (model == nullptr) return reject_unknown_model(*name);
-  if (embeddings && model->kind() != ModelKind::embedding) {
-    return reject(
-        ApiError::invalid(
-            fmt::format("'{}' is a generative model and makes no embeddings; name an embedding "
-                        "model (a GGUF that declares a pooling type, e.g. brisk serve --model "
-                        "all-minilm-l6-v2) for /v1/embeddings",
-                        model->name()),
-            "model"),
-        "wrong_model_kind");
+  if (model->kind() == kind) return model;
+  // What the named model serves, and what the route needs.
+  const std::string_view serves = model->kind() == ModelKind::generative ? "the completion routes"
+                                  : model->kind() == ModelKind::embedding ? "/v1/embeddings"
+                                                                          : "/v1/rerank";
+  std::string message;
+  if (kind == ModelKind::embedding) {
+    message = fmt::format(
+        "'{}' is a {} model and makes no embeddings: it serves {}; name an embedding model (a "
+        "GGUF that declares a mean, cls or last pooling, e.g. brisk serve --model "
+        "all-minilm-l6-v2) for /v1/embeddings",
+        model->name(), model->kind_name(), serves);
+  } else if (kind == ModelKind::reranker) {
+    message = fmt::format(
+        "'{}' is a {} model and scores no documents: it serves {}; name a reranker (a GGUF "
+        "whose pooling is rank: a cross-encoder with a classification head) for {}",
+        model->name(), model->kind_name(), serves, path);
+  } else {
+    message = fmt::format("'{}' is {} model: it serves {}, not {}", model->name(),
+                          model->kind() == ModelKind::embedding ? "an embedding" : "a reranker",
+                          serves, path);
   }
-  if (!embeddings && model->kind() != ModelKind::generative) {
-    return reject(ApiError::invalid(fmt::format("'{}' is an embedding model: it serves "
-                                                "/v1/embeddings, not {}",
-                                                model->name(), path),
-                                    "model"),
-                  "wrong_model_kind");
-  }
-  return model;
+  return reject(ApiError::invalid(message, "model"), "wrong_model_kind");
 }
 
 HttpResponse OpenAiServer::ready_response() const {

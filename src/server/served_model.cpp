@@ -66,7 +66,15 @@ bool ServedModel::answers_to(std::string_view name) const {
 }
 
 std::string_view ServedModel::kind_name() const {
-  return kind() == ModelKind::generative ? "generative" : "embedding";
+  switch (kind()) {
+    case ModelKind::generative:
+      return "generative";
+    case ModelKind::embedding:
+      return "embedding";
+    case ModelKind::reranker:
+      return "reranker";
+  }
+  return "generative";
 }
 
 ModelState ServedModel::state() const {
@@ -143,8 +151,13 @@ std::unique_ptr<LoadedModel> ServedModel::build(ModelParts parts) {
     loaded->embedding_model_ = std::move(parts.embedding_model);
     loaded->batcher_ = std::make_unique<EmbeddingBatcher>(
         *loaded->embedding_model_, parts.batch_window, embedding_metrics_);
-    loaded->embeddings_ = std::make_unique<EmbeddingsRoute>(
-        *loaded->embedding_model_, *loaded->batcher_, embedding_metrics_, options_.name);
+    if (kind() == ModelKind::reranker) {
+      loaded->reranks_ = std::make_unique<RerankRoute>(*loaded->embedding_model_, *loaded->batcher_,
+                                                       embedding_metrics_, options_.name);
+    } else {
+      loaded->embeddings_ = std::make_unique<EmbeddingsRoute>(
+          *loaded->embedding_model_, *loaded->batcher_, embedding_metrics_, options_.name);
+    }
     if (arbiter_) loaded->batcher_->share_device(*arbiter_, tenant_);
     loaded->batcher_->start();
   }
@@ -193,7 +206,7 @@ bool ServedModel::queue_full() {
   std::shared_ptr<LoadedModel> loaded = hold();
   if (!loaded) return false;  // requests wait for its load, up to max_waiting
   return loaded->engine_loop_ ? loaded->engine_loop_->stats().queue_full()
-                              : loaded->embeddings_->queue_full();
+                              : loaded->batcher_->queue_full();
 }
 
 int ServedModel::max_model_len() const {
@@ -208,9 +221,10 @@ ServedModel::MetricsText ServedModel::render_metrics(bool with_vllm_compat) {
     loaded = loaded_;  // not a use: /metrics does not keep a model loaded
   }
   MetricsText out;
-  if (kind() == ModelKind::embedding) {
-    out.brisk =
-        loaded ? loaded->embeddings_->render_metrics() : embedding_metrics_.render_prometheus(0, 0);
+  if (kind() != ModelKind::generative) {
+    out.brisk = loaded ? embedding_metrics_.render_prometheus(loaded->batcher_->queued_inputs(),
+                                                              loaded->batcher_->queued_requests())
+                       : embedding_metrics_.render_prometheus(0, 0);
   } else {
     const SchedulerStats stats = loaded ? loaded->engine_loop_->stats() : SchedulerStats{};
     out.brisk = serving_metrics_.render_prometheus(stats);

@@ -19,11 +19,14 @@
 #include "sched/serving_metrics.h"
 #include "server/completions_route.h"
 #include "server/embeddings_route.h"
+#include "server/rerank_route.h"
 #include "server/rejection_counts.h"
 
 namespace brisk {
 
-enum class ModelKind { generative, embedding };
+// generative: the completion routes; embedding: /v1/embeddings; reranker: /v1/rerank. The last
+// two are pooling models that run through the dynamic batcher.
+enum class ModelKind { generative, embedding, reranker };
 // loading: its loader runs (requests for it wait); unloaded: it takes no memory until a request
 // or POST /models/load needs it (docs/models.md, "Load on demand").
 enum class ModelState { unloaded, loading, loaded };
@@ -49,6 +52,7 @@ class LoadedModel {
   ~LoadedModel();
   CompletionsRoute* completions() { return completions_.get(); }
   EmbeddingsRoute* embeddings() { return embeddings_.get(); }
+  RerankRoute* reranks() { return reranks_.get(); }
   EngineLoop* engine_loop() { return engine_loop_.get(); }
   const Engine* engine() const { return engine_.get(); }
   const EmbeddingModel* embedding_model() const { return embedding_model_.get(); }
@@ -62,7 +66,8 @@ class LoadedModel {
   std::unique_ptr<CompletionsRoute> completions_;
   std::unique_ptr<EmbeddingModel> embedding_model_;
   std::unique_ptr<EmbeddingBatcher> batcher_;
-  std::unique_ptr<EmbeddingsRoute> embeddings_;
+  std::unique_ptr<EmbeddingsRoute> embeddings_;  // an embedding model's
+  std::unique_ptr<RerankRoute> reranks_;         // a reranker's
 };
 
 // One model a server serves, loaded or not: its names, kind, share of the device and of the
@@ -86,7 +91,7 @@ class ServedModel {
   const std::vector<std::string>& aliases() const { return options_.aliases; }
   bool answers_to(std::string_view name) const;
   ModelKind kind() const { return options_.kind; }
-  // "generative" or "embedding", as /v1/models and error messages say it.
+  // "generative", "embedding" or "reranker", as /v1/models and error messages say it.
   std::string_view kind_name() const;
   bool pinned() const { return options_.pinned; }
   uint64_t memory_bytes() const { return options_.memory_bytes; }

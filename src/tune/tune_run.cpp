@@ -276,6 +276,7 @@ std::string resolved_endpoint(const TuneOptions& options) {
   if (options.endpoint != "auto") return options.endpoint;
   std::string ignored;
   const auto profile = plan::resolve_model_profile(options.model, &ignored);
+  if (profile && profile->ranks) return "rerank";  // refused where the endpoint is checked
   return profile && profile->pooling ? "embeddings" : "completions";
 }
 
@@ -525,6 +526,10 @@ int run_tune(const TuneOptions& options) {
   if (!slo) return fail("--slo: " + error);
   TuneOptions resolved = options;
   resolved.endpoint = resolved_endpoint(options);
+  if (resolved.endpoint == "rerank") {
+    return fail("--model is a reranker: brisk tune searches completion and embedding servers, "
+                "not /v1/rerank yet; measure one with brisk bench --endpoint rerank");
+  }
   if (resolved.endpoint == "embeddings") {
     if (const auto problem = embeddings_problem(resolved, *slo)) return fail(*problem);
   } else if (options.inputs_per_request != 1) {
