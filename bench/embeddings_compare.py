@@ -17,6 +17,14 @@ same threads:
       --out bench/results/embeddings_table.json
   python3 bench/embeddings_compare.py window --rate 40 --windows 0,1,2,5,10,20 --rounds 2 \
       --out bench/results/embeddings_window.json
+
+--endpoint rerank runs the table on /v1/rerank instead: a reranker GGUF (--model-path; by default
+the test reranker scripts/make_test_reranker.py makes from all-MiniLM-L6-v2's encoder), brisk serve
+--model FILE against llama-server --reranking, --inputs documents per request with a 16-token
+query (brisk bench --endpoint rerank); a document is one input of either server's batch.
+
+  python3 bench/embeddings_compare.py table --endpoint rerank --concurrency 1,8,32,128 \
+      --inputs 16 --rounds 2 --out bench/results/rerank_table.json
 """
 
 from __future__ import annotations
@@ -40,14 +48,20 @@ MODEL = "all-minilm-l6-v2"
 SERVERS = ["brisk", "llama-server"]
 
 
+def served_model(args) -> str:
+    return MODEL if args.endpoint == "embeddings" else args.model_path.stem
+
+
 def server_argv(name: str, args: argparse.Namespace, port: int, window_ms: float = 0):
     if name == "brisk":
-        return ([str(args.brisk_bin), "serve", "--model", MODEL, "--port", str(port),
+        model = MODEL if args.endpoint == "embeddings" else str(args.model_path)
+        return ([str(args.brisk_bin), "serve", "--model", model, "--port", str(port),
                  "--threads", str(args.threads), "--batch-window-ms", str(window_ms),
                  "--max-queued-inputs", "65536"], "/ready")
     # -np 64 slots of 512 cells (the model's context): as many inputs at once as brisk's
     # --max-batch-inputs; llama-server's own batch sizes (-b 2048, -ub 512).
-    return ([str(args.llama_server_bin), "-m", str(args.model_path), "--embeddings",
+    return ([str(args.llama_server_bin), "-m", str(args.model_path),
+             "--embeddings" if args.endpoint == "embeddings" else "--reranking",
              "--port", str(port), "-t", str(args.threads), "-np", "64", "-c", "32768"],
             "/health")
 
@@ -64,8 +78,9 @@ def batch_metrics(port: int) -> tuple[float, float]:
 
 
 def run_bench(args, port: int, out_dir: Path, load: list[str], inputs: int) -> dict:
-    argv = [str(args.brisk_bin), "bench", "--url", f"http://127.0.0.1:{port}", "--model", MODEL,
-            "--endpoint", "embeddings", "--inputs-per-request", str(inputs),
+    argv = [str(args.brisk_bin), "bench", "--url", f"http://127.0.0.1:{port}",
+            "--model", served_model(args), "--endpoint", args.endpoint,
+            "--inputs-per-request", str(inputs),
             "--input-tokens", str(args.input_tokens), "--progress", "off", "--out", str(out_dir),
             *load]
     log("  " + " ".join(argv))
@@ -132,7 +147,8 @@ def table(args) -> None:
                  and b[key] > 0]
         return median(pairs)
 
-    print("\n| clients | inputs/request | brisk vectors/s | llama-server vectors/s | brisk / llama |"
+    unit = "vectors/s" if args.endpoint == "embeddings" else "documents/s"
+    print(f"\n| clients | inputs/request | brisk {unit} | llama-server {unit} | brisk / llama |"
           " p99 ms brisk / llama | p50 ms brisk / llama | brisk mean batch | errors |")
     print("|---|---|---|---|---|---|---|---|---|")
     rows = []
@@ -185,7 +201,10 @@ def main() -> int:
     ap.add_argument("mode", choices=["table", "window"])
     ap.add_argument("--brisk-bin", type=Path, default=BIN_DIR / "brisk")
     ap.add_argument("--llama-server-bin", type=Path, default=BIN_DIR / "llama-server")
-    ap.add_argument("--model-path", type=Path, default=home / "models" / "all-MiniLM-L6-v2-f16.gguf")
+    ap.add_argument("--endpoint", choices=["embeddings", "rerank"], default="embeddings")
+    ap.add_argument("--model-path", type=Path,
+                    help="default: all-MiniLM-L6-v2's GGUF; with --endpoint rerank, the test "
+                         "reranker made from it")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--input-tokens", type=int, default=64)
     ap.add_argument("--concurrency", default="1,8,32,128")
@@ -197,7 +216,18 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    table(args) if args.mode == "table" else window(args)
+    encoder = home / "models" / "all-MiniLM-L6-v2-f16.gguf"
+    with tempfile.TemporaryDirectory() as made:
+        if args.model_path is None and args.endpoint == "rerank":
+            repo = Path(__file__).resolve().parents[1]
+            args.model_path = Path(made) / "test-reranker.gguf"
+            subprocess.run(["/usr/bin/python3", str(repo / "scripts" / "make_test_reranker.py"),
+                            "--gguf-py", str(repo / ".deps" / "llama.cpp" / "gguf-py"),
+                            str(encoder), str(args.model_path)], check=True)
+        args.model_path = args.model_path or encoder
+        if args.endpoint == "rerank" and args.mode == "window":
+            ap.error("window measures /v1/embeddings only")
+        table(args) if args.mode == "table" else window(args)
     return 0
 
 

@@ -50,6 +50,16 @@ ApiError outcome_error(const EmbeddingOutcome& outcome) {
   return error;
 }
 
+void add_usage_and_timings(nlohmann::json& body, int prompt_tokens, double tokenize_ms,
+                           const EmbeddingOutcome& outcome, double model_load_ms) {
+  body["usage"] = {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}};
+  body["brisk_timings"] = {{"tokenize_ms", tokenize_ms},
+                           {"queue_ms", outcome.queue_ms},
+                           {"compute_ms", outcome.compute_ms},
+                           {"batches", outcome.batches}};
+  if (model_load_ms > 0) body["brisk_timings"]["model_load_ms"] = model_load_ms;
+}
+
 void submit_to_batcher(
     EmbeddingBatcher& batcher, std::shared_ptr<EmbeddingJob> job,
     const std::shared_ptr<HttpSession>& session,

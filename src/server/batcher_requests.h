@@ -25,6 +25,11 @@ std::optional<int> priority_header(const HttpRequest& request, std::optional<Api
 // 500). Not for `done`, nor `cancelled` (nobody is left to answer).
 ApiError outcome_error(const EmbeddingOutcome& outcome);
 
+// A done job's answer's "usage" (its `prompt_tokens`, all of them input) and "brisk_timings"
+// (tokenize, queue and compute ms, batches; the model's load when the request waited for it).
+void add_usage_and_timings(nlohmann::json& body, int prompt_tokens, double tokenize_ms,
+                           const EmbeddingOutcome& outcome, double model_load_ms);
+
 // Submits `job` (its on_done set). Accepted: a client that goes away takes its inputs still
 // waiting out of the queue. Refused: answers 429 (queue full, with Retry-After) or 503 itself,
 // through `reject`, which counts the rejection and makes the response.

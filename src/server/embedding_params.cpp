@@ -108,13 +108,7 @@ void read_scheduling(FieldReader& reader, EmbeddingParams& params) {
     if (!model->is_string()) return reader.fail("'model' must be a string", "model");
     params.model = model->get<std::string>();
   }
-  if (auto priority = reader.integer("priority")) {
-    if (*priority < -1000000 || *priority > 1000000) {
-      return reader.fail("'priority' must be between -1000000 and 1000000 (lower runs sooner)",
-                         "priority");
-    }
-    params.priority = static_cast<int>(*priority);
-  }
+  params.priority = reader.priority();
   if (auto deadline = reader.number("deadline_ms", 1, 86400000.0)) params.deadline_ms = *deadline;
   if (const json* user = reader.find("user"); user != nullptr && !user->is_string()) {
     return reader.fail("'user' must be a string", "user");
@@ -128,15 +122,8 @@ std::variant<EmbeddingParams, ApiError> parse_embedding_params(std::string_view 
   if (!body.is_object()) {
     return ApiError::invalid("the request body must be a JSON object");
   }
-  for (const auto& [name, value] : body.items()) {
-    if (std::find(std::begin(kKnownFields), std::end(kKnownFields), name) ==
-        std::end(kKnownFields)) {
-      return ApiError::invalid(
-          fmt::format("'{}' is not a field of /v1/embeddings (it takes model, input, "
-                      "encoding_format, dimensions, user, priority, deadline_ms, truncate)",
-                      name),
-          name);
-    }
+  if (auto unknown = FieldReader::unknown_field(body, kKnownFields, "/v1/embeddings")) {
+    return *unknown;
   }
   EmbeddingParams params;
   FieldReader reader{body, std::nullopt};

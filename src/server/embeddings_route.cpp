@@ -136,16 +136,8 @@ void EmbeddingsRoute::handle(const HttpRequest& request,
         }
         data.push_back(std::move(item));
       }
-      json body = {{"object", "list"},
-                   {"data", std::move(data)},
-                   {"model", model_name},
-                   {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}},
-                   {"brisk_timings",
-                    {{"tokenize_ms", tokenize_ms},
-                     {"queue_ms", outcome.queue_ms},
-                     {"compute_ms", outcome.compute_ms},
-                     {"batches", outcome.batches}}}};
-      if (model_load_ms > 0) body["brisk_timings"]["model_load_ms"] = model_load_ms;
+      json body = {{"object", "list"}, {"data", std::move(data)}, {"model", model_name}};
+      add_usage_and_timings(body, prompt_tokens, tokenize_ms, outcome, model_load_ms);
       session->respond(json_body_response(http::status::ok, body));
     });
   };

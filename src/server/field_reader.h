@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "server/api_error.h"
 
@@ -60,6 +62,32 @@ struct FieldReader {
       return std::nullopt;
     }
     return value->get<bool>();
+  }
+
+  // `priority`: lower runs sooner, as on every route.
+  std::optional<int> priority() {
+    const std::optional<int64_t> value = integer("priority");
+    if (!value) return std::nullopt;
+    if (*value < -1000000 || *value > 1000000) {
+      fail("'priority' must be between -1000000 and 1000000 (lower runs sooner)", "priority");
+      return std::nullopt;
+    }
+    return static_cast<int>(*value);
+  }
+
+  // A 400 naming the body's first field that is not in `known` (a route that reads only those).
+  template <size_t N>
+  static std::optional<ApiError> unknown_field(const nlohmann::json& body,
+                                               const char* const (&known)[N],
+                                               std::string_view route) {
+    for (const auto& [name, value] : body.items()) {
+      if (std::find(std::begin(known), std::end(known), name) != std::end(known)) continue;
+      std::string takes;
+      for (const char* field : known) takes += (takes.empty() ? "" : ", ") + std::string(field);
+      return ApiError::invalid(
+          fmt::format("'{}' is not a field of {} (it takes {})", name, route, takes), name);
+    }
+    return std::nullopt;
   }
 
   static std::string fmt_range(const char* name, double min, double max, double got) {

@@ -75,13 +75,7 @@ void read_options(FieldReader& reader, RerankParams& params) {
     params.max_tokens_per_doc = static_cast<int>(*cap);
   }
   params.truncate = reader.boolean("truncate").value_or(false);
-  if (auto priority = reader.integer("priority")) {
-    if (*priority < -1000000 || *priority > 1000000) {
-      return reader.fail("'priority' must be between -1000000 and 1000000 (lower runs sooner)",
-                         "priority");
-    }
-    params.priority = static_cast<int>(*priority);
-  }
+  params.priority = reader.priority();
   if (auto deadline = reader.number("deadline_ms", 1, 86400000.0)) params.deadline_ms = *deadline;
 }
 
@@ -90,16 +84,8 @@ void read_options(FieldReader& reader, RerankParams& params) {
 std::variant<RerankParams, ApiError> parse_rerank_params(std::string_view body_text) {
   const json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
   if (!body.is_object()) return ApiError::invalid("the request body must be a JSON object");
-  for (const auto& [name, value] : body.items()) {
-    if (std::find(std::begin(kKnownFields), std::end(kKnownFields), name) ==
-        std::end(kKnownFields)) {
-      return ApiError::invalid(
-          fmt::format("'{}' is not a field of /v1/rerank (it takes model, query, documents, "
-                      "top_n, return_documents, max_tokens_per_doc, truncate, priority, "
-                      "deadline_ms)",
-                      name),
-          name);
-    }
+  if (auto unknown = FieldReader::unknown_field(body, kKnownFields, "/v1/rerank")) {
+    return *unknown;
   }
   RerankParams params;
   FieldReader reader{body, std::nullopt};

@@ -111,16 +111,8 @@ void RerankRoute::handle(const HttpRequest& request, const std::shared_ptr<HttpS
         if (params->return_documents) result["document"] = {{"text", params->documents[i]}};
         results.push_back(std::move(result));
       }
-      json body = {{"object", "list"},
-                   {"model", model_name},
-                   {"results", std::move(results)},
-                   {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}},
-                   {"brisk_timings",
-                    {{"tokenize_ms", tokenize_ms},
-                     {"queue_ms", outcome.queue_ms},
-                     {"compute_ms", outcome.compute_ms},
-                     {"batches", outcome.batches}}}};
-      if (model_load_ms > 0) body["brisk_timings"]["model_load_ms"] = model_load_ms;
+      json body = {{"object", "list"}, {"model", model_name}, {"results", std::move(results)}};
+      add_usage_and_timings(body, prompt_tokens, tokenize_ms, outcome, model_load_ms);
       session->respond(json_body_response(http::status::ok, body));
     });
   };
