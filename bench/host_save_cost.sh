@@ -2,11 +2,12 @@
 # What the prefix cache's host tier costs when nothing is reused (issue 21: "the host tier saves
 # every evicted sequence, even one never reused"). brisk serve with its defaults (the host tier
 # on, --cache-ram's default) against --cache-ram 0, taking turns, each started fresh per run:
-# brisk bench at 64 concurrent streams of unique prompts (uniform 32-1024 tokens; every prompt
-# starts with its own id, so no prefix is ever reused) and 64 output tokens. Reported per run:
+# brisk bench at 64 concurrent streams of unique prompts (uniform 32-512 tokens; every prompt
+# starts with its own id, so no prefix is ever reused) and 32 output tokens; both servers admit
+# every request (--max-queue-delay-ms 600000), so that both compute the same work. Reported per run:
 # output tok/s, TTFT and TPOT p50/p99, and from /metrics the saves, their bytes and the engine
 # thread's time spent saving (brisk_prefix_cache_host_save_seconds_total), against the run's wall.
-# Usage: bench/host_save_cost.sh OUT_DIR [ROUNDS]   (about 3 minutes a run on the 2-vCPU VM)
+# Usage: bench/host_save_cost.sh OUT_DIR [ROUNDS]   (about 2.5 minutes a run on the 2-vCPU VM)
 set -euo pipefail
 out=${1:?usage: bench/host_save_cost.sh OUT_DIR [ROUNDS]}
 rounds=${2:-2}
@@ -29,14 +30,15 @@ wait_ready() {
 run() {  # LABEL SERVE_FLAGS...
   local label=$1
   shift
-  "$brisk" serve --model gemma3-270m --host 127.0.0.1 --port "$port" --threads "$threads" "$@" \
+  "$brisk" serve --model gemma3-270m --host 127.0.0.1 --port "$port" --threads "$threads" \
+    --max-queue-delay-ms 600000 "$@" \
     > "$out/$label.server.log" 2>&1 &
   local pid=$!
   wait_ready
   curl -s "http://127.0.0.1:$port/metrics" > "$out/$label.metrics.before"
   local began=$(date +%s.%N)
   "$brisk" bench --url "http://127.0.0.1:$port" --concurrency 64 --num-requests 128 \
-    --warmup-requests 0 --input-tokens uniform:32:1024 --output-tokens 64 --progress off \
+    --warmup-requests 0 --input-tokens uniform:32:512 --output-tokens 32 --progress off \
     --out "$out/$label" > "$out/$label.bench.log" 2>&1
   local ended=$(date +%s.%N)
   curl -s "http://127.0.0.1:$port/metrics" > "$out/$label.metrics.after"

@@ -21,6 +21,7 @@
 #include "bench/progress.h"
 #include "bench/rate_search.h"
 #include "bench/result_comparison.h"
+#include "bench/server_scrape.h"
 #include "bench/run_statistics.h"
 #include "bench/slo.h"
 #include "bench/trace_workload.h"
@@ -34,21 +35,6 @@
 namespace brisk {
 
 namespace {
-
-// The server's /metrics, when it has names brisk knows (brisk, vLLM, SGLang, TGI, llama.cpp).
-// With several models on the server, those of `model` (the one the run sends to).
-std::optional<telemetry::ServerMetrics> scrape_server_metrics(const bench::TargetEndpoint& target,
-                                                              const std::string& model) {
-  const bench::FetchResult result =
-      bench::fetch(target, target.route("/metrics"), "", std::chrono::milliseconds(2000));
-  if (!result.ok()) return std::nullopt;
-  std::string error;
-  const auto parsed = telemetry::parse_prometheus_text(result.body, error);
-  if (!parsed) return std::nullopt;
-  telemetry::ServerMetrics metrics = telemetry::read_server_metrics(parsed->samples, model);
-  if (!metrics.known()) return std::nullopt;
-  return metrics;
-}
 
 // One line for the terminal about what the server counted during a load point.
 std::string server_delta_line(const nlohmann::json& delta) {
@@ -350,7 +336,7 @@ int run_bench(const BenchFlags& flags) {
     options.progress = &progress.counters();
     options.busy_poll = flags.busy_poll;
     options.honour_retry_after = flags.retry_after == "honour";
-    const auto metrics_before = scrape_server_metrics(*target, model);
+    const auto metrics_before = bench::scrape_server_metrics(*target, model);
     bench::RunResult run =
         sessions           ? bench::run_sessions(*target, *sessions,
                                                  {load.trace ? bench::ApiKind::chat : spec.kind, model,
@@ -369,7 +355,7 @@ int run_bench(const BenchFlags& flags) {
             unsent);
       }
     }
-    const auto metrics_after = metrics_before ? scrape_server_metrics(*target, model) : std::nullopt;
+    const auto metrics_after = metrics_before ? bench::scrape_server_metrics(*target, model) : std::nullopt;
     nlohmann::json server_delta = nullptr;
     if (metrics_before && metrics_after && metrics_before->dialect == metrics_after->dialect) {
       server_delta = telemetry::server_metrics_delta(*metrics_before, *metrics_after);

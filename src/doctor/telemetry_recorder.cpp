@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "bench/http_fetch.h"
+#include "bench/server_scrape.h"
 #include "telemetry/memory_info.h"
 #include "telemetry/prometheus_text.h"
 
@@ -175,27 +175,15 @@ void TelemetryRecorder::loop() {
 }
 
 std::optional<telemetry::ServerMetrics> TelemetryRecorder::scrape_now() {
-  const bench::FetchResult result =
-      bench::fetch(target_, target_.route("/metrics"), "", std::chrono::milliseconds(2000));
-  std::string error;
-  std::optional<telemetry::MetricFamilyText> parsed;
-  if (result.ok()) parsed = telemetry::parse_prometheus_text(result.body, error);
+  std::string why_absent;
+  std::optional<telemetry::ServerMetrics> scraped =
+      bench::scrape_server_metrics(target_, model_, &why_absent);
   std::lock_guard lock(mutex_);
-  if (!result.ok()) {
-    metrics_absent_ = result.status == 0
-                          ? "GET /metrics failed: " + result.error
-                          : fmt::format("GET /metrics answered HTTP {}", result.status);
+  if (!scraped) {
+    metrics_absent_ = why_absent;
     return std::nullopt;
   }
-  if (!parsed) {
-    metrics_absent_ = "GET /metrics is not Prometheus text: " + error;
-    return std::nullopt;
-  }
-  telemetry::ServerMetrics metrics = telemetry::read_server_metrics(parsed->samples, model_);
-  if (!metrics.known()) {
-    metrics_absent_ = "GET /metrics has none of the queue/KV names brisk doctor knows";
-    return std::nullopt;
-  }
+  telemetry::ServerMetrics& metrics = *scraped;
   const TimePoint now = Clock::now();
   if (!first_metrics_) {
     first_metrics_ = metrics;

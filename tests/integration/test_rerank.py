@@ -31,6 +31,9 @@ from conftest import (
     run_bench_args,
 )
 
+# Scores and shapes only, no timing: it may run beside another file (`make test`).
+pytestmark = pytest.mark.parallel
+
 ENCODER_FILE = "all-MiniLM-L6-v2-f16.gguf"
 GGUF_PY = REPO_ROOT / ".deps" / "llama.cpp" / "gguf-py"
 MAX_TOKENS = 512  # all-MiniLM's trained context
