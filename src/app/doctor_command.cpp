@@ -53,13 +53,14 @@ CommandRunner register_doctor_command(CLI::App& app) {
                  "trace's 90th percentile)")
       ->check(CLI::Range(16, 1000000));
   app.add_option("--endpoint", options->endpoint,
-                 "What to probe: completions (a chat model), embeddings, or auto (embeddings "
-                 "where GET /v1/models says the model is an embedding model)")
-      ->check(CLI::IsMember({"auto", "completions", "embeddings"}))
+                 "What to probe: completions (a chat model), embeddings, rerank (a reranker: a "
+                 "16-token query and --inputs-per-request documents), or auto (embeddings or "
+                 "rerank where GET /v1/models says the model is an embedding model or a reranker)")
+      ->check(CLI::IsMember({"auto", "completions", "embeddings", "rerank"}))
       ->capture_default_str();
   app.add_option("--inputs-per-request", options->inputs_per_request,
-                 "--endpoint embeddings: inputs in each request (their length is "
-                 "--short-input-tokens, default 64)")
+                 "--endpoint embeddings: inputs in each request; rerank: documents (their length "
+                 "is --short-input-tokens, default 64)")
       ->check(CLI::Range(1, 2048))
       ->capture_default_str();
   app.add_option("--seed", options->seed, "Seed of the synthetic prompts")->capture_default_str();

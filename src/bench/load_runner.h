@@ -66,7 +66,7 @@ struct RunOptions {
   // request is sent, those in flight are dropped (their connections closed, so the server can
   // cancel them) and fail as `abandoned`, and those not sent yet are left out of the result.
   // brisk tune ends a trial this way once it can no longer meet the SLO.
-  std::function<std::string(const std::vector<RequestRecord>&, TimePoint now)> abandon_if;
+  std::function<std::string(const std::vector<RequestRecord>&, TimePoint now)> abandon_if = {};
 };
 
 struct RunResult {

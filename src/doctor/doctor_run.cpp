@@ -62,13 +62,15 @@ std::optional<ProbeLengths> probe_lengths(const DoctorOptions& options, std::str
   return workload;
 }
 
-// --endpoint: as given, or embeddings where the server says the model is an embedding model.
+// --endpoint: as given, or embeddings (rerank) where the server says the model is an embedding
+// model (a reranker).
 bench::ApiKind probe_endpoint(const DoctorOptions& options, const bench::TargetEndpoint& target,
                               const std::string& model) {
   if (options.endpoint == "embeddings") return bench::ApiKind::embeddings;
+  if (options.endpoint == "rerank") return bench::ApiKind::rerank;
   if (options.endpoint == "completions") return bench::ApiKind::completions;
   const std::string kind = bench::served_model_kind(target, model, std::chrono::seconds(10));
-  if (kind == "reranker") return bench::ApiKind::rerank;  // refused by the caller
+  if (kind == "reranker") return bench::ApiKind::rerank;
   return kind == "embedding" ? bench::ApiKind::embeddings : bench::ApiKind::completions;
 }
 
@@ -119,12 +121,6 @@ int run_doctor(const DoctorOptions& options) {
   }
   ProbeOptions probe;
   probe.endpoint = probe_endpoint(options, *target, model);
-  if (probe.endpoint == bench::ApiKind::rerank) {
-    return fail(fmt::format("'{}' is a reranker: brisk doctor probes completion and embeddings "
-                            "endpoints, not /v1/rerank yet; measure it with brisk bench "
-                            "--endpoint rerank",
-                            model));
-  }
   probe.inputs_per_request = options.inputs_per_request;
   probe.target = *target;
   probe.model = model;
@@ -134,7 +130,9 @@ int run_doctor(const DoctorOptions& options) {
   probe.progress = bench::progress_style_for(options.progress);
   probe.server_pid = child ? child->pid() : options.server_pid;
   probe.workload = *workload;
-  if (probe.endpoint == bench::ApiKind::embeddings && !options.short_input_tokens &&
+  const bool pooling =
+      probe.endpoint == bench::ApiKind::embeddings || probe.endpoint == bench::ApiKind::rerank;
+  if (pooling && !options.short_input_tokens &&
       !workload->from_trace()) {
     probe.workload.short_input_tokens = kEmbeddingInputTokens;
   }
@@ -145,11 +143,13 @@ int run_doctor(const DoctorOptions& options) {
       probe.endpoint == bench::ApiKind::embeddings
           ? fmt::format("embeddings, {} input(s) of {} tokens a request", probe.inputs_per_request,
                         probe.workload.short_input_tokens)
+      : probe.endpoint == bench::ApiKind::rerank
+          ? fmt::format("rerank, a 16-token query and {} document(s) of {} tokens a request",
+                        probe.inputs_per_request, probe.workload.short_input_tokens)
           : describe_probe_lengths(*workload));
   auto outcome = run_probe(probe, error);
   if (!outcome) {
-    return fail(error + (probe.endpoint == bench::ApiKind::embeddings
-                             ? "; check --url and that the server is up"
+    return fail(error + (pooling ? "; check --url and that the server is up"
                              : "; check --url and that the server is up (an embedding model? pass "
                                "--endpoint embeddings)"));
   }

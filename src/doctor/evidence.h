@@ -73,6 +73,7 @@ struct EmbeddingBatcherDelta {
 // did meanwhile where the server says.
 struct EmbeddingPoint {
   std::string stage;  // cold, ramp
+  std::string endpoint = "embeddings";  // the route probed: embeddings, or rerank (a reranker)
   int concurrency = 1;
   int ok = 0;
   int failed = 0;
@@ -88,6 +89,7 @@ struct EmbeddingPoint {
 
 // The embeddings probe: a cold request, then a ramp that doubles concurrency from 1.
 struct EmbeddingEvidence {
+  std::string endpoint = "embeddings";  // or rerank: a query and inputs_per_request documents
   int input_tokens = 0;  // of each input
   int inputs_per_request = 1;
   EmbeddingPoint cold;

@@ -46,8 +46,8 @@ struct Finding {
   std::vector<std::string> serve_flags;
   // The prescription's predicted effect, for findings with serve_flags; otherwise (or where
   // brisk plan cannot predict it) empty, with the reason in predicted_effect_unavailable.
-  std::optional<PredictedEffect> predicted_effect;
-  std::string predicted_effect_unavailable;
+  std::optional<PredictedEffect> predicted_effect = std::nullopt;
+  std::string predicted_effect_unavailable = {};
 };
 
 }  // namespace brisk::doctor

@@ -41,7 +41,7 @@ class EmbeddingProbe {
         stages_(stages),
         telemetry_(telemetry),
         workload_(stages.synthetic(options.workload.short_input_tokens, 1, 1,
-                                   bench::ApiKind::embeddings, options.inputs_per_request)) {}
+                                   options.endpoint, options.inputs_per_request)) {}
 
   // One closed-loop point, with what the batcher did during it alone.
   EmbeddingPoint point(const std::string& stage, int concurrency, int requests,
@@ -54,6 +54,7 @@ class EmbeddingProbe {
         bench::compute_run_statistics(run.records, run.start, run.end);
     EmbeddingPoint point;
     point.stage = stage;
+    point.endpoint = options_.endpoint == bench::ApiKind::rerank ? "rerank" : "embeddings";
     point.concurrency = concurrency;
     point.ok = stats.ok;
     point.failed = stats.failed;
@@ -127,6 +128,7 @@ std::optional<ProbeOutcome> run_embedding_probe(const ProbeOptions& options, std
   evidence.budget_s = options.budget_s;
   evidence.workload = options.workload;
   EmbeddingEvidence& embeddings = evidence.embeddings;
+  embeddings.endpoint = options.endpoint == bench::ApiKind::rerank ? "rerank" : "embeddings";
   embeddings.input_tokens = options.workload.short_input_tokens;
   embeddings.inputs_per_request = options.inputs_per_request;
 
@@ -135,8 +137,9 @@ std::optional<ProbeOutcome> run_embedding_probe(const ProbeOptions& options, std
   if (!embeddings.cold.measured()) {
     telemetry.stop();
     const bench::RequestRecord& record = cold_run.records.back();
-    error = fmt::format("the first embeddings request to {} failed ({}: {})", options.target.url(),
-                        bench::error_name(record.error), record.error_detail);
+    error = fmt::format("the first {} request to {} failed ({}: {})", embeddings.endpoint,
+                        options.target.url(), bench::error_name(record.error),
+                        record.error_detail);
     return std::nullopt;
   }
   // The baseline takes at most a quarter of the budget, at what the cold request cost.

@@ -14,11 +14,11 @@ using namespace threshold;
 namespace {
 
 std::string point_source(const EmbeddingPoint& point) {
-  return fmt::format("probe embeddings c={}, client", point.concurrency);
+  return fmt::format("probe {} c={}, client", point.endpoint, point.concurrency);
 }
 
 std::string batcher_source(const EmbeddingPoint& point, const char* metric) {
-  return fmt::format("/metrics {} over probe embeddings c={}", metric, point.concurrency);
+  return fmt::format("/metrics {} over probe {} c={}", metric, point.endpoint, point.concurrency);
 }
 
 bool is_brisk(const Evidence& evidence) { return evidence.metrics.dialect == "brisk"; }
@@ -130,11 +130,12 @@ std::optional<Finding> check_batch_window_too_long(const Evidence& evidence) {
        batcher_source(*alone, "brisk_embedding_batch_compute_seconds")},
       {"inputs per batch", batcher.inputs_per_batch(), "",
        batcher_source(*alone, "brisk_embedding_batch_inputs")}};
-  finding.prescription =
+  finding.prescription = fmt::format(
       "shorten the batching window: brisk serve --batch-window-ms 0 (the default) starts a "
       "batch as soon as the model is free, with every input that arrived while the last one "
       "ran; a window pays only where batches of one would run back to back on a device with "
-      "idle width (sweep it with brisk bench --endpoint embeddings --rate R, docs/cli.md)";
+      "idle width (sweep it with brisk bench --endpoint {} --rate R, docs/cli.md)",
+      evidence.embeddings.endpoint);
   if (is_brisk(evidence)) finding.serve_flags = {"--batch-window-ms", "0"};
   finding.impact = std::min(1.0, share);
   return finding;

