@@ -82,10 +82,12 @@ TEST(LoadRunner, RequestsADeadlineLeftUnstartedAreNotResults) {
   EXPECT_TRUE(result.records.empty());
 }
 
-// A server that refuses every request with 429 and Retry-After: 1, on keep-alive connections.
+// A server that refuses requests with 429 and Retry-After: 1, on keep-alive connections: every
+// one, or only the first `refusals` (then it answers each with a one-token completion).
 class RefusingServer {
  public:
-  RefusingServer() {
+  explicit RefusingServer(int refusals = -1) : refusals_(refusals) {
+
     listener_ = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in address{};
     address.sin_family = AF_INET;
@@ -123,9 +125,15 @@ class RefusingServer {
           }
           if (pending.size() >= header_end + 4 + body) {
             pending.erase(0, header_end + 4 + body);
+            const bool refuse = refusals_ < 0 || answered_ < refusals_;
+            const std::string completion =
+                R"({"choices":[{"index":0,"text":"x","finish_reason":"length"}],)"
+                R"("usage":{"prompt_tokens":1,"completion_tokens":1}})";
             const std::string answer =
-                "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Type: "
-                "application/json\r\nContent-Length: 2\r\n\r\n{}";
+                refuse ? "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Type: "
+                         "application/json\r\nContent-Length: 2\r\n\r\n{}"
+                       : "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+                             std::to_string(completion.size()) + "\r\n\r\n" + completion;
             if (write(connection, answer.data(), answer.size()) < 0) break;
             ++answered_;
             continue;
@@ -139,6 +147,7 @@ class RefusingServer {
     }
   }
 
+  const int refusals_;
   int listener_ = -1;
   int port_ = 0;
   std::atomic<bool> stopping_{false};
@@ -177,6 +186,31 @@ TEST(LoadRunner, AClosedLoopUserWaitsARefusalsRetryAfter) {
   // Ignored, the user resends at once: a storm.
   const RunResult ignored = refused_for(0.5, false);
   EXPECT_GE(ignored.records.size(), 20u);
+}
+
+// An open loop's warm-up request that the server sheds (a server still cancelling the previous
+// run's backlog: brisk tune abandons overloaded trials) is sent again every 250 ms until it is
+// served, so the measured requests meet a server that has caught up.
+TEST(LoadRunner, AnOpenLoopsWarmupIsSentAgainWhileTheServerShedsIt) {
+  RefusingServer server(3);
+  TargetEndpoint target;
+  target.host = "127.0.0.1";
+  target.port = std::to_string(server.port());
+  RunOptions options;
+  options.load.concurrency = 0;
+  options.load.rate = 100;
+  options.num_requests = 2;
+  options.warmup_requests = 1;
+  const TimePoint began = Clock::now();
+  const RunResult result = run_open_loop(target, OnePrompt{}, options, 1);
+  ASSERT_EQ(result.records.size(), 3u);
+  EXPECT_TRUE(result.records[0].warmup);
+  EXPECT_EQ(result.records[0].http_status, 200) << "the warm-up's last answer";
+  EXPECT_EQ(server.answered(), 3 + 3) << "3 refusals, then the warm-up and 2 measured requests";
+  for (size_t i = 1; i < result.records.size(); ++i) {
+    EXPECT_EQ(result.records[i].http_status, 200) << "measured request " << i;
+  }
+  EXPECT_GE(ms_between(began, Clock::now()), 3 * 250.0) << "three pauses between the tries";
 }
 
 }  // namespace
