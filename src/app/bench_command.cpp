@@ -206,8 +206,7 @@ int run_bench(const BenchFlags& flags) {
   spec.sharegpt_path = flags.sharegpt;
   spec.sharegpt_wanted = flags.duration_s ? 1000 : flags.warmup_requests + flags.num_requests;
   spec.seed = flags.seed;
-  spec.stream = !flags.no_stream && spec.kind != bench::ApiKind::embeddings &&
-                spec.kind != bench::ApiKind::rerank;
+  spec.stream = !flags.no_stream && !bench::pooling_route(spec.kind);
   spec.sampling = *sampling;
 
   // One shared workload, or one per preset case (each then its own load point).

@@ -278,8 +278,9 @@ std::optional<SpecFailure> resolve(ModelSpec& spec) {
                            : spec.origin + ": " + spec.resolved.error,
                        1};
   }
-  spec.embedding = is_embedding_model_file(spec.resolved.path.string());
-  spec.reranker = spec.embedding && is_reranker_model_file(spec.resolved.path.string());
+  const FilePooling pooling = pooling_of_model_file(spec.resolved.path.string());
+  spec.embedding = pooling != FilePooling::none;
+  spec.reranker = pooling == FilePooling::rank;
   if (spec.name.empty()) spec.name = spec.resolved.served_name;
   spec.share.name = spec.name;
   return std::nullopt;

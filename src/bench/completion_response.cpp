@@ -153,7 +153,7 @@ void read_response_body(std::string_view body, ApiKind kind, RequestRecord& reco
     record.fail(RequestError::malformed_sse, "response is not JSON");
   } else if (object.contains("error")) {
     record.fail(RequestError::stream_error, error_message_of(object, body));
-  } else if (kind == ApiKind::embeddings || kind == ApiKind::rerank) {
+  } else if (pooling_route(kind)) {
     read_embeddings_object(object, kind, record);
   } else {
     read_completion_object(object, kind, record);

@@ -10,6 +10,16 @@ namespace brisk::bench {
 // rerank: /v1/rerank, one query with --inputs-per-request documents (an input each).
 enum class ApiKind { completions, chat, embeddings, rerank };
 
+// embeddings and rerank: a stateless model's routes, answered whole (never streamed), one
+// result per input sent (a vector, a document's score).
+inline bool pooling_route(ApiKind kind) {
+  return kind == ApiKind::embeddings || kind == ApiKind::rerank;
+}
+// "embeddings" or "rerank", as --endpoint and result.json name them.
+inline const char* pooling_route_name(ApiKind kind) {
+  return kind == ApiKind::rerank ? "rerank" : "embeddings";
+}
+
 // How the server treats a kept-alive connection, learned by the first connection re-used.
 // Some servers close it right after an answer while their headers say keep-alive (llama-server
 // does, after a streamed answer). A request sent in that moment cannot be told from one the

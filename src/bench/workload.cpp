@@ -149,8 +149,6 @@ constexpr uint64_t kIdSalt = 0;
 constexpr uint64_t kInputSalt = 0x1f83d9abfb41bd6bULL;
 constexpr uint64_t kOutputSalt = 0x5be0cd19137e2179ULL;
 constexpr uint64_t kQuerySalt = 0x1f83d9abfb41bd6bULL;
-// A rerank request's query: a search box's length, whatever the documents'.
-constexpr int kRerankQueryTokens = 16;
 
 }  // namespace
 
@@ -167,7 +165,7 @@ int SyntheticWorkload::output_tokens(int run_index, int request_index) const {
 }
 
 CompletionRequest SyntheticWorkload::request(int run_index, int request_index) const {
-  if (options_.kind == ApiKind::embeddings || options_.kind == ApiKind::rerank) {
+  if (pooling_route(options_.kind)) {
     // Each input its own prompt, numbered on from the request's, so none repeats another.
     std::vector<std::string> inputs;
     const int count = options_.inputs_per_request;

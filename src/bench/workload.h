@@ -38,6 +38,9 @@ struct TokenCalibration {
   bool measured() const { return api != TokenizerApi::none; }
 };
 
+// A synthetic rerank request's query: a search box's length, whatever the documents'.
+constexpr int kRerankQueryTokens = 16;
+
 struct WorkloadOptions {
   ApiKind kind = ApiKind::completions;
   std::string model;

@@ -32,9 +32,9 @@ BuiltWorkload synthetic(const WorkloadSpec& spec, const TargetEndpoint& target,
                       {"seed", spec.seed},
                       {"tokenizer", tokenizer_api_name(calibration.api)}};
   description.update(length_fields("input_tokens", spec.input_tokens));
-  const bool pooling = spec.kind == ApiKind::embeddings || spec.kind == ApiKind::rerank;
+  const bool pooling = pooling_route(spec.kind);
   if (pooling) {
-    description["endpoint"] = spec.kind == ApiKind::rerank ? "rerank" : "embeddings";
+    description["endpoint"] = pooling_route_name(spec.kind);
     description["inputs_per_request"] = spec.inputs_per_request;
   } else {
     description.update(length_fields("output_tokens", spec.output_tokens));
@@ -49,8 +49,9 @@ BuiltWorkload synthetic(const WorkloadSpec& spec, const TargetEndpoint& target,
       spec.output_tokens.spec());
   if (pooling) {
     summary = fmt::format("{} {} per request, {}", spec.inputs_per_request,
-                          spec.kind == ApiKind::rerank ? "documents (and a 16-token query)"
-                                                       : "inputs",
+                          spec.kind == ApiKind::rerank
+                              ? fmt::format("documents (and a {}-token query)", kRerankQueryTokens)
+                              : std::string("inputs"),
                           summary.substr(0, summary.find(" output=")));
   }
   // Every prompt starts with its unique id line (so no prefix cache can answer it), plus BOS.

@@ -13,6 +13,7 @@
 #include "bench/server_process.h"
 #include "bench/slo.h"
 #include "bench/target_endpoint.h"
+#include "bench/workload.h"
 #include "common/request_trace.h"
 #include "doctor/doctor_report.h"
 #include "doctor/hardware_floor.h"
@@ -130,8 +131,7 @@ int run_doctor(const DoctorOptions& options) {
   probe.progress = bench::progress_style_for(options.progress);
   probe.server_pid = child ? child->pid() : options.server_pid;
   probe.workload = *workload;
-  const bool pooling =
-      probe.endpoint == bench::ApiKind::embeddings || probe.endpoint == bench::ApiKind::rerank;
+  const bool pooling = bench::pooling_route(probe.endpoint);
   if (pooling && !options.short_input_tokens &&
       !workload->from_trace()) {
     probe.workload.short_input_tokens = kEmbeddingInputTokens;
@@ -144,8 +144,9 @@ int run_doctor(const DoctorOptions& options) {
           ? fmt::format("embeddings, {} input(s) of {} tokens a request", probe.inputs_per_request,
                         probe.workload.short_input_tokens)
       : probe.endpoint == bench::ApiKind::rerank
-          ? fmt::format("rerank, a 16-token query and {} document(s) of {} tokens a request",
-                        probe.inputs_per_request, probe.workload.short_input_tokens)
+          ? fmt::format("rerank, a {}-token query and {} document(s) of {} tokens a request",
+                        bench::kRerankQueryTokens, probe.inputs_per_request,
+                        probe.workload.short_input_tokens)
           : describe_probe_lengths(*workload));
   auto outcome = run_probe(probe, error);
   if (!outcome) {

@@ -73,7 +73,6 @@ struct EmbeddingBatcherDelta {
 // did meanwhile where the server says.
 struct EmbeddingPoint {
   std::string stage;  // cold, ramp
-  std::string endpoint = "embeddings";  // the route probed: embeddings, or rerank (a reranker)
   int concurrency = 1;
   int ok = 0;
   int failed = 0;

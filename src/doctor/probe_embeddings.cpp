@@ -54,7 +54,6 @@ class EmbeddingProbe {
         bench::compute_run_statistics(run.records, run.start, run.end);
     EmbeddingPoint point;
     point.stage = stage;
-    point.endpoint = options_.endpoint == bench::ApiKind::rerank ? "rerank" : "embeddings";
     point.concurrency = concurrency;
     point.ok = stats.ok;
     point.failed = stats.failed;
@@ -128,7 +127,7 @@ std::optional<ProbeOutcome> run_embedding_probe(const ProbeOptions& options, std
   evidence.budget_s = options.budget_s;
   evidence.workload = options.workload;
   EmbeddingEvidence& embeddings = evidence.embeddings;
-  embeddings.endpoint = options.endpoint == bench::ApiKind::rerank ? "rerank" : "embeddings";
+  embeddings.endpoint = bench::pooling_route_name(options.endpoint);
   embeddings.input_tokens = options.workload.short_input_tokens;
   embeddings.inputs_per_request = options.inputs_per_request;
 

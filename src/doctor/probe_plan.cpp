@@ -123,9 +123,7 @@ void attach_resources(const std::vector<TelemetryReading>& timeline, Evidence& e
 
 std::optional<ProbeOutcome> run_probe(const ProbeOptions& options, std::string& error) {
   // A reranker's probe is an embedding model's: a query and documents through the same batcher.
-  if (options.endpoint == bench::ApiKind::embeddings || options.endpoint == bench::ApiKind::rerank) {
-    return run_embedding_probe(options, error);
-  }
+  if (bench::pooling_route(options.endpoint)) return run_embedding_probe(options, error);
   const bench::TokenCalibration calibration =
       bench::calibrate_tokens(options.target, options.model, std::chrono::seconds(10));
   TelemetryRecorder telemetry(options.target, options.server_pid, options.model);

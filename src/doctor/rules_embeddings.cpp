@@ -13,12 +13,13 @@ using namespace threshold;
 
 namespace {
 
-std::string point_source(const EmbeddingPoint& point) {
-  return fmt::format("probe {} c={}, client", point.endpoint, point.concurrency);
+std::string point_source(const EmbeddingEvidence& probe, const EmbeddingPoint& point) {
+  return fmt::format("probe {} c={}, client", probe.endpoint, point.concurrency);
 }
 
-std::string batcher_source(const EmbeddingPoint& point, const char* metric) {
-  return fmt::format("/metrics {} over probe {} c={}", metric, point.endpoint, point.concurrency);
+std::string batcher_source(const EmbeddingEvidence& probe, const EmbeddingPoint& point,
+                           const char* metric) {
+  return fmt::format("/metrics {} over probe {} c={}", metric, probe.endpoint, point.concurrency);
 }
 
 bool is_brisk(const Evidence& evidence) { return evidence.metrics.dialect == "brisk"; }
@@ -40,9 +41,9 @@ std::optional<Finding> embeddings_no_batching(const Evidence& evidence) {
   finding.id = "no_batching";
   finding.severity = Severity::critical;
   finding.evidence = {
-      {"throughput gain", gain, "x", point_source(*top) + " / " + point_source(*first)},
-      {"latency p50 at the top", top->latency_ms.p50, "ms", point_source(*top)},
-      {"latency p50 alone", first->latency_ms.p50, "ms", point_source(*first)}};
+      {"throughput gain", gain, "x", point_source(evidence.embeddings, *top) + " / " + point_source(evidence.embeddings, *first)},
+      {"latency p50 at the top", top->latency_ms.p50, "ms", point_source(evidence.embeddings, *top)},
+      {"latency p50 alone", first->latency_ms.p50, "ms", point_source(evidence.embeddings, *first)}};
   if (top->batcher && top->batcher->batches > 0) {
     // The batcher says directly what went into each batch. Batches of one are no problem while
     // no input waits for the model (a device faster than the arrivals); inputs that queued
@@ -61,9 +62,9 @@ std::optional<Finding> embeddings_no_batching(const Evidence& evidence) {
         top->concurrency, in_flight, per_batch, waited_ms, top->inputs_per_s, first->inputs_per_s);
     finding.evidence.insert(
         finding.evidence.begin(),
-        {{"inputs per batch", per_batch, "", batcher_source(*top, "brisk_embedding_batch_inputs")},
+        {{"inputs per batch", per_batch, "", batcher_source(evidence.embeddings, *top, "brisk_embedding_batch_inputs")},
          {"wait for a batch (mean)", waited_ms, "ms",
-          batcher_source(*top, "brisk_embedding_window_wait_seconds")}});
+          batcher_source(evidence.embeddings, *top, "brisk_embedding_window_wait_seconds")}});
     finding.prescription =
         "let a batch take what queued: brisk serve --max-batch-tokens 0 (the model's context) "
         "or at least a few inputs' tokens, and no --preferred-batch-sizes of 1";
@@ -124,12 +125,12 @@ std::optional<Finding> check_batch_window_too_long(const Evidence& evidence) {
       batcher.inputs_per_batch());
   finding.evidence = {
       {"wait for a batch (mean)", wait_ms, "ms",
-       batcher_source(*alone, "brisk_embedding_window_wait_seconds")},
-      {"latency p50", alone->latency_ms.p50, "ms", point_source(*alone)},
+       batcher_source(evidence.embeddings, *alone, "brisk_embedding_window_wait_seconds")},
+      {"latency p50", alone->latency_ms.p50, "ms", point_source(evidence.embeddings, *alone)},
       {"model time a batch", batcher.compute_ms_per_batch(), "ms",
-       batcher_source(*alone, "brisk_embedding_batch_compute_seconds")},
+       batcher_source(evidence.embeddings, *alone, "brisk_embedding_batch_compute_seconds")},
       {"inputs per batch", batcher.inputs_per_batch(), "",
-       batcher_source(*alone, "brisk_embedding_batch_inputs")}};
+       batcher_source(evidence.embeddings, *alone, "brisk_embedding_batch_inputs")}};
   finding.prescription = fmt::format(
       "shorten the batching window: brisk serve --batch-window-ms 0 (the default) starts a "
       "batch as soon as the model is free, with every input that arrived while the last one "
@@ -158,11 +159,11 @@ std::optional<Finding> embeddings_cpu_bound_frontend(const Evidence& evidence) {
       batcher.inputs_per_batch(), top->concurrency);
   finding.evidence = {
       {"tokenize time", batcher.tokenize_ms, "ms",
-       batcher_source(*top, "brisk_embedding_tokenize_seconds")},
+       batcher_source(evidence.embeddings, *top, "brisk_embedding_tokenize_seconds")},
       {"model time", batcher.compute_ms, "ms",
-       batcher_source(*top, "brisk_embedding_batch_compute_seconds")},
+       batcher_source(evidence.embeddings, *top, "brisk_embedding_batch_compute_seconds")},
       {"tokenize time a request", batcher.tokenize_ms_per_request(), "ms",
-       batcher_source(*top, "brisk_embedding_tokenize_seconds")}};
+       batcher_source(evidence.embeddings, *top, "brisk_embedding_tokenize_seconds")}};
   if (top->resources.server_cores_mean) {
     finding.evidence.push_back({"server CPU (mean)", *top->resources.server_cores_mean, "cores",
                                 fmt::format("/proc/{}/stat", evidence.host.server_pid)});
@@ -188,9 +189,9 @@ std::optional<Finding> embeddings_compute_saturated(const Evidence& evidence) {
     const double busy = top->batcher->compute_ms / (1000 * top->duration_s);
     model_busy = busy >= kGpuBusyMin;
     finding.evidence.push_back({"model busy", busy, "fraction",
-                                batcher_source(*top, "brisk_embedding_batch_compute_seconds")});
+                                batcher_source(evidence.embeddings, *top, "brisk_embedding_batch_compute_seconds")});
     finding.evidence.push_back({"inputs per batch", top->batcher->inputs_per_batch(), "",
-                                batcher_source(*top, "brisk_embedding_batch_inputs")});
+                                batcher_source(evidence.embeddings, *top, "brisk_embedding_batch_inputs")});
   } else if (top->resources.gpu_utilization_mean) {
     model_busy = *top->resources.gpu_utilization_mean >= kGpuBusyMin;
     finding.evidence.push_back(
@@ -202,7 +203,7 @@ std::optional<Finding> embeddings_compute_saturated(const Evidence& evidence) {
       "nearly all of the time",
       top->inputs_per_s, top->concurrency);
   finding.evidence.push_back(
-      {"throughput at the top", top->inputs_per_s, "inputs/s", point_source(*top)});
+      {"throughput at the top", top->inputs_per_s, "inputs/s", point_source(evidence.embeddings, *top)});
   finding.prescription =
       "more (or faster) accelerator, a smaller embedding model, or shorter inputs; replicas "
       "behind a load balancer (brisk plan --emit haproxy)";

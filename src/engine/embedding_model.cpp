@@ -21,16 +21,13 @@ void normalize_into(const float* vector, int dimensions, float* out) {
 
 }  // namespace
 
-bool is_embedding_model_file(const std::string& path) {
+FilePooling pooling_of_model_file(const std::string& path) {
   std::string ignored;
   const std::optional<GgufMetadata> metadata = read_gguf_metadata(path, &ignored);
-  return metadata && metadata->arch_number("pooling_type").value_or(0) > 0;
-}
-
-bool is_reranker_model_file(const std::string& path) {
-  std::string ignored;
-  const std::optional<GgufMetadata> metadata = read_gguf_metadata(path, &ignored);
-  return metadata && metadata->arch_number("pooling_type").value_or(0) == LLAMA_POOLING_TYPE_RANK;
+  const int pooling =
+      metadata ? static_cast<int>(metadata->arch_number("pooling_type").value_or(0)) : 0;
+  if (pooling <= 0) return FilePooling::none;
+  return pooling == LLAMA_POOLING_TYPE_RANK ? FilePooling::rank : FilePooling::embedding;
 }
 
 std::unique_ptr<EmbeddingModel> EmbeddingModel::load(const EmbeddingModelOptions& options,

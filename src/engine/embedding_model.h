@@ -27,13 +27,12 @@ struct EmbeddingModelOptions {
   int device = -1;  // -1: every GPU llama.cpp sees; N: all on GPU N (--device)
 };
 
-// True when the GGUF at `path` is a pooling model (it declares a pooling type: BERT-style
-// sentence encoders, rerankers, embedding LLMs) that brisk serves through the dynamic batcher
-// rather than on the completion routes.
-bool is_embedding_model_file(const std::string& path);
-// True when that pooling is "rank": a reranker (a classification head scores a query and a
-// document read together), served on /v1/rerank instead of /v1/embeddings.
-bool is_reranker_model_file(const std::string& path);
+// What the GGUF at `path` declares of pooling. none: a generative model (the completion routes).
+// Otherwise a pooling model (BERT-style sentence encoders, rerankers, embedding LLMs) that brisk
+// serves through the dynamic batcher: embedding on /v1/embeddings; rank, a reranker (a
+// classification head scores a query and a document read together), on /v1/rerank.
+enum class FilePooling { none, embedding, rank };
+FilePooling pooling_of_model_file(const std::string& path);
 
 // A query and a document as a reranker reads them, tokenized.
 struct RerankPair {
