@@ -8,6 +8,7 @@ Two servers, interleaved, each started fresh for every run:
   warm-up     brisk serve's defaults: step costs measured at start (--warmup)
   no-warmup   the same with --no-warmup: the costs are learned from the requests only, as every
               brisk serve did before the warm-up existed (its first admissions see no cost)
+  baseline    --baseline-bin's defaults: another build (an earlier commit) side by side
 
 Each request is a chat turn of a prompt of 20-400 words (uniform, the same list every run) and
 --max-tokens tokens (0: none named, the model stops where it stops). Reported per run: admitted,
@@ -35,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from percentile import percentile  # noqa: E402
 from serve_compare import BIN_DIR, free_port, log, median, prompt_text, start_server, write_runs  # noqa: E402
 
-VARIANTS = {"warm-up": [], "no-warmup": ["--no-warmup"]}
+VARIANTS = {"warm-up": [], "no-warmup": ["--no-warmup"], "baseline": []}
 
 
 def one_request(port: int, model: str, prompt: str, max_tokens: int, gate: threading.Barrier,
@@ -97,7 +98,8 @@ def get_json(port: int, path: str) -> dict:
 
 def one_run(args, variant: str, scratch: str, label: str, prompts: list[str]) -> dict:
     port = free_port()
-    argv = [str(args.brisk_bin), "serve", "--model", args.model, "--threads", str(args.threads),
+    binary = args.baseline_bin if variant == "baseline" else args.brisk_bin
+    argv = [str(binary), "serve", "--model", args.model, "--threads", str(args.threads),
             "--port", str(port), *VARIANTS[variant]]
     server = start_server(label, argv, port, "/ready", scratch)
     try:
@@ -159,13 +161,18 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=128, help="0: none named")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=600)
-    parser.add_argument("--variants", default="warm-up,no-warmup")
+    parser.add_argument("--variants", default="warm-up,no-warmup",
+                        help="of warm-up, no-warmup and baseline (--baseline-bin's defaults)")
+    parser.add_argument("--baseline-bin", type=Path,
+                        help="another brisk build to compare, run with default flags")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
     rng = random.Random(21)
     prompts = [prompt_text(i, rng.randint(20, 400)) for i in range(args.requests)]
     variants = args.variants.split(",")
+    if "baseline" in variants and not args.baseline_bin:
+        parser.error("the baseline variant needs --baseline-bin")
     runs = []
     with tempfile.TemporaryDirectory(prefix="cold-burst-") as scratch:
         for round_index in range(args.rounds):

@@ -17,7 +17,9 @@ Token filler_token(int index, int vocabulary) {
 class WarmupSteps {
  public:
   WarmupSteps(ModelRunner& engine, int sequences)
-      : engine_(engine), positions_(static_cast<size_t>(sequences), 0) {}
+      : engine_(engine),
+        positions_(static_cast<size_t>(sequences), 0),
+        per_sequence_(engine.sequence_context_size() != engine.context_size()) {}
   ~WarmupSteps() {
     for (size_t s = 0; s < positions_.size(); ++s) {
       if (positions_[s] > 0) engine_.release_sequence(static_cast<int>(s));
@@ -39,6 +41,40 @@ class WarmupSteps {
     return run();
   }
 
+  // Every other sequence comes to hold a copy of sequence 0's cells (its saved state restored:
+  // a copy of bytes, no step computed). False when the cache has no room for them.
+  bool fill_from_first() {
+    const std::vector<uint8_t> state = engine_.save_sequence(0);
+    if (state.empty()) return false;
+    for (size_t s = 1; s < positions_.size(); ++s) {
+      engine_.release_sequence(static_cast<int>(s));
+      positions_[s] = 0;
+      if (!engine_.restore_sequence(static_cast<int>(s), state, positions_[0])) return false;
+      positions_[s] = positions_[0];
+    }
+    return true;
+  }
+
+  // Every sequence but the first gives its cells back.
+  void release_all_but_first() {
+    for (size_t s = 1; s < positions_.size(); ++s) {
+      engine_.release_sequence(static_cast<int>(s));
+      positions_[s] = 0;
+    }
+  }
+
+  // The cells each row of a step of the first `sequences` attends over (StepCosts): all in use
+  // in one buffer, with a buffer per sequence its own, on average over the step's sequences.
+  int attended_cells(int sequences) const {
+    int all = 0;
+    int in_step = 0;
+    for (size_t s = 0; s < positions_.size(); ++s) {
+      all += positions_[s];
+      if (static_cast<int>(s) < sequences) in_step += positions_[s];
+    }
+    return per_sequence_ ? in_step / std::max(1, sequences) : all;
+  }
+
  private:
   void add(int sequence, bool logits) {
     int& position = positions_[static_cast<size_t>(sequence)];
@@ -56,6 +92,13 @@ class WarmupSteps {
 
   ModelRunner& engine_;
   std::vector<int> positions_;
+  const bool per_sequence_;
+};
+
+// A step measured, and the cells its rows attended over.
+struct Measured {
+  double ms = -1;
+  int cells = 0;
 };
 
 }  // namespace
@@ -67,44 +110,77 @@ WarmupResult warm_up_step_costs(ModelRunner& engine, StepCosts& costs, int max_s
   const int sequences = std::clamp(max_seqs, 1, std::max(1, engine.sequence_ids()));
   constexpr int kDecodeSteps = 3;
   constexpr int kChunks = 2;
-  // Room in sequence 0 for its share of the decodes and the chunks.
-  const int room = (engine.sequence_context_size() - 2 * kDecodeSteps - 2) / kChunks;
+  // Room in sequence 0 for the chunks and its decodes: a first step, then four kinds of
+  // kDecodeSteps (one sequence, the full batch at three fills), and one spare.
+  const int room = (engine.sequence_context_size() - 4 * kDecodeSteps - 2) / kChunks;
   const int chunk = std::min(chunk_tokens, room);
   if (chunk < StepCosts::kMinChunkTokens) return result;
   result.sequences = sequences;
   result.prompt_chunk_tokens = chunk;
+  Measured one;
+  Measured chunk_step;
+  Measured full;
+  Measured full_filled;
   {
     WarmupSteps steps(engine, sequences);
     // The first step, at the full batch, faults in the buffers: not counted. Of the rest, each
     // kind's fastest is learned: on a shared machine another process only ever adds time, and
     // one step slowed tenfold (CI: another server loading beside it) priced a 150-token
-    // request at 30 s and refused the request behind it.
+    // request at 30 s and refused the request behind it. Each is taken at the cells its rows
+    // attended over at its first run.
     if (steps.decode(sequences) < 0) return result;
-    const auto fastest = [](int times, const auto& step) {
-      double best = -1;
+    const auto fastest = [](int times, int cells, const auto& step) {
+      Measured best{-1, cells};
       for (int i = 0; i < times; ++i) {
         const double ms = step();
-        if (ms < 0) return -1.0;
-        best = best < 0 ? ms : std::min(best, ms);
+        if (ms < 0) return Measured{};
+        best.ms = best.ms < 0 ? ms : std::min(best.ms, ms);
       }
       return best;
     };
-    const double one_ms = fastest(kDecodeSteps, [&] { return steps.decode(1); });
-    if (one_ms < 0) return result;
-    costs.learn_step(1, 0, one_ms);
-    const double chunk_ms = fastest(kChunks, [&] { return steps.prefill(chunk); });
-    if (chunk_ms < 0) return result;
-    costs.learn_step(0, chunk, chunk_ms);
-    // The full batch last: the batch a burst runs at, and the one decode_step_ms() prices.
-    const double full_ms = fastest(kDecodeSteps, [&] { return steps.decode(sequences); });
-    if (full_ms < 0) return result;
-    costs.learn_step(sequences, 0, full_ms);
+    one = fastest(kDecodeSteps, steps.attended_cells(1), [&] { return steps.decode(1); });
+    if (one.ms < 0) return result;
+    chunk_step = fastest(kChunks, steps.attended_cells(1), [&] { return steps.prefill(chunk); });
+    if (chunk_step.ms < 0) return result;
+    full = fastest(kDecodeSteps, steps.attended_cells(sequences),
+                   [&] { return steps.decode(sequences); });
+    if (full.ms < 0) return result;
+    // The full batch again once every sequence holds as many cells as sequence 0, and once
+    // more when they gave them back: what a row pays per cell it attends over (a burst's steps
+    // run at thousands of cells, the steps above at a few hundred). Its effect is a fifth of a
+    // step on a 2-vCPU machine, near its noise: the emptier fill's step is the faster of its
+    // two measurements, before and after. Skipped when one sequence runs alone or the cache
+    // has no room.
+    if (sequences > 1 && steps.fill_from_first()) {
+      full_filled = fastest(kDecodeSteps, steps.attended_cells(sequences),
+                            [&] { return steps.decode(sequences); });
+      steps.release_all_but_first();
+      const Measured again = fastest(kDecodeSteps, steps.attended_cells(sequences),
+                                     [&] { return steps.decode(sequences); });
+      if (again.ms < 0) return result;
+      if (again.ms < full.ms) full = again;
+    }
   }
+  if (full_filled.ms > 0 && full_filled.cells > full.cells) {
+    costs.set_row_cell_ms(std::max(0.0, full_filled.ms - full.ms) /
+                          (static_cast<double>(sequences) * (full_filled.cells - full.cells)));
+  }
+  const auto learn = [&](const Measured& step, int decodes, int prompt_tokens) {
+    costs.set_attended_cells(step.cells);
+    costs.learn_step(decodes, prompt_tokens, step.ms);
+  };
+  learn(one, 1, 0);
+  learn(chunk_step, 0, chunk);
+  // The full batch last: the batch a burst runs at, and the one decode_step_ms() prices.
+  learn(full, sequences, 0);
+  costs.set_attended_cells(0);  // the cache is empty again
   costs.mark_settled();
   result.ok = true;
   result.decode_one_ms = costs.decode_step_ms(1);
   result.decode_full_ms = costs.decode_step_ms(sequences);
   result.prefill_ms_per_token = costs.prefill_ms_per_token();
+  result.row_cell_ms = costs.row_cell_ms();
+  result.filled_cells = full_filled.cells;
   result.seconds = seconds_between(began, Clock::now());
   return result;
 }

@@ -13,13 +13,16 @@ struct WarmupResult {
   double decode_one_ms = 0;       // a step of one sequence's decode
   double decode_full_ms = 0;      // a step of `sequences` decodes
   double prefill_ms_per_token = 0;
+  double row_cell_ms = 0;         // what a row pays per cell it attends over (StepCosts)
+  int filled_cells = 0;           // the cells it was measured at (0: not measured)
   double seconds = 0;             // the whole warm-up
 };
 
 // Runs a few steps on the empty KV cache, as the requests' steps would run, and teaches `costs`
 // the fastest of each kind: three decodes of one sequence, two prompt chunks of up to
 // `chunk_tokens` (less when a sequence's share of the cache is smaller), three decodes of
-// `max_seqs` sequences at once. A first step, which faults in the compute buffers and runs
+// `max_seqs` sequences at once, and those again once every sequence holds a copy of the first
+// one's cells (what a row pays per cell it attends over). A first step, which faults in the compute buffers and runs
 // several times slower, is run and not counted. The cache is empty again afterwards. Before the
 // first request: a cold server otherwise prices its first admissions with no costs at all (150
 // requests at once were all admitted up to the queue's length, and waited up to 82 s against a

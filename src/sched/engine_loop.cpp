@@ -26,9 +26,11 @@ void EngineLoop::start() {
     if (warmup.ok) {
       spdlog::info(
           "warm-up: a step of 1 decode {:.1f} ms, of {} decodes {:.1f} ms, a prompt token {:.2f} "
-          "ms ({}-token chunk); {:.2f} s",
+          "ms ({}-token chunk), a row {:.2f} us per KV cell it attends (measured up to {} "
+          "cells); {:.2f} s",
           warmup.decode_one_ms, warmup.sequences, warmup.decode_full_ms,
-          warmup.prefill_ms_per_token, warmup.prompt_chunk_tokens, warmup.seconds);
+          warmup.prefill_ms_per_token, warmup.prompt_chunk_tokens, warmup.row_cell_ms * 1000,
+          warmup.filled_cells, warmup.seconds);
     } else {
       spdlog::warn("warm-up: no step cost measured; the first requests' waits are unpriced");
     }
@@ -87,9 +89,14 @@ SubmitStatus EngineLoop::admit_locked(int count, int prompt_tokens, int max_toke
         queued_tokens + prompt_tokens > options_.max_queued_tokens) {
       return SubmitStatus::queued_tokens_full;
     }
+    // Priced at the cells of the requests ahead and these: their prompts' mean, not this one's
+    // (a short prompt priced alone looked cheap, and was admitted into a burst's long steps).
+    const int requests = queued_requests + count;
+    const LoadEstimate load = priced_for_requests_like(
+        report_.load, requests, (queued_tokens + prompt_tokens) / requests, max_tokens);
     const double own_hold_ms =
-        expected_hold_ms(report_.load, prompt_tokens / std::max(1, count), max_tokens);
-    const double wait_ms = estimate_queue_delay_ms(report_.load, queued_tokens, queued_requests,
+        expected_hold_ms(load, prompt_tokens / std::max(1, count), max_tokens);
+    const double wait_ms = estimate_queue_delay_ms(load, queued_tokens, queued_requests,
                                                    options_.max_batched_tokens, own_hold_ms);
     if (estimated_wait_ms) *estimated_wait_ms = wait_ms;
     if (options_.max_queue_delay_ms > 0 && wait_ms > options_.max_queue_delay_ms) {

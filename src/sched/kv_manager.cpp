@@ -344,6 +344,11 @@ int KvManager::cached_sequences() const {
   return static_cast<int>(std::count(state_.begin(), state_.end(), State::cached));
 }
 
+int KvManager::attended_cells() const {
+  if (!per_sequence_) return used_cells();
+  return (used_cells() - cached_cells()) / std::max(1, running_sequences());
+}
+
 int KvManager::running_sequences() const {
   return static_cast<int>(std::count(state_.begin(), state_.end(), State::running));
 }

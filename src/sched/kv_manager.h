@@ -131,6 +131,10 @@ class KvManager {
   int evictable_cells(int keep) const;
   int cached_sequences() const;
   int running_sequences() const;
+  // The cells each row of a step attends over (StepCosts::set_attended_cells): every cell in
+  // use in one buffer, cached prefixes included; with a buffer per sequence the running
+  // sequences' own, on average.
+  int attended_cells() const;
   const HostPrefixCache& host_tier() const { return host_; }
 
  private:

@@ -19,10 +19,12 @@ void StepCosts::learn_step(int decode_tokens, int prefill_tokens, double step_ms
   constexpr double kWeight = 0.2;
   constexpr double kRecentWeight = 0.05;
   recent_step_ms_ = blend(recent_step_ms_, step_ms, kRecentWeight);
+  // Kept as at no attended cell: what the rows paid for the cells is priced at each use.
+  const double base_ms = std::max(0.0, step_ms - cell_ms(decode_tokens + prefill_tokens));
   if (prefill_tokens == 0) {
     if (decode_tokens <= 0) return;
     double& average = decode_ms_by_batch_[decode_tokens];
-    average = blend(average, step_ms, kWeight);
+    average = blend(average, base_ms, kWeight);
     last_decode_batch_ = decode_tokens;
     ++decode_steps_measured_;
   } else if (prefill_tokens >= kMinChunkTokens) {
@@ -32,13 +34,18 @@ void StepCosts::learn_step(int decode_tokens, int prefill_tokens, double step_ms
     // A step of prompt tokens alone still pays what any step costs: a one-token step's time
     // (0 until one was measured). Charged to its tokens, it made small chunks look dear, and
     // chunks cut to the target shrank towards the floor (a 2,900-token prompt took 67 s, not 7).
-    const double decode_part = decode_step_ms(std::max(1, decode_tokens));
+    const double decode_part = base_decode_step_ms(std::max(1, decode_tokens));
     prefill_ms_per_token_ = blend(prefill_ms_per_token_,
-                                  std::max(0.0, step_ms - decode_part) / prefill_tokens, kWeight);
+                                  std::max(0.0, base_ms - decode_part) / prefill_tokens, kWeight);
   }
 }
 
 double StepCosts::decode_step_ms(int batch) const {
+  const double base = base_decode_step_ms(batch);
+  return base <= 0 ? 0 : base + cell_ms(batch);
+}
+
+double StepCosts::base_decode_step_ms(int batch) const {
   if (decode_ms_by_batch_.empty() || batch <= 0) return 0;
   const auto above = decode_ms_by_batch_.lower_bound(batch);
   if (above != decode_ms_by_batch_.end() && above->first == batch) return above->second;
@@ -70,19 +77,22 @@ int StepCosts::chunk_floor(int decode_tokens) const {
 }
 
 int StepCosts::prefill_budget(int decode_tokens) const {
+  return prefill_budget(decode_tokens, prefill_ms_per_token());
+}
+
+int StepCosts::prefill_budget(int decode_tokens, double ms_per_token) const {
   const int token_budget = max_batched_tokens_ - decode_tokens;
-  if (target_step_ms_ <= 0 || decode_tokens == 0 || prefill_ms_per_token_ <= 0) {
-    return token_budget;
-  }
+  if (target_step_ms_ <= 0 || decode_tokens == 0 || ms_per_token <= 0) return token_budget;
   const double spare_ms = target_step_ms_ - decode_step_ms(decode_tokens);
-  const int timed_budget = static_cast<int>(spare_ms / prefill_ms_per_token_);
+  const int timed_budget = static_cast<int>(spare_ms / ms_per_token);
   return std::min(token_budget, std::max(chunk_floor(decode_tokens), timed_budget));
 }
 
 double StepCosts::prompt_ms_per_token_beside(int decode_tokens) const {
-  if (prefill_ms_per_token_ <= 0 || decode_tokens <= 0) return prefill_ms_per_token_;
-  const int chunk = std::max(1, prefill_budget(decode_tokens));
-  return (decode_step_ms(decode_tokens) + chunk * prefill_ms_per_token_) / chunk;
+  const double per_token = prefill_ms_per_token();
+  if (per_token <= 0 || decode_tokens <= 0) return per_token;
+  const int chunk = std::max(1, prefill_budget(decode_tokens, per_token));
+  return (decode_step_ms(decode_tokens) + chunk * per_token) / chunk;
 }
 
 int StepCosts::long_chunk_budget(int decode_tokens) const {
@@ -90,13 +100,12 @@ int StepCosts::long_chunk_budget(int decode_tokens) const {
   // Until a decode step is measured, a step's fixed cost is unknown and would be charged to
   // the chunk's tokens: keep the whole budget.
   const double fixed_ms = decode_step_ms(1);
-  if (target_step_ms_ <= 0 || prefill_ms_per_token_ <= 0 || fixed_ms <= 0) {
-    return max_batched_tokens_;
-  }
-  const int timed_budget = static_cast<int>((target_step_ms_ - fixed_ms) / prefill_ms_per_token_);
+  const double per_token = prefill_ms_per_token();
+  if (target_step_ms_ <= 0 || per_token <= 0 || fixed_ms <= 0) return max_batched_tokens_;
+  const int timed_budget = static_cast<int>((target_step_ms_ - fixed_ms) / per_token);
   const int floor = std::max(
       chunk_floor(0),
-      static_cast<int>(std::ceil(kMinAloneChunkOverFixedCost * fixed_ms / prefill_ms_per_token_)));
+      static_cast<int>(std::ceil(kMinAloneChunkOverFixedCost * fixed_ms / per_token)));
   return std::min(max_batched_tokens_, std::max(floor, timed_budget));
 }
 
@@ -134,6 +143,31 @@ double estimate_queue_delay_ms(const LoadEstimate& load, int queued_tokens, int 
     free_at.push(started + hold);
   }
   return std::max(wait, std::max(free_at.top(), prompts_in));
+}
+
+double loaded_step_ms(const StepCosts& costs, int max_seqs) {
+  const double decodes = costs.decode_step_ms(max_seqs);
+  return max_seqs > 1 ? std::max(decodes, costs.target_step_ms()) : decodes;
+}
+
+LoadEstimate priced_for_requests_like(const LoadEstimate& load, int requests, int prompt_tokens,
+                                      int max_tokens) {
+  if (load.costs.row_cell_ms() <= 0 || load.max_seqs <= 0) return load;
+  const int per_request = (std::max(0, prompt_tokens) + std::max(0, max_tokens)) / 2;
+  const int now = load.costs.attended_cells();
+  const int cells =
+      load.cells_per_sequence
+          ? std::max(now, per_request)
+          : std::min(load.cell_capacity,
+                     now + per_request * std::clamp(requests, 1, load.max_seqs));
+  if (cells <= now) return load;
+  LoadEstimate out = load;
+  out.costs = load.costs.at_attended_cells(cells);
+  out.decode_step_ms = out.costs.decode_step_ms();
+  out.prefill_ms_per_token = out.costs.prefill_ms_per_token();
+  out.loaded_step_ms = loaded_step_ms(out.costs, load.max_seqs);
+  out.loaded_prefill_ms_per_token = out.costs.prompt_ms_per_token_beside(load.max_seqs - 1);
+  return out;
 }
 
 double expected_hold_ms(const LoadEstimate& load, int prompt_tokens, int max_tokens) {

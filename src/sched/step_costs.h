@@ -23,11 +23,31 @@ class StepCosts {
   // A finished request held its sequence for `held_steps` engine steps.
   void learn_hold(double held_steps);
 
+  // The KV cells each row of a step attends over: every cell in use when the cache is one
+  // buffer (llama.cpp's view spans them, masked per sequence), the row's own sequence's with a
+  // buffer per sequence. Engine thread: set before a step is planned; the step learned after it
+  // is taken to have run at these cells, and every cost below is priced at them.
+  void set_attended_cells(int cells) { attended_cells_ = std::max(0, cells); }
+  int attended_cells() const { return attended_cells_; }
+  // What each row of a step (a decode, or a prompt token) pays per cell it attends over,
+  // measured by the warm-up at two fills (0: unknown, steps priced as measured). A 2-vCPU
+  // decode step of 16 sequences cost 68 ms at the warm-up's ~260 cells and 90-100 ms at a cold
+  // burst's ~6k (one buffer: each row reads the mask over every cell in use).
+  void set_row_cell_ms(double ms) { row_cell_ms_ = std::max(0.0, ms); }
+  double row_cell_ms() const { return row_cell_ms_; }
+  // These costs priced at `cells` attended cells instead of the current ones.
+  StepCosts at_attended_cells(int cells) const {
+    StepCosts out = *this;
+    out.set_attended_cells(cells);
+    return out;
+  }
+
   // Prompt tokens that fit beside `decode_tokens` decodes in one step of the target: the whole
   // token budget while the costs are unknown, the target is off or nothing decodes (no stream
   // to protect); never under a floor that keeps prompts moving when decodes alone use it up, nor
   // so small that the step falls under min_prefill_step_tokens.
   int prefill_budget(int decode_tokens) const;
+  double target_step_ms() const { return target_step_ms_; }
   // Tokens of a long prompt's chunk beside `decode_tokens` decodes. While nothing decodes it is
   // still cut to the target: a newcomer's first token waits for the step, and a 320-token
   // prompt in one step made short requests wait all of it (brisk doctor's mixed probe). Never
@@ -47,7 +67,9 @@ class StepCosts {
   void mark_settled() {
     decode_steps_measured_ = std::max(decode_steps_measured_, kSettledDecodeSteps);
   }
-  double prefill_ms_per_token() const { return prefill_ms_per_token_; }
+  double prefill_ms_per_token() const {
+    return prefill_ms_per_token_ <= 0 ? 0 : prefill_ms_per_token_ + cell_ms(1);
+  }
   // A prompt token's share of the steps it is computed in beside `decode_tokens` decodes: the
   // chunk prefill_budget() gives it carries the step's decode cost too (0 while unknown).
   double prompt_ms_per_token_beside(int decode_tokens) const;
@@ -70,10 +92,17 @@ class StepCosts {
   // The least of the chunk floors: kMinChunkTokens, and what brings the step to
   // min_prefill_step_tokens beside `decode_tokens` decodes.
   int chunk_floor(int decode_tokens) const;
+  // What `rows` rows pay for the attended cells.
+  double cell_ms(int rows) const { return row_cell_ms_ * rows * attended_cells_; }
+  // A step of decodes alone as at no attended cell.
+  double base_decode_step_ms(int batch) const;
+  // prefill_budget() with the token cost given.
+  int prefill_budget(int decode_tokens, double ms_per_token) const;
 
-  const double target_step_ms_;
-  const int max_batched_tokens_;
-  const int min_prefill_step_tokens_;
+  double target_step_ms_;
+  int max_batched_tokens_;
+  int min_prefill_step_tokens_;
+  // Learned costs are kept as at no attended cell; cell_ms() adds the cells' part.
   std::map<int, double> decode_ms_by_batch_;  // steps of decodes alone, by batch
   int last_decode_batch_ = 0;
   int decode_steps_measured_ = 0;
@@ -82,6 +111,8 @@ class StepCosts {
   double prefill_ms_per_token_ = 0;
   double mean_hold_steps_ = 0;
   double recent_step_ms_ = 0;  // every step, whatever it carried; about the last 20
+  int attended_cells_ = 0;
+  double row_cell_ms_ = 0;
 };
 
 // What the engine thread last published about its load, for estimating a newcomer's wait.
@@ -108,7 +139,27 @@ struct LoadEstimate {
   // named no max_tokens), and the longest hold of those that named one, from their start.
   int unknown_releases = 0;
   double hold_prior_ms = 0;
+  // To price a full batch at the KV cells it will hold (priced_for_requests_like): the costs
+  // as learned, at the cells attended now, the batch, the cache's cells and its layout.
+  StepCosts costs{0, 0};
+  int max_seqs = 0;
+  int cell_capacity = 0;
+  bool cells_per_sequence = false;
 };
+
+// A running request's step while others wait for a sequence (LoadEstimate::loaded_step_ms) at
+// `costs`' attended cells.
+double loaded_step_ms(const StepCosts& costs, int max_seqs);
+
+// `load` with every cost priced at the cells its rows will attend over once `requests` requests
+// like these run (at most a full batch): in one buffer, the cells in use now and each request's
+// average over its hold, half of its `prompt_tokens` and (when named) `max_tokens` (it holds
+// none while its prompt waits its turn, all of them at its last token); with a buffer per
+// sequence, one such request's. A cold burst is priced before its requests hold any cell, and
+// its steps then ran at thousands (2 vCPUs: 90-130 ms decode steps where the warm-up measured
+// 68 ms). Unchanged while no cell cost is known.
+LoadEstimate priced_for_requests_like(const LoadEstimate& load, int requests, int prompt_tokens,
+                                      int max_tokens);
 
 // Milliseconds until a request arriving now would start its prompt, if `queued_tokens` prompt
 // tokens (of `queued_requests` requests) wait ahead of it; each part counts once its costs are

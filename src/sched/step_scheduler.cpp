@@ -59,10 +59,15 @@ void StepScheduler::step() {
   for (;;) {
     if (admit && !has_running_room()) preempt_for_priority(now());
     make_room_for_decodes();
+    costs_.set_attended_cells(kv_.attended_cells());
     if (admit) admit_waiting();
+    costs_.set_attended_cells(kv_.attended_cells());
     PlannedStep planned = plan_step();
     // Cached prefixes give way to a running prompt.
-    while (planned.prompts_want_cells && kv_.evict_oldest()) planned = plan_step();
+    while (planned.prompts_want_cells && kv_.evict_oldest()) {
+      costs_.set_attended_cells(kv_.attended_cells());
+      planned = plan_step();
+    }
     plan_ = std::move(planned.plan);
     long_prefill_stepped_aside_ = planned.long_stepped_aside;
     if (plan_.empty()) break;

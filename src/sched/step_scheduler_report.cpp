@@ -29,6 +29,10 @@ LoadEstimate StepScheduler::estimate_load() const {
   load.decode_step_ms = costs_.decode_step_ms();
   load.prefill_ms_per_token = costs_.prefill_ms_per_token();
   load.loaded_step_ms = loaded_step_ms();
+  load.costs = costs_;
+  load.max_seqs = options_.max_seqs;
+  load.cell_capacity = kv_capacity_tokens_;
+  load.cells_per_sequence = !kv_shared_;
   // A newcomer's prompt runs beside the other sequences' decodes.
   load.loaded_prefill_ms_per_token = costs_.prompt_ms_per_token_beside(options_.max_seqs - 1);
   load.free_slots = options_.max_seqs - static_cast<int>(running_.size());
@@ -77,8 +81,7 @@ double StepScheduler::expected_ms_to_finish(const Sequence& sequence) const {
 
 // LoadEstimate::loaded_step_ms.
 double StepScheduler::loaded_step_ms() const {
-  const double decodes = costs_.decode_step_ms(options_.max_seqs);
-  return options_.max_seqs > 1 ? std::max(decodes, options_.max_step_ms) : decodes;
+  return brisk::loaded_step_ms(costs_, options_.max_seqs);
 }
 
 // The engine thread's part of a snapshot: the running and preempted sequences and the KV map.

@@ -44,13 +44,38 @@ TEST(CostWarmup, TeachesTheStepCostsAndLeavesTheCacheEmpty) {
   EXPECT_LT(costs.prefill_ms_per_token(), 1.4);
 }
 
+// Each row pays 20 us per cell in use: the warm-up measures it from the full batch at two fills.
+TEST(CostWarmup, MeasuresWhatARowPaysPerCellItAttendsOver) {
+  FakeModelRunner runner(8192);
+  runner.step_delay = 4ms;
+  runner.token_delay = 1ms;
+  runner.cell_delay = 20us;
+  StepCosts costs(150, 512);
+  const WarmupResult result = warm_up_step_costs(runner, costs, 8, 64);
+  ASSERT_TRUE(result.ok);
+  EXPECT_GE(result.filled_cells, 8 * 64) << "every sequence holds the first one's cells";
+  EXPECT_EQ(runner.cells_in_use(), 0);
+  EXPECT_EQ(costs.attended_cells(), 0) << "priced at the empty cache again";
+  // Sleeps only overshoot, and both fills' steps overshoot alike: the slope is near 0.02 ms.
+  EXPECT_GT(costs.row_cell_ms(), 0.015);
+  EXPECT_LT(costs.row_cell_ms(), 0.03);
+  EXPECT_LT(costs.decode_step_ms(8), 25) << "kept as at no cell: 4 + 8 ms";
+  EXPECT_GT(costs.at_attended_cells(1000).decode_step_ms(8), 8 * 1000 * 0.015);
+
+  FakeModelRunner alone(8192);
+  alone.cell_delay = 20us;
+  StepCosts one(150, 512);
+  ASSERT_TRUE(warm_up_step_costs(alone, one, 1, 64).ok);
+  EXPECT_EQ(one.row_cell_ms(), 0) << "one sequence: nothing to fill, not measured";
+}
+
 TEST(CostWarmup, APromptChunkFitsASequencesShareOfTheCache) {
   FakeModelRunner runner(1024, -1, 97, 16);
   runner.per_sequence = true;  // 64 cells each
   StepCosts costs(150, 512);
   const WarmupResult result = warm_up_step_costs(runner, costs, 16, 256);
   ASSERT_TRUE(result.ok);
-  EXPECT_LE(2 * result.prompt_chunk_tokens, 64 - 7) << "room for both chunks and the decodes";
+  EXPECT_LE(2 * result.prompt_chunk_tokens, 64 - 13) << "room for both chunks and the decodes";
   EXPECT_GE(result.prompt_chunk_tokens, StepCosts::kMinChunkTokens);
   EXPECT_EQ(runner.misplaced_tokens(), 0);
   EXPECT_EQ(runner.cells_in_use(), 0);
@@ -68,10 +93,13 @@ TEST(CostWarmup, AFailedDecodeLeavesTheCostsUnknownAndTheCacheEmpty) {
 // A cold server with --max-seqs 4 and --max-queue-delay-ms 2000 takes 20 requests at once,
 // each asking for 50 tokens. Returns how many were admitted; expects each admitted one's first
 // token within the limit and one round's prompt steps.
-int cold_burst_admissions(double target_itl_ms) {
+int cold_burst_admissions(double target_itl_ms,
+                          std::chrono::nanoseconds cell_delay = std::chrono::nanoseconds(0),
+                          int prompt_tokens = 20) {
   FakeModelRunner runner(8192);
   runner.step_delay = 10ms;
   runner.token_delay = 1ms;
+  runner.cell_delay = cell_delay;
   SchedulerOptions options = testing::options(4, 256);
   options.max_queue_delay_ms = 2000;
   options.max_step_ms = target_itl_ms;
@@ -88,7 +116,7 @@ int cold_burst_admissions(double target_itl_ms) {
   const TimePoint burst = Clock::now();
   for (int i = 0; i < 20; ++i) {
     auto request = std::make_shared<Request>();
-    request->prompt_tokens.assign(20, static_cast<Token>(5 + i));
+    request->prompt_tokens.assign(static_cast<size_t>(prompt_tokens), static_cast<Token>(5 + i));
     request->max_tokens = 50;
     request->max_tokens_named = true;
     request->sampling = testing::greedy();
@@ -135,6 +163,14 @@ TEST(CostWarmup, AColdBurstIsAdmittedOnlyAsFarAsItsWaitsFitTheLimit) {
 // a 50-token hold is priced at 5 s, and only the four that start at once are admitted.
 TEST(CostWarmup, ABurstsStepsArePricedAtTheStepTarget) {
   EXPECT_EQ(cold_burst_admissions(100), 4);
+}
+
+// Each row also pays 1 us per cell in use, and the requests' prompts are 300 tokens: the
+// warm-up's full batch ran at ~270 cells, a round of four of these holds ~1,300, and every
+// prompt row pays for them too. Priced at the warm-up's fill, 7 were admitted and the last three
+// first tokens came at 3.5-5.2 s against the 2 s limit.
+TEST(CostWarmup, ABurstsStepsArePricedAtTheCellsItsRequestsWillHold) {
+  EXPECT_GE(cold_burst_admissions(0, 1us, 300), 2);
 }
 
 }  // namespace

@@ -100,7 +100,16 @@ class FakeModelRunner final : public ModelRunner {
         std::max(max_sequences_in_a_step_, static_cast<int>(sequences.size()));
     max_cells_used_ = std::max(max_cells_used_, used + static_cast<int>(batch_.size()));
     max_batch_ = std::max(max_batch_, static_cast<int>(batch_.size()));
-    const auto delay = step_delay + token_delay * static_cast<int>(batch_.size());
+    // One buffer: each row attends over every cell in use; a buffer per sequence: its own.
+    std::chrono::nanoseconds cell_cost{0};
+    if (cell_delay.count() > 0) {
+      for (const Entry& entry : batch_) {
+        const int attended =
+            per_sequence ? static_cast<int>(cache_[entry.sequence].size()) : used;
+        cell_cost += cell_delay * attended;
+      }
+    }
+    const auto delay = step_delay + token_delay * static_cast<int>(batch_.size()) + cell_cost;
     if (clock) {
       clock->advance(delay);
     } else if (delay.count() > 0) {
@@ -254,6 +263,7 @@ class FakeModelRunner final : public ModelRunner {
   std::function<void(int n)> before_decode;
   std::chrono::microseconds step_delay{0};   // each decode takes this
   std::chrono::microseconds token_delay{0};  // and this per token of its batch
+  std::chrono::nanoseconds cell_delay{0};    // and this per token per cell it attends over
   FakeClock* clock = nullptr;                // if set, the delays move it instead of sleeping
   int sliding_window = 0;
   bool drop_window_cells = false;

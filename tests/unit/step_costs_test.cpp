@@ -221,5 +221,64 @@ TEST(QueueDelayEstimate, AColdBurstIsPricedByTheHoldTheNewcomerAsksFor) {
   EXPECT_DOUBLE_EQ(estimate_queue_delay_ms(load, 0, 4, 512, 9000), 1000 + 3000);
 }
 
+// Each row pays 0.01 ms per cell it attends over: steps learned at their cells are kept as at
+// none, and priced at the cells attended when used.
+TEST(StepCosts, StepsArePricedAtTheCellsTheirRowsAttendOver) {
+  StepCosts costs(150, 512);
+  costs.set_row_cell_ms(0.01);
+  const auto at_cells = [](int decodes, int prompt, int cells) {
+    return step_ms(decodes, prompt) + 0.01 * (decodes + prompt) * cells;
+  };
+  costs.set_attended_cells(1000);
+  costs.learn_step(4, 0, at_cells(4, 0, 1000));      // 34 + 40 ms
+  costs.learn_step(4, 100, at_cells(4, 100, 1000));  // 184 + 1040 ms
+  EXPECT_NEAR(costs.decode_step_ms(4), 74, 1e-9);
+  EXPECT_NEAR(costs.prefill_ms_per_token(), 1.5 + 10, 1e-9);
+  costs.set_attended_cells(0);
+  EXPECT_NEAR(costs.decode_step_ms(4), 34, 1e-9) << "kept as at no cell";
+  EXPECT_NEAR(costs.prefill_ms_per_token(), 1.5, 1e-9);
+  EXPECT_EQ(costs.prefill_budget(4), 77) << "(150 - 34) / 1.5";
+  const StepCosts full = costs.at_attended_cells(2000);
+  EXPECT_NEAR(full.decode_step_ms(4), 34 + 80, 1e-9);
+  EXPECT_EQ(full.prefill_budget(4), 16) << "(150 - 114) / 21.5 is under the floor";
+  EXPECT_EQ(costs.attended_cells(), 0) << "a priced copy leaves the costs as they were";
+}
+
+TEST(QueueDelayEstimate, AFullBatchIsPricedAtTheCellsItsRequestsWouldHold) {
+  StepCosts costs(150, 512);
+  costs.learn_step(4, 0, step_ms(4, 0));      // 34 ms
+  costs.learn_step(4, 100, step_ms(4, 100));  // 1.5 ms a prompt token
+  LoadEstimate load;
+  load.costs = costs;
+  load.max_seqs = 5;  // a newcomer's prompt beside 4 decodes
+  load.cell_capacity = 8192;
+  load.loaded_step_ms = loaded_step_ms(costs, 5);
+  load.loaded_prefill_ms_per_token = costs.prompt_ms_per_token_beside(4);
+  EXPECT_DOUBLE_EQ(priced_for_requests_like(load, 5, 300, 500).loaded_prefill_ms_per_token,
+                   load.loaded_prefill_ms_per_token)
+      << "no cell cost known";
+  load.costs.set_row_cell_ms(0.002);
+  // Five requests of (300 + 500) / 2 cells on average over their holds: 2,000 cells, 4 ms a
+  // decode row more.
+  const LoadEstimate full = priced_for_requests_like(load, 5, 300, 500);
+  EXPECT_NEAR(full.costs.decode_step_ms(4), 34 + 16, 1e-9);
+  EXPECT_DOUBLE_EQ(full.loaded_step_ms, 150) << "the target still bounds a loaded step";
+  EXPECT_GT(full.loaded_prefill_ms_per_token, 1.5 * load.loaded_prefill_ms_per_token);
+  EXPECT_NEAR(full.loaded_prefill_ms_per_token, full.costs.prompt_ms_per_token_beside(4), 1e-9);
+  EXPECT_NEAR(full.prefill_ms_per_token, 1.5 + 4, 1e-9) << "the prompts ahead too";
+  EXPECT_GT(expected_hold_ms(full, 300, 500), expected_hold_ms(load, 300, 500));
+  load.cells_per_sequence = true;  // a row attends its own sequence's 400 cells
+  EXPECT_NEAR(priced_for_requests_like(load, 5, 300, 500).costs.decode_step_ms(4), 34 + 3.2, 1e-9);
+  load.cells_per_sequence = false;
+  EXPECT_EQ(priced_for_requests_like(load, 2, 300, 500).costs.attended_cells(), 800)
+      << "two such requests";
+  EXPECT_EQ(priced_for_requests_like(load, 40, 300, 500).costs.attended_cells(), 2000)
+      << "a full batch at most";
+  load.costs.set_attended_cells(3000);  // in use now, and theirs beside
+  EXPECT_EQ(priced_for_requests_like(load, 5, 300, 500).costs.attended_cells(), 5000);
+  load.cell_capacity = 4000;
+  EXPECT_EQ(priced_for_requests_like(load, 5, 300, 500).costs.attended_cells(), 4000);
+}
+
 }  // namespace
 }  // namespace brisk
