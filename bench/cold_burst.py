@@ -96,6 +96,50 @@ def get_json(port: int, path: str) -> dict:
         conn.close()
 
 
+def get_text(port: int, path: str) -> str:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("GET", path)
+        return conn.getresponse().read().decode(errors="replace")
+    except (OSError, http.client.HTTPException):
+        return ""
+    finally:
+        conn.close()
+
+
+def sample_steps(port: int, every_s: float, stop: threading.Event, out: list[dict]) -> None:
+    """Every `every_s` seconds until `stop`: the engine's steps since the last sample (count, mean
+    wall time, decodes and prompt tokens a step, from /metrics), the running requests and the KV
+    cells in use (/debug/scheduler). What the burst's steps really cost, beside what the warm-up
+    measured."""
+    names = ("brisk_step_duration_seconds_sum", "brisk_step_duration_seconds_count",
+             'brisk_step_tokens_sum{phase="decode"}', 'brisk_step_tokens_sum{phase="prefill"}')
+    began = time.perf_counter()
+    previous = None
+    while not stop.wait(every_s):
+        values = {}
+        for line in get_text(port, "/metrics").splitlines():
+            key, _, value = line.rpartition(" ")
+            if key in names:
+                values[key] = float(value)
+        if len(values) < len(names):
+            continue
+        current = [values[n] for n in names]
+        scheduler = get_json(port, "/debug/scheduler")
+        if previous is not None and current[1] > previous[1]:
+            steps = current[1] - previous[1]
+            out.append({
+                "t_s": round(time.perf_counter() - began, 1), "steps": int(steps),
+                "mean_step_ms": round((current[0] - previous[0]) / steps * 1000, 1),
+                "decodes_per_step": round((current[2] - previous[2]) / steps, 1),
+                "prompt_tokens_per_step": round((current[3] - previous[3]) / steps, 1),
+                "running": len(scheduler.get("running") or []),
+                "kv_used_cells": (scheduler.get("kv") or {}).get("used_cells"),
+                "measured": scheduler.get("measured"),
+            })
+        previous = current
+
+
 def one_run(args, variant: str, scratch: str, label: str, prompts: list[str]) -> dict:
     port = free_port()
     binary = args.baseline_bin if variant == "baseline" else args.brisk_bin
@@ -111,10 +155,19 @@ def one_run(args, variant: str, scratch: str, label: str, prompts: list[str]) ->
                                      args.timeout)
 
         threads = [threading.Thread(target=send, args=(i,)) for i in range(len(prompts))]
+        samples: list[dict] = []
+        stop_sampling = threading.Event()
+        sampler = threading.Thread(target=sample_steps,
+                                   args=(port, args.sample_s, stop_sampling, samples))
+        if args.sample_s > 0:
+            sampler.start()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        stop_sampling.set()
+        if args.sample_s > 0:
+            sampler.join()
         sched = get_json(port, "/debug/scheduler")
         warmup = [line for line in Path(server.log_path).read_text(errors="replace").splitlines()
                   if "warm-up:" in line]
@@ -143,6 +196,7 @@ def one_run(args, variant: str, scratch: str, label: str, prompts: list[str]) ->
         "tokens": sum(r.get("tokens", 0) for r in admitted),
         "last_end_s": max((r.get("end_s", 0) for r in admitted), default=None),
         "warmup_log": warmup[:1],
+        "step_samples": samples,
     }
     log(f"  {label}: admitted {summary['admitted']}, refused {summary['refused']} {codes}, "
         f"TTFT p50 {summary['ttft_p50_s']} p99 {summary['ttft_p99_s']} max "
@@ -165,6 +219,9 @@ def main() -> int:
                         help="of warm-up, no-warmup and baseline (--baseline-bin's defaults)")
     parser.add_argument("--baseline-bin", type=Path,
                         help="another brisk build to compare, run with default flags")
+    parser.add_argument("--sample-s", type=float, default=0,
+                        help="every this many seconds, record the engine's steps since the last "
+                             "sample (/metrics, /debug/scheduler) in the raw file; 0: off")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
