@@ -47,7 +47,6 @@ class StepCosts {
   // to protect); never under a floor that keeps prompts moving when decodes alone use it up, nor
   // so small that the step falls under min_prefill_step_tokens.
   int prefill_budget(int decode_tokens) const;
-  double target_step_ms() const { return target_step_ms_; }
   // Tokens of a long prompt's chunk beside `decode_tokens` decodes. While nothing decodes it is
   // still cut to the target: a newcomer's first token waits for the step, and a 320-token
   // prompt in one step made short requests wait all of it (brisk doctor's mixed probe). Never
@@ -70,6 +69,7 @@ class StepCosts {
   double prefill_ms_per_token() const {
     return prefill_ms_per_token_ <= 0 ? 0 : prefill_ms_per_token_ + cell_ms(1);
   }
+  double target_step_ms() const { return target_step_ms_; }  // --target-itl-ms (0: off)
   // A prompt token's share of the steps it is computed in beside `decode_tokens` decodes: the
   // chunk prefill_budget() gives it carries the step's decode cost too (0 while unknown).
   double prompt_ms_per_token_beside(int decode_tokens) const;
