@@ -46,9 +46,8 @@ class WarmupSteps {
   bool fill_from_first() {
     const std::vector<uint8_t> state = engine_.save_sequence(0);
     if (state.empty()) return false;
+    release_all_but_first();
     for (size_t s = 1; s < positions_.size(); ++s) {
-      engine_.release_sequence(static_cast<int>(s));
-      positions_[s] = 0;
       if (!engine_.restore_sequence(static_cast<int>(s), state, positions_[0])) return false;
       positions_[s] = positions_[0];
     }
