@@ -18,6 +18,7 @@ import argparse
 import csv
 import datetime
 import json
+import shlex
 import statistics
 import subprocess
 import tempfile
@@ -31,6 +32,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--brisk", type=Path, default=REPO_ROOT / "build" / "bin" / "brisk")
+    p.add_argument("--baseline-brisk", type=Path,
+                   help="another brisk binary (an older build), served as `brisk-baseline` with "
+                        "brisk's flags; the load is still sent by --brisk's bench")
     p.add_argument("--llama-server", type=Path,
                    default=REPO_ROOT / "build" / "bin" / "llama-server")
     p.add_argument("--model", default="gemma3-270m")
@@ -52,8 +56,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--servers", default="brisk,llama-server",
                    help="which to compare, in the first round's order: brisk, llama-server, "
                         "brisk-cache-ram-0 (brisk without the prefix cache's host tier), "
-                        "brisk-per-seq (brisk --no-kv-unified), llama-server-per-slot "
+                        "brisk-per-seq (brisk --no-kv-unified), brisk-baseline (--baseline-brisk), "
+                        "llama-server-per-slot "
                         "(llama-server without --kv-unified: ctx/seqs cells per slot)")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
+                   help="a brisk serve with extra flags, compared as NAME (list it in --servers): "
+                        "--variant 'brisk-itl-0=--target-itl-ms 0'")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--ctx-size", type=int, default=16384)
     p.add_argument("--seqs", type=int, default=8)
@@ -64,12 +72,17 @@ def parse_args() -> argparse.Namespace:
 
 def start(args, name: str, logdir: str):
     port = free_port()
-    if name.startswith("brisk"):
-        argv = [str(args.brisk), "serve", "--model", args.model, "--port", str(port), "--host",
+    variants = dict(v.split("=", 1) for v in args.variant)
+    if name.startswith("brisk") or name in variants:
+        binary = args.baseline_brisk if name == "brisk-baseline" else args.brisk
+        if binary is None:
+            raise SystemExit("brisk-baseline needs --baseline-brisk PATH")
+        argv = [str(binary), "serve", "--model", args.model, "--port", str(port), "--host",
                 "127.0.0.1", "--ctx-size", str(args.ctx_size), "--threads", str(args.threads),
                 "--max-seqs", str(args.seqs)]
         argv += {"brisk-cache-ram-0": ["--cache-ram", "0"],
                  "brisk-per-seq": ["--no-kv-unified"]}.get(name, [])
+        argv += variants.get(name, "").split()
         return start_server(name, argv, port, "/ready", logdir)
     argv = [str(args.llama_server), "-m", str(args.model_file), "--host", "127.0.0.1", "--port",
             str(port), "-t", str(args.threads), "-c", str(args.ctx_size), "-np", str(args.seqs),
@@ -110,14 +123,30 @@ def mean_ttft_ms(rows: list[dict], later_turns: bool) -> float | None:
     return statistics.mean(ttfts) if ttfts else None
 
 
+def later_turns_mean(rows: list[dict], column: str) -> float | None:
+    """Mean of a server-reported column (requests.csv) over the turns after a conversation's first."""
+    values = [float(r[column]) for r in rows
+              if r["turn"] and int(r["turn"]) > 0 and r.get(column, "") != ""]
+    return statistics.mean(values) if values else None
+
+
 def figures(result: dict) -> dict:
     run = result["runs"][0]
     server = run["server"] or {}
     return {"ok": run["requests"]["ok"], "failed": run["requests"]["failed"],
             "first_turn_ttft_mean_ms": mean_ttft_ms(result["rows"], later_turns=False),
             "later_turns_ttft_mean_ms": mean_ttft_ms(result["rows"], later_turns=True),
+            # The server's own view of the later turns: brisk's queue (arrival to its first
+            # step) and TTFT, llama-server's prompt processing; the prompt tokens it reused.
+            "later_turns_server_queue_mean_ms": later_turns_mean(result["rows"],
+                                                                 "server_queue_ms"),
+            "later_turns_server_ttft_mean_ms": later_turns_mean(result["rows"], "server_ttft_ms"),
+            "later_turns_cached_tokens_mean": later_turns_mean(result["rows"],
+                                                               "cached_prompt_tokens"),
+            "later_turns_prompt_tokens_mean": later_turns_mean(result["rows"], "prompt_tokens"),
             "ttft_p50_ms": run["ttft_ms"]["p50"], "ttft_p99_ms": run["ttft_ms"]["p99"],
             "e2e_p50_ms": run["e2e_ms"]["p50"], "e2e_p99_ms": run["e2e_ms"]["p99"],
+            "itl_p50_ms": run["itl_ms"]["p50"], "itl_p99_ms": run["itl_ms"]["p99"],
             "output_tok_s": run["output_token_throughput"],
             "duration_s": run["duration_s"],
             "prefix_cache_hit_rate": server.get("prefix_cache_hit_rate")}
@@ -147,8 +176,9 @@ def main() -> int:
             medians[name][key] = statistics.median(values) if values else None
     result = {
         "command": "python3 bench/trace_side_by_side.py " + " ".join(
-            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-            if k not in ("brisk", "llama_server", "model_file")),
+            f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, values in vars(args).items()
+            if k not in ("brisk", "baseline_brisk", "llama_server", "model_file")
+            for v in (values if isinstance(values, list) else [values])),
         "date": datetime.date.today().isoformat(),
         "machine": machine_info(),
         "rounds": rounds,

@@ -87,6 +87,9 @@ std::string duration_cell(TimePoint from, TimePoint to) {
   return fmt::format("{:.3f}", ms_between(from, to));
 }
 
+// A time the server reported about itself (-1 when it did not), or an empty cell.
+std::string server_ms_cell(double ms) { return ms >= 0 ? fmt::format("{:.1f}", ms) : ""; }
+
 // Every content chunk's arrival, ms from `origin`, separated by spaces.
 std::string chunk_offsets(TimePoint origin, const std::vector<TimePoint>& chunks) {
   std::string cell;
@@ -136,13 +139,14 @@ json report_json(const BenchReport& report) {
 void write_requests_csv(const BenchReport& report, std::ostream& out) {
   out << "run,request,concurrency,scheduled_ms,sent_ms,first_token_ms,end_ms,prompt_tokens,"
          "completion_tokens,chunks,status,error,error_detail,chunk_ms,new_connection,connect_ms,"
-         "send_ms,wait_ms,receive_ms,session,turn\n";
+         "send_ms,wait_ms,receive_ms,session,turn,server_queue_ms,server_ttft_ms,"
+         "cached_prompt_tokens\n";
   for (size_t run = 0; run < report.runs.size(); ++run) {
     const RunResult& result = report.runs[run].run;
     for (const RequestRecord& r : result.records) {
       if (r.warmup) continue;
       out << fmt::format(
-          "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", run, r.index,
+          "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", run, r.index,
           r.in_flight_at_send, offset_cell(result.start, r.scheduled),
           offset_cell(result.start, r.sent), offset_cell(result.start, r.first_content()),
           offset_cell(result.start, r.end), r.prompt_tokens, r.completion_tokens,
@@ -151,7 +155,9 @@ void write_requests_csv(const BenchReport& report, std::ostream& out) {
           r.new_connection ? 1 : 0, duration_cell(r.connect_started, r.sent),
           duration_cell(r.sent, r.written), duration_cell(r.written, r.first_byte),
           duration_cell(r.first_byte, r.end), r.session >= 0 ? std::to_string(r.session) : "",
-          r.turn >= 0 ? std::to_string(r.turn) : "");
+          r.turn >= 0 ? std::to_string(r.turn) : "", server_ms_cell(r.server_queue_ms),
+          server_ms_cell(r.server_ttft_ms),
+          r.cached_prompt_tokens >= 0 ? std::to_string(r.cached_prompt_tokens) : "");
     }
   }
 }

@@ -1,6 +1,30 @@
 #include "sched/step_executor.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 namespace brisk {
+
+namespace {
+
+// `--log-level trace`: what a step carried and what it cost, one line a step (#N: a request's
+// admission order; its prompt chunk's tokens).
+void log_step(const StepPlan& plan, int attended_cells, double predicted_ms,
+              const StepPhases& phases) {
+  std::string chunks;
+  for (const StepPlan::Entry& entry : plan.entries()) {
+    if (entry.decode) continue;
+    if (!chunks.empty()) chunks += ' ';
+    chunks += fmt::format("#{}:{}", entry.sequence->admission_order(), entry.tokens);
+  }
+  spdlog::trace(
+      "step: {} decodes, prompt chunks [{}], {} cells attended; planned {:.1f} ms, "
+      "scheduling {:.1f} ms, decode {:.1f} ms, sampling {:.1f} ms",
+      plan.decode_tokens(), chunks, attended_cells, predicted_ms, phases.schedule_seconds * 1000,
+      phases.decode_seconds * 1000, phases.sample_seconds * 1000);
+}
+
+}  // namespace
 
 StepExecutor::StepExecutor(ModelRunner& engine, KvManager& kv, StepCosts& costs,
                            ServingMetrics& metrics, int sampling_threads,
@@ -37,6 +61,11 @@ DecodeStatus StepExecutor::run(StepPlan& plan, TimePoint step_started) {
   phases.commit_seconds = seconds_between(sampled, committed);
   const double step_seconds = seconds_between(started, committed);
   const int decode_tokens = plan.decode_tokens();
+  if (spdlog::should_log(spdlog::level::trace)) {
+    const double predicted_ms = costs_.decode_step_ms(std::max(1, decode_tokens)) +
+                                (batch_tokens - decode_tokens) * costs_.prefill_ms_per_token();
+    log_step(plan, costs_.attended_cells(), predicted_ms, phases);
+  }
   metrics_.observe_step(decode_tokens, batch_tokens - decode_tokens, step_seconds, phases);
   costs_.learn_step(decode_tokens, batch_tokens - decode_tokens, step_seconds * 1000.0);
   return status;

@@ -431,6 +431,9 @@ Sequence& StepScheduler::start_sequence(std::unique_ptr<Sequence> sequence,
   sequence->assign_slot(id);
   sequence->reuse_cached_prefix(kv_.attach(id, hit, sequence->prefill_tokens()));
   Sequence& started = *sequence;
+  spdlog::trace("admitted #{} into sequence {} {:.1f} ms after its arrival: {} tokens to prefill",
+                started.admission_order(), id, ms_between(started.request().arrival, now()),
+                started.prompt_remaining());
   const auto at = std::find_if(running_.begin(), running_.end(), [&](const auto& other) {
     return other->admission_order() > started.admission_order();
   });

@@ -141,3 +141,31 @@ def test_sessions_against_brisk_reuse_the_history_and_replay_from_its_trace(trac
             assert float(after["sent_ms"]) >= float(before["end_ms"])
             assert int(after["completion_tokens"]) == 8
             assert int(after["prompt_tokens"]) > int(before["prompt_tokens"])
+
+
+@pytest.mark.parametrize("server_fixture", ["brisk", "llama_server"])
+def test_requests_csv_carries_what_the_server_said_about_each_turn(tmp_path, request,
+                                                                   server_fixture):
+    """A later turn finds its history in the server's prefix cache: requests.csv says how many
+    prompt tokens were reused and how long the server itself took (brisk: its queue and TTFT;
+    llama-server: its prompt processing), beside what the client measured."""
+    server = request.getfixturevalue(server_fixture)
+    out = tmp_path / "out"
+    run_bench_args("--url", server.base_url, "--endpoint", "chat", "--sessions", "2",
+                   "--turns", "2", "--think-time", "0", "--system-tokens", "200",
+                   "--input-tokens", "16", "--output-tokens", "8", "--warmup-requests", "0",
+                   "--out", out)
+    rows = read_requests_csv(out)
+    assert len(rows) == 4
+    for row in rows:
+        client_ttft = float(row["first_token_ms"]) - float(row["sent_ms"])
+        server_ttft = float(row["server_ttft_ms"])
+        assert 0 < server_ttft <= client_ttft + 1, row
+        if server_fixture == "brisk":
+            assert 0 <= float(row["server_queue_ms"]) <= server_ttft, row
+        else:
+            assert row["server_queue_ms"] == ""  # llama-server does not report its queue
+    for turns in by_session(rows).values():
+        # The second turn resends the first turn's prompt and answer: all but the tail of
+        # that history comes from the cache.
+        assert int(turns[1]["cached_prompt_tokens"]) >= int(turns[0]["prompt_tokens"]) - 16, turns
