@@ -12,9 +12,10 @@
 #include "app/commands.h"
 #include "app/serve_flags.h"
 #include "common/byte_size.h"
-#include "common/models_file.h"
 #include "common/log.h"
 #include "common/model_store.h"
+#include "common/models_file.h"
+#include "engine/attention_calls.h"
 #include "engine/embedding_model.h"
 #include "engine/engine.h"
 #include "engine/llama_backend.h"
@@ -151,6 +152,7 @@ std::unique_ptr<ModelParts> load_generative_model(const ModelFlags& flags,
   spdlog::info("loading {}", model.path.string());
   std::unique_ptr<Engine> engine = Engine::load(engine_options, error);
   if (!engine) return nullptr;
+  if (!engine->attention_on_gpu()) scheduler.min_alone_chunk_tokens = kTiledAttentionRows;
   if (scheduler.sampling_threads == 0) {
     // Measured on 2 cores: a second sampling thread slowed decode by ~6% (llama.cpp's workers
     // spin on the cores it would use). Where the model is offloaded those cores are idle.

@@ -2,13 +2,6 @@
 
 namespace brisk {
 
-namespace {
-
-// ggml-cpu's tiled flash attention from this many query rows a call (GGML_FA_TILE_Q).
-constexpr int kTiledAttentionRows = kMaxPerRowAttentionRows + 1;
-
-}  // namespace
-
 std::vector<AttentionCall> plan_attention_calls(std::span<const int> sequence_of_row,
                                                 int max_rows) {
   const int rows = static_cast<int>(sequence_of_row.size());

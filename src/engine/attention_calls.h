@@ -35,5 +35,7 @@ std::vector<AttentionCall> plan_attention_calls(std::span<const int> sequence_of
 
 // The most rows a call may have and still take ggml-cpu's per-row kernel.
 inline constexpr int kMaxPerRowAttentionRows = 63;
+// The fewest rows with which a call takes ggml-cpu's tiled kernel (GGML_FA_TILE_Q).
+inline constexpr int kTiledAttentionRows = kMaxPerRowAttentionRows + 1;
 
 }  // namespace brisk

@@ -133,9 +133,10 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options, std::string* 
   // Full-size window caches never drop a position, so every cached prefix stays reusable.
   engine->sliding_window_tokens_ = options.swa_full ? 0 : llama_model_n_swa(engine->model_);
   engine->batch_capacity_ = options.max_batched_tokens;
-  const bool attention_on_gpu = options.gpu_layers > 0 && gpu_memory_bytes().has_value();
-  engine->attention_rows_ =
-      options.kv_unified && !attention_on_gpu ? std::max(0, options.cpu_attention_rows) : 0;
+  engine->attention_on_gpu_ = options.gpu_layers > 0 && gpu_memory_bytes().has_value();
+  engine->attention_rows_ = options.kv_unified && !engine->attention_on_gpu_
+                                ? std::max(0, options.cpu_attention_rows)
+                                : 0;
   engine->numerics_identity_ = describe_numerics(options, engine->attention_rows_);
   engine->batch_ =
       std::make_unique<llama_batch>(llama_batch_init(options.max_batched_tokens, 0, 1));

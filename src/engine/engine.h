@@ -83,6 +83,8 @@ class Engine final : public ModelRunner {
   // The longest prompt + completion one request may have.
   int max_request_tokens() const;
   std::string description() const;
+  // Whether attention runs on a GPU (layers offloaded to a device that is there) or on the CPU.
+  bool attention_on_gpu() const { return attention_on_gpu_; }
   // What the numbers of a request's tokens depend on besides the request (model file, llama.cpp
   // source, CPU features, devices, KV cache types and layout), in words: brisk serve's
   // system_fingerprint hashes it.
@@ -124,6 +126,7 @@ class Engine final : public ModelRunner {
   int batch_capacity_ = 0;
   // plan_attention_calls's max_rows (0: every batch in one call).
   int attention_rows_ = 0;
+  bool attention_on_gpu_ = false;
   // The last decode's logits by batch row when it took several calls: the last call's stay in
   // llama.cpp's buffer, the others' are copied here.
   bool logits_by_row_ = false;

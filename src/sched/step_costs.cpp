@@ -103,9 +103,9 @@ int StepCosts::long_chunk_budget(int decode_tokens) const {
   const double per_token = prefill_ms_per_token();
   if (target_step_ms_ <= 0 || per_token <= 0 || fixed_ms <= 0) return max_batched_tokens_;
   const int timed_budget = static_cast<int>((target_step_ms_ - fixed_ms) / per_token);
-  const int floor = std::max(
-      chunk_floor(0),
-      static_cast<int>(std::ceil(kMinAloneChunkOverFixedCost * fixed_ms / per_token)));
+  const int floor =
+      std::max({chunk_floor(0), min_alone_chunk_tokens_,
+                static_cast<int>(std::ceil(kMinAloneChunkOverFixedCost * fixed_ms / per_token))});
   return std::min(max_batched_tokens_, std::max(floor, timed_budget));
 }
 

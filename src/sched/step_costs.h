@@ -12,11 +12,14 @@ namespace brisk {
 class StepCosts {
  public:
   // `min_prefill_step_tokens`: a step that carries prompt tokens carries at least this many
-  // tokens in all, decodes included, whatever the target says (SchedulerOptions).
-  StepCosts(double target_step_ms, int max_batched_tokens, int min_prefill_step_tokens = 0)
+  // tokens in all, decodes included, whatever the target says; `min_alone_chunk_tokens`: a long
+  // prompt's chunk in a step without decodes is at least this many tokens (SchedulerOptions).
+  StepCosts(double target_step_ms, int max_batched_tokens, int min_prefill_step_tokens = 0,
+            int min_alone_chunk_tokens = 0)
       : target_step_ms_(target_step_ms),
         max_batched_tokens_(max_batched_tokens),
-        min_prefill_step_tokens_(min_prefill_step_tokens) {}
+        min_prefill_step_tokens_(min_prefill_step_tokens),
+        min_alone_chunk_tokens_(min_alone_chunk_tokens) {}
 
   // A step of `decode_tokens` decodes and `prefill_tokens` prompt tokens took `step_ms`.
   void learn_step(int decode_tokens, int prefill_tokens, double step_ms);
@@ -51,7 +54,8 @@ class StepCosts {
   // still cut to the target: a newcomer's first token waits for the step, and a 320-token
   // prompt in one step made short requests wait all of it (brisk doctor's mixed probe). Never
   // so small that a step's fixed cost (a one-token step's) is more than a quarter of it; the
-  // whole budget until a decode step tells that cost.
+  // whole budget until a decode step tells that cost, and never under min_alone_chunk_tokens
+  // while nothing decodes.
   int long_chunk_budget(int decode_tokens) const;
 
   // A step of decodes alone at the batch measured last (the running set's), and at `batch`:
@@ -102,6 +106,7 @@ class StepCosts {
   double target_step_ms_;
   int max_batched_tokens_;
   int min_prefill_step_tokens_;
+  int min_alone_chunk_tokens_;
   // Learned costs are kept as at no attended cell; cell_ms() adds the cells' part.
   std::map<int, double> decode_ms_by_batch_;  // steps of decodes alone, by batch
   int last_decode_batch_ = 0;

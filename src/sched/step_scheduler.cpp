@@ -18,7 +18,8 @@ StepScheduler::StepScheduler(ModelRunner& engine, SchedulerOptions options, Serv
       kv_shared_(engine.sequence_context_size() == engine.context_size()),
       kv_(engine, options.max_seqs, engine.sequence_ids(), options.prefix_cache, metrics),
       policy_(options.queue_policy),
-      costs_(options.max_step_ms, options.max_batched_tokens, options.min_prefill_step_tokens),
+      costs_(options.max_step_ms, options.max_batched_tokens, options.min_prefill_step_tokens,
+             options.min_alone_chunk_tokens),
       executor_(engine, kv_, costs_, metrics, options.sampling_threads, options.clock) {}
 
 WarmupResult StepScheduler::warm_up() {

@@ -40,6 +40,13 @@ struct SchedulerOptions {
   // costs several times more per prompt token. 1 (no floor) by default: 64 bought throughput
   // and first tokens at twice the p99 inter-token gap (docs/scheduling.md, "Chunk sizes").
   int min_prefill_step_tokens = 1;
+  // A long prompt's chunk in a step that carries no decodes has at least this many tokens (when
+  // the prompt has them), whatever max_step_ms says: no stream's gap is at stake, only how long
+  // a newcomer waits for the step. brisk serve sets ggml-cpu's 64 (kTiledAttentionRows) where
+  // attention runs on the CPU: below it every row takes the per-row kernel over its sequence's
+  // whole context, and a 3,790-token prompt alone took 35 s in 16-30-token chunks against 21 s
+  // in 512-token ones (docs/scheduling.md, "Chunk sizes"). 0: the target alone decides.
+  int min_alone_chunk_tokens = 0;
   // A prompt with more than this many tokens still to prefill is long: short prompts get a
   // step's budget first, so one long prompt does not hold back every short one behind it
   // (0: no distinction, oldest first). At most max_long_prefills long prompts progress at once.

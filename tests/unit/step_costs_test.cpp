@@ -85,6 +85,29 @@ TEST(StepCosts, ALongChunkAloneOutweighsTheStepsFixedCost) {
   EXPECT_LE(150 / slow_step_ms(0, chunk), 0.26) << "chunk of " << chunk << " tokens";
 }
 
+// On the CPU a long prompt's chunk alone keeps ggml's tiled attention (64 rows a call and
+// more): the target would cut it to a few dozen tokens, each row then taking the per-row kernel
+// over its whole context. Beside decodes the target still decides.
+TEST(StepCosts, ALongChunkAloneKeepsTheTiledKernelsRows) {
+  StepCosts free_costs(150, 512);
+  StepCosts tiled(150, 512, 1, 64);
+  // A prompt token over a long context: 4 ms, a step 10 ms whatever it carries.
+  const auto long_context_ms = [](int decodes, int prompt) {
+    return 10 + 8.0 * decodes + 4.0 * prompt;
+  };
+  for (StepCosts* costs : {&free_costs, &tiled}) {
+    costs->learn_step(1, 0, long_context_ms(1, 0));
+    costs->learn_step(4, 0, long_context_ms(4, 0));
+    for (int i = 0; i < 20; ++i) costs->learn_step(0, 40, long_context_ms(0, 40));
+    costs->learn_step(4, 16, long_context_ms(4, 16));
+  }
+  EXPECT_LT(free_costs.long_chunk_budget(0), 40) << "the target alone: under the tiled kernel";
+  EXPECT_EQ(tiled.long_chunk_budget(0), 64);
+  EXPECT_EQ(tiled.long_chunk_budget(4), free_costs.long_chunk_budget(4)) << "beside decodes";
+  EXPECT_LT(tiled.long_chunk_budget(4), 64);
+  EXPECT_EQ(StepCosts(150, 48, 1, 64).long_chunk_budget(0), 48) << "never past the budget";
+}
+
 TEST(StepCosts, AFloorKeepsPromptsMovingWhenDecodesFillTheTarget) {
   StepCosts costs(20, 512);  // decodes alone take 34 ms
   costs.learn_step(4, 0, step_ms(4, 0));
