@@ -57,6 +57,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
                    help="another brisk configuration, e.g. 'itl150=--target-itl-ms 150' "
                         "(added to --configs; repeatable)")
+    p.add_argument("--baseline-brisk", type=Path, default=None,
+                   help="another brisk binary (an older build), run as config `brisk-baseline` "
+                        "with brisk's flags")
     p.add_argument("--work", type=Path, default=None)
     p.add_argument("--out", type=Path, default=None)
     return p.parse_args()
@@ -80,7 +83,12 @@ def write_dataset(path: Path, args: argparse.Namespace) -> list[bool]:
 def server_argv(config: str, port: int, args: argparse.Namespace) -> tuple[list[str], str]:
     variants = dict(v.split("=", 1) for v in args.variant)
     if config.startswith("brisk") or config in variants:
-        argv = [str(BIN_DIR / "brisk"), "serve", "--model", args.model, "--host", "127.0.0.1",
+        binary = BIN_DIR / "brisk"
+        if config == "brisk-baseline":
+            if args.baseline_brisk is None:
+                raise SystemExit("brisk-baseline needs --baseline-brisk PATH")
+            binary = args.baseline_brisk
+        argv = [str(binary), "serve", "--model", args.model, "--host", "127.0.0.1",
                 "--port", str(port), "--threads", str(args.threads), "--ctx-size",
                 str(args.ctx_size), "--max-seqs", str(args.seqs)]
         if config == "brisk-oldest-first":

@@ -60,15 +60,10 @@ void StepScheduler::step() {
   for (;;) {
     if (admit && !has_running_room()) preempt_for_priority(now());
     make_room_for_decodes();
-    costs_.set_attended_cells(kv_.attended_cells());
     if (admit) admit_waiting();
-    costs_.set_attended_cells(kv_.attended_cells());
-    PlannedStep planned = plan_step();
+    PlannedStep planned = plan_at_current_cells();
     // Cached prefixes give way to a running prompt.
-    while (planned.prompts_want_cells && kv_.evict_oldest()) {
-      costs_.set_attended_cells(kv_.attended_cells());
-      planned = plan_step();
-    }
+    while (planned.prompts_want_cells && kv_.evict_oldest()) planned = plan_at_current_cells();
     plan_ = std::move(planned.plan);
     long_prefill_stepped_aside_ = planned.long_stepped_aside;
     if (plan_.empty()) break;
@@ -104,6 +99,13 @@ void StepScheduler::make_room_for_decodes() {
       preempt_one();
     }
   }
+}
+
+// Every cost the plan reads is priced at the KV cells its rows attend over as the cache stands:
+// admission, an eviction or a preemption just changed them.
+StepScheduler::PlannedStep StepScheduler::plan_at_current_cells() {
+  costs_.set_attended_cells(kv_.attended_cells());
+  return plan_step();
 }
 
 // Decodes first: every running stream gets its next token in this step; then prompt chunks of
@@ -283,7 +285,7 @@ void StepScheduler::admit_waiting() {
 // Newcomers get what the running requests leave of this step's token budget (a draft of the
 // step's plan says how much), each short one its first chunk of it.
 void StepScheduler::admit_pass() {
-  const PlannedStep draft = plan_step();
+  const PlannedStep draft = plan_at_current_cells();
   int budget = draft.budget_for_newcomers;
   int newcomer_tokens = 0;  // the newcomers' first chunks
   const auto start = [&](std::unique_ptr<Sequence> sequence, const PrefixLookup& hit) {

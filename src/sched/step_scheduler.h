@@ -143,6 +143,8 @@ class StepScheduler {
   bool make_room(int needed, int keep, int& committed);
   // The plan, from the state alone.
   PlannedStep plan_step() const;
+  // plan_step() with the step costs first priced at the cells attended now.
+  PlannedStep plan_at_current_cells();
   void add_prefill(PlannedStep& out, Sequence& sequence, int& budget, int& kv_free) const;
   int kv_free_cells(const StepPlan& plan) const;
   bool is_long_prompt(int tokens_to_prefill) const;
