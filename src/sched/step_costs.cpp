@@ -92,7 +92,7 @@ double StepCosts::prompt_ms_per_token_beside(int decode_tokens) const {
   const double per_token = prefill_ms_per_token();
   if (per_token <= 0 || decode_tokens <= 0) return per_token;
   const int chunk = std::max(1, prefill_budget(decode_tokens, per_token));
-  return (decode_step_ms(decode_tokens) + chunk * per_token) / chunk;
+  return step_ms(decode_tokens, chunk) / chunk;
 }
 
 int StepCosts::long_chunk_budget(int decode_tokens) const {

@@ -74,6 +74,12 @@ class StepCosts {
     return prefill_ms_per_token_ <= 0 ? 0 : prefill_ms_per_token_ + cell_ms(1);
   }
   double target_step_ms() const { return target_step_ms_; }  // --target-itl-ms (0: off)
+  // What a step of `decode_tokens` decodes and `prompt_tokens` prompt tokens is expected to
+  // cost at the attended cells: its decodes' step (a one-token step's when it has none, the
+  // fixed cost of any step) and each prompt token's price.
+  double step_ms(int decode_tokens, int prompt_tokens) const {
+    return decode_step_ms(std::max(1, decode_tokens)) + prompt_tokens * prefill_ms_per_token();
+  }
   // A prompt token's share of the steps it is computed in beside `decode_tokens` decodes: the
   // chunk prefill_budget() gives it carries the step's decode cost too (0 while unknown).
   double prompt_ms_per_token_beside(int decode_tokens) const;

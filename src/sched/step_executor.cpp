@@ -62,9 +62,8 @@ DecodeStatus StepExecutor::run(StepPlan& plan, TimePoint step_started) {
   const double step_seconds = seconds_between(started, committed);
   const int decode_tokens = plan.decode_tokens();
   if (spdlog::should_log(spdlog::level::trace)) {
-    const double predicted_ms = costs_.decode_step_ms(std::max(1, decode_tokens)) +
-                                (batch_tokens - decode_tokens) * costs_.prefill_ms_per_token();
-    log_step(plan, costs_.attended_cells(), predicted_ms, phases);
+    log_step(plan, costs_.attended_cells(),
+             costs_.step_ms(decode_tokens, batch_tokens - decode_tokens), phases);
   }
   metrics_.observe_step(decode_tokens, batch_tokens - decode_tokens, step_seconds, phases);
   costs_.learn_step(decode_tokens, batch_tokens - decode_tokens, step_seconds * 1000.0);
