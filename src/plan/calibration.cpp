@@ -14,6 +14,7 @@
 #include "common/model_store.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "sched/cost_warmup.h"
 
 namespace brisk::plan {
 namespace {
@@ -25,6 +26,7 @@ double median(std::vector<double> values) {
 
 struct ModelRun {
   Deployment deployment;
+  Efficiency::MeasuredSteps steps;  // as brisk serve's warm-up measures them
   std::vector<StepSample> samples;
   std::vector<double> sample_ns_per_vocab_entry;  // one per decode step timed
 };
@@ -59,6 +61,39 @@ TimedStep timed_decode(Engine& engine, std::vector<std::unique_ptr<Sampler>>& sa
   timed.sample_ms = ms_between(sampling, Clock::now());
   timed.total_ms = ms_between(start, Clock::now());
   return timed;
+}
+
+// The steps brisk serve's scheduler prices, measured by its own warm-up (sched/cost_warmup.h)
+// with every timed batch: the planner's simulation of brisk serve runs on them.
+bool measure_serve_steps(Engine& engine, const CalibrationOptions& options, int max_batch,
+                         Efficiency::MeasuredSteps& steps, std::string* error) {
+  // The chunk brisk serve's warm-up times (StepScheduler::warm_up).
+  constexpr int kServeWarmupChunkTokens = 128;
+  // Twice over, the faster of each kind kept: the first run still faults in buffers.
+  StepCostTable best;
+  for (int run = 0; run < 2; ++run) {
+    StepCosts costs(0, std::max(options.prefill_tokens, max_batch));
+    if (!warm_up_step_costs(engine, costs, max_batch, kServeWarmupChunkTokens, Clock::now,
+                            options.decode_batches)
+             .ok) {
+      *error = "the serve warm-up's steps failed while calibrating (too little memory?)";
+      return false;
+    }
+    const StepCostTable table = costs.table();
+    if (run == 0) {
+      best = table;
+      continue;
+    }
+    for (const auto& [batch, ms] : table.decode_ms_by_batch) {
+      auto& kept = best.decode_ms_by_batch[batch];
+      kept = kept > 0 ? std::min(kept, ms) : ms;
+    }
+    best.prefill_ms_per_token = std::min(best.prefill_ms_per_token, table.prefill_ms_per_token);
+    best.row_cell_ms = std::max(best.row_cell_ms, table.row_cell_ms);
+  }
+  steps.table = best;
+  steps.attention_on_gpu = engine.attention_on_gpu();
+  return true;
 }
 
 std::optional<ModelRun> measure_model(const CalibrationOptions& options, const std::string& path,
@@ -143,6 +178,7 @@ std::optional<ModelRun> measure_model(const CalibrationOptions& options, const s
     run.samples.push_back({path, static_cast<double>(batch),
                            options.context_tokens + options.repeats / 2.0, 0, median(step_ms), 0});
   }
+  if (!measure_serve_steps(*engine, options, max_batch, run.steps, error)) return std::nullopt;
   return run;
 }
 
@@ -250,6 +286,9 @@ std::optional<Calibration> calibrate(const CalibrationOptions& options, const De
     }
   }
   calibration.median_abs_error = median(errors);
+  for (const ModelRun& run : runs) {
+    calibration.efficiency.measured_steps[run.deployment.model.name] = run.steps;
+  }
   // What the roofline cannot follow, kept as measured: the decode step at each timed batch over
   // its fit (the median over the models), which the planner interpolates between batches.
   std::map<double, std::vector<double>> ratios;
@@ -297,6 +336,18 @@ std::map<std::string, Efficiency> load_calibrations(const std::filesystem::path&
         efficiency.decode_batch_scale.push_back(
             {point.at("batch").get<double>(), point.at("scale").get<double>()});
       }
+      const nlohmann::json measured_steps = entry.value("measured_steps", nlohmann::json::object());
+      for (const auto& [model, steps] : measured_steps.items()) {
+        Efficiency::MeasuredSteps measured;
+        for (const auto& point : steps.at("decode_ms_by_batch")) {
+          measured.table.decode_ms_by_batch[point.at("batch").get<int>()] =
+              point.at("ms").get<double>();
+        }
+        measured.table.prefill_ms_per_token = steps.at("prefill_ms_per_token").get<double>();
+        measured.table.row_cell_ms = steps.at("row_cell_ms").get<double>();
+        measured.attention_on_gpu = steps.at("attention_on_gpu").get<bool>();
+        efficiency.measured_steps[model] = measured;
+      }
       calibrations[device_id] = efficiency;
     }
   } catch (const nlohmann::json::exception&) {
@@ -327,7 +378,27 @@ bool store_calibration(const std::filesystem::path& file, const Calibration& cal
   for (const Efficiency::BatchScale& point : calibration.efficiency.decode_batch_scale) {
     scales.push_back({{"batch", point.batch}, {"scale", point.scale}});
   }
+  // Models measured earlier on this device keep their steps unless measured again.
+  nlohmann::json measured_steps = nlohmann::json::object();
+  if (root.contains("devices") && root["devices"].is_object() &&
+      root["devices"].contains(calibration.device_id) &&
+      root["devices"][calibration.device_id].is_object()) {
+    const nlohmann::json earlier = root["devices"][calibration.device_id].value(
+        "measured_steps", nlohmann::json::object());
+    if (earlier.is_object()) measured_steps = earlier;
+  }
+  for (const auto& [model, steps] : calibration.efficiency.measured_steps) {
+    nlohmann::json decode = nlohmann::json::array();
+    for (const auto& [batch, ms] : steps.table.decode_ms_by_batch) {
+      decode.push_back({{"batch", batch}, {"ms", ms}});
+    }
+    measured_steps[model] = {{"decode_ms_by_batch", decode},
+                             {"prefill_ms_per_token", steps.table.prefill_ms_per_token},
+                             {"row_cell_ms", steps.table.row_cell_ms},
+                             {"attention_on_gpu", steps.attention_on_gpu}};
+  }
   root["devices"][calibration.device_id] = {
+      {"measured_steps", measured_steps},
       {"decode_batch_scale", scales},
       {"bandwidth_efficiency", calibration.efficiency.bandwidth},
       {"compute_efficiency", calibration.efficiency.compute},

@@ -192,4 +192,11 @@ double Deployment::prefill_extra_ms(int prompt_tokens, double decode_batch, doub
   return extra_ms;
 }
 
+const Efficiency::MeasuredSteps* Deployment::measured_steps() const {
+  if (devices != 1) return nullptr;  // measured on one device; tensor parallelism is not
+  const auto found = efficiency.measured_steps.find(model.name);
+  return found == efficiency.measured_steps.end() || found->second.table.empty() ? nullptr
+                                                                                 : &found->second;
+}
+
 }  // namespace brisk::plan

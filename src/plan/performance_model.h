@@ -1,9 +1,11 @@
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
 #include "plan/hardware_catalog.h"
+#include "sched/step_costs.h"
 #include "plan/model_profile.h"
 #include "plan/precision.h"
 
@@ -29,6 +31,14 @@ struct Efficiency {
     double scale = 1;
   };
   std::vector<BatchScale> decode_batch_scale;  // by batch, ascending
+  // What brisk serve's steps cost for a model on this device, measured by `brisk plan calibrate`
+  // through the engine as serve's warm-up measures them: the planner then runs brisk serve's
+  // own scheduler on them (plan/served_simulation.h) instead of the roofline. By model name.
+  struct MeasuredSteps {
+    StepCostTable table;
+    bool attention_on_gpu = false;
+  };
+  std::map<std::string, MeasuredSteps> measured_steps;
 
   static Efficiency defaults_for(const DeviceSpec& device);
   // decode_batch_scale at `batch`, linear in log(batch) between the timed batches and held
@@ -102,6 +112,9 @@ struct Deployment {
   // brisk serve --max-seqs: at most this many requests prefill or decode at once, the rest wait
   // in the queue (0: no cap; memory then decides, as brisk plan sizes it).
   int max_sequences = 0;
+
+  // This deployment's model's steps as measured on its device, when a calibration has them.
+  const Efficiency::MeasuredSteps* measured_steps() const;
 
   // One step decoding `decode_batch` sequences whose mean context is `decode_context`, plus
   // prompt chunks, each of its own request: a chunk's tokens attend to its own prompt only.

@@ -9,6 +9,7 @@
 
 #include "common/arrival_schedule.h"
 #include "common/percentile.h"
+#include "plan/served_simulation.h"
 
 namespace brisk::plan {
 
@@ -17,6 +18,46 @@ double Percentiles::at(const std::string& stat) const {
   if (stat == "p95") return p95;
   if (stat == "p99") return p99;
   return mean;
+}
+
+Percentiles percentiles_of(std::vector<double> values) {
+  if (values.empty()) return {};
+  std::sort(values.begin(), values.end());
+  double sum = 0;
+  for (const double value : values) sum += value;
+  return {sum / values.size(), percentile_linear(values, 50), percentile_linear(values, 95),
+          percentile_linear(values, 99)};
+}
+
+// The engine starts a step as soon as it has work, so a burst's first step carries the first
+// prompt alone (seen in every measured burst on the test VM: the first request's TTFT is one
+// prompt's, the next ones wait for that step). In a closed loop this sets the waves for good:
+// users that share a step stay together.
+double burst_arrival_ms(int index) { return 1e-3 * index; }
+
+std::vector<std::pair<double, bool>> open_loop_arrivals(double rate_per_s,
+                                                        const std::optional<ArrivalSample>& sample,
+                                                        int requests) {
+  std::vector<std::pair<double, bool>> arrivals;
+  if (sample) {
+    // What one bench run sends: its own schedule, its own seed, every request measured.
+    const ArrivalPattern pattern{ArrivalProcess::poisson, rate_per_s, 1.0};
+    for (const double offset_s : arrival_offsets_s(pattern, sample->requests, sample->seed)) {
+      arrivals.emplace_back(offset_s * 1000, true);
+    }
+    return arrivals;
+  }
+  // Seeded Poisson arrivals (a portable generator and transform, so every machine predicts
+  // the same), the first tenth left out as the run's warm-up.
+  const int warmup = requests / 10;
+  std::mt19937_64 random(1);
+  double arrival_ms = 0;
+  for (int index = 0; index < requests; ++index) {
+    const double uniform = static_cast<double>(random() >> 11) * 0x1.0p-53;
+    arrival_ms += -std::log1p(-uniform) / rate_per_s * 1000;
+    arrivals.emplace_back(arrival_ms, index >= warmup);
+  }
+  return arrivals;
 }
 
 double poisson_quantile(double mean, double q) {
@@ -66,16 +107,6 @@ bool open_loop_saturates(const Deployment& deployment, int input_tokens, int out
     decode_batch = 0.5 * decode_batch + 0.5 * next_batch;
   }
   return false;
-}
-
-// Simulated requests, summarized as brisk bench summarizes measured ones (linear between ranks).
-Percentiles percentiles_of(std::vector<double> values) {
-  if (values.empty()) return {};
-  std::sort(values.begin(), values.end());
-  double sum = 0;
-  for (const double value : values) sum += value;
-  return {sum / values.size(), percentile_linear(values, 50), percentile_linear(values, 95),
-          percentile_linear(values, 99)};
 }
 
 struct SimulatedRequest {
@@ -232,13 +263,6 @@ class EngineSimulation {
   double prefill_ms_ = 0;
 };
 
-// When request `index` of a burst reaches the server: one after another, a microsecond apart.
-// A client sends "all at once" one request after another, and the engine starts a step as soon
-// as it has work, so the first step carries the first prompt alone (seen in every measured
-// burst on the test VM: the first request's TTFT is one prompt's, the next ones wait for that
-// step). In a closed loop this sets the waves for good: users that share a step stay together.
-double burst_arrival_ms(int index) { return 1e-3 * index; }
-
 // Latency percentiles over the simulation's measured requests.
 LoadPrediction summarize(const EngineSimulation& simulation, int output_tokens) {
   std::vector<double> ttft_ms, tpot_ms, e2e_ms;
@@ -262,6 +286,9 @@ LoadPrediction summarize(const EngineSimulation& simulation, int output_tokens) 
 
 LoadPrediction predict_burst(const Deployment& deployment, int input_tokens, int output_tokens,
                              int requests, int cached_tokens) {
+  if (const auto* steps = deployment.measured_steps()) {
+    return served_burst(deployment, *steps, input_tokens, output_tokens, requests, cached_tokens);
+  }
   const int count = std::max(1, requests);
   EngineSimulation simulation(deployment, input_tokens, output_tokens, cached_tokens);
   for (int user = 0; user < count; ++user) {
@@ -278,31 +305,19 @@ LoadPrediction predict_burst(const Deployment& deployment, int input_tokens, int
 LoadPrediction predict_open_loop(const Deployment& deployment, int input_tokens, int output_tokens,
                                  double rate_per_s, const std::optional<ArrivalSample>& sample,
                                  int cached_tokens) {
+  if (const auto* steps = deployment.measured_steps()) {
+    return served_open_loop(deployment, *steps, input_tokens, output_tokens, rate_per_s, sample,
+                            cached_tokens);
+  }
   if (open_loop_saturates(deployment, input_tokens, output_tokens, rate_per_s, cached_tokens)) {
     LoadPrediction saturated;
     saturated.saturated = true;
     return saturated;
   }
   EngineSimulation simulation(deployment, input_tokens, output_tokens, cached_tokens);
-  if (sample) {
-    // What one bench run sends: its own schedule, its own seed, every request measured.
-    const ArrivalPattern pattern{ArrivalProcess::poisson, rate_per_s, 1.0};
-    int index = 0;
-    for (const double offset_s : arrival_offsets_s(pattern, sample->requests, sample->seed)) {
-      simulation.arrive(offset_s * 1000, index++, /*measured=*/true);
-    }
-  } else {
-    // Seeded Poisson arrivals (a portable generator and transform, so every machine predicts
-    // the same), the first tenth left out as the run's warm-up.
-    constexpr int kRequests = 1500;
-    constexpr int kWarmup = kRequests / 10;
-    std::mt19937_64 random(1);
-    double arrival_ms = 0;
-    for (int index = 0; index < kRequests; ++index) {
-      const double uniform = static_cast<double>(random() >> 11) * 0x1.0p-53;
-      arrival_ms += -std::log1p(-uniform) / rate_per_s * 1000;
-      simulation.arrive(arrival_ms, index, /*measured=*/index >= kWarmup);
-    }
+  int index = 0;
+  for (const auto& [arrival_ms, measured] : open_loop_arrivals(rate_per_s, sample)) {
+    simulation.arrive(arrival_ms, index++, measured);
   }
   simulation.run([](const SimulatedRequest&) {});
   LoadPrediction prediction = summarize(simulation, output_tokens);
@@ -315,6 +330,10 @@ LoadPrediction predict_open_loop(const Deployment& deployment, int input_tokens,
 
 LoadPrediction predict_closed_loop(const Deployment& deployment, int input_tokens,
                                    int output_tokens, int concurrency, int cached_tokens) {
+  if (const auto* steps = deployment.measured_steps()) {
+    return served_closed_loop(deployment, *steps, input_tokens, output_tokens, concurrency,
+                              cached_tokens);
+  }
   // Every user sends kCycles requests, each as its last one ends. The first wave is a burst and
   // the last ends while others stop, so only the requests in between are the steady state; with
   // fixed lengths that state is periodic (users that started together stay together), which a

@@ -2,6 +2,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "plan/performance_model.h"
 
@@ -76,6 +78,21 @@ LoadPrediction predict_open_loop(const Deployment& deployment, int input_tokens,
                                  double rate_per_s,
                                  const std::optional<ArrivalSample>& sample = std::nullopt,
                                  int cached_tokens = 0);
+
+// When request `index` of a burst reaches the server: one after another, a microsecond apart
+// (a client sends "all at once" one request after another; the first step carries the first
+// prompt alone). Closed-loop users whose answers end in one step send theirs the same way.
+double burst_arrival_ms(int index);
+
+// An open loop's arrivals (ms) and whether each is measured: exactly one brisk bench run's with
+// `sample` (all measured), else `requests` seeded Poisson arrivals, the first tenth left out as
+// the run's warm-up.
+std::vector<std::pair<double, bool>> open_loop_arrivals(double rate_per_s,
+                                                        const std::optional<ArrivalSample>& sample,
+                                                        int requests = 1500);
+
+// Simulated requests, summarized as brisk bench summarizes measured ones (linear between ranks).
+Percentiles percentiles_of(std::vector<double> values);
 
 // Quantile of a Poisson distribution with mean `mean` (smallest k with CDF >= q). A double: the
 // planner's search passes means far beyond an int (8e9 chunks for gemma3-270m at a saturating

@@ -16,8 +16,9 @@ Token filler_token(int index, int vocabulary) {
 
 class WarmupSteps {
  public:
-  WarmupSteps(ModelRunner& engine, int sequences)
+  WarmupSteps(ModelRunner& engine, int sequences, const std::function<TimePoint()>& clock)
       : engine_(engine),
+        clock_(clock),
         positions_(static_cast<size_t>(sequences), 0),
         per_sequence_(engine.sequence_context_size() != engine.context_size()) {}
   ~WarmupSteps() {
@@ -83,13 +84,14 @@ class WarmupSteps {
   }
 
   double run() {
-    const TimePoint began = Clock::now();
+    const TimePoint began = clock_();
     if (engine_.decode() != DecodeStatus::ok) return -1;
     engine_.synchronize();
-    return ms_between(began, Clock::now());
+    return ms_between(began, clock_());
   }
 
   ModelRunner& engine_;
+  const std::function<TimePoint()>& clock_;
   std::vector<int> positions_;
   const bool per_sequence_;
 };
@@ -103,15 +105,18 @@ struct Measured {
 }  // namespace
 
 WarmupResult warm_up_step_costs(ModelRunner& engine, StepCosts& costs, int max_seqs,
-                                int chunk_tokens) {
+                                int chunk_tokens, const std::function<TimePoint()>& clock,
+                                const std::vector<int>& more_decode_batches) {
   WarmupResult result;
-  const TimePoint began = Clock::now();
+  const TimePoint began = clock();
   const int sequences = std::clamp(max_seqs, 1, std::max(1, engine.sequence_ids()));
   constexpr int kDecodeSteps = 3;
   constexpr int kChunks = 2;
   // Room in sequence 0 for the chunks and its decodes: a first step, then four kinds of
-  // kDecodeSteps (one sequence, the full batch at three fills), and one spare.
-  const int room = (engine.sequence_context_size() - 4 * kDecodeSteps - 2) / kChunks;
+  // kDecodeSteps (one sequence, the full batch at three fills) and the more batches', and one
+  // spare.
+  const int decode_kinds = 4 + static_cast<int>(more_decode_batches.size());
+  const int room = (engine.sequence_context_size() - decode_kinds * kDecodeSteps - 2) / kChunks;
   const int chunk = std::min(chunk_tokens, room);
   if (chunk < StepCosts::kMinChunkTokens) return result;
   result.sequences = sequences;
@@ -120,8 +125,9 @@ WarmupResult warm_up_step_costs(ModelRunner& engine, StepCosts& costs, int max_s
   Measured chunk_step;
   Measured full;
   Measured full_filled;
+  std::vector<std::pair<int, Measured>> more;  // by batch
   {
-    WarmupSteps steps(engine, sequences);
+    WarmupSteps steps(engine, sequences, clock);
     // The first step, at the full batch, faults in the buffers: not counted. Of the rest, each
     // kind's fastest is learned: on a shared machine another process only ever adds time, and
     // one step slowed tenfold (CI: another server loading beside it) priced a 150-token
@@ -141,6 +147,12 @@ WarmupResult warm_up_step_costs(ModelRunner& engine, StepCosts& costs, int max_s
     if (one.ms < 0) return result;
     chunk_step = fastest(kChunks, steps.attended_cells(1), [&] { return steps.prefill(chunk); });
     if (chunk_step.ms < 0) return result;
+    for (const int batch : more_decode_batches) {
+      if (batch <= 1 || batch >= sequences) continue;
+      more.emplace_back(batch, fastest(kDecodeSteps, steps.attended_cells(batch),
+                                       [&] { return steps.decode(batch); }));
+      if (more.back().second.ms < 0) return result;
+    }
     full = fastest(kDecodeSteps, steps.attended_cells(sequences),
                    [&] { return steps.decode(sequences); });
     if (full.ms < 0) return result;
@@ -169,6 +181,7 @@ WarmupResult warm_up_step_costs(ModelRunner& engine, StepCosts& costs, int max_s
     costs.learn_step(decodes, prompt_tokens, step.ms);
   };
   learn(one, 1, 0);
+  for (const auto& [batch, step] : more) learn(step, batch, 0);
   learn(chunk_step, 0, chunk);
   // The full batch last: the batch a burst runs at, and the one decode_step_ms() prices.
   learn(full, sequences, 0);
@@ -180,7 +193,7 @@ WarmupResult warm_up_step_costs(ModelRunner& engine, StepCosts& costs, int max_s
   result.prefill_ms_per_token = costs.prefill_ms_per_token();
   result.row_cell_ms = costs.row_cell_ms();
   result.filled_cells = full_filled.cells;
-  result.seconds = seconds_between(began, Clock::now());
+  result.seconds = seconds_between(began, clock());
   return result;
 }
 

@@ -1,5 +1,9 @@
 #pragma once
 
+#include <functional>
+#include <vector>
+
+#include "common/clock.h"
 #include "engine/model_runner.h"
 #include "sched/step_costs.h"
 
@@ -27,7 +31,12 @@ struct WarmupResult {
 // first request: a cold server otherwise prices its first admissions with no costs at all (150
 // requests at once were all admitted up to the queue's length, and waited up to 82 s against a
 // 30 s --max-queue-delay-ms).
+// Steps are timed on `clock` (the scheduler's: a simulation's runner moves a virtual one).
+// `more_decode_batches` (at most max_seqs each) are timed too, alongside the full batch:
+// `brisk plan calibrate` measures the curve between one sequence and max_seqs this way.
 WarmupResult warm_up_step_costs(ModelRunner& engine, StepCosts& costs, int max_seqs,
-                                int chunk_tokens);
+                                int chunk_tokens,
+                                const std::function<TimePoint()>& clock = Clock::now,
+                                const std::vector<int>& more_decode_batches = {});
 
 }  // namespace brisk

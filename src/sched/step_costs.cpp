@@ -15,6 +15,23 @@ double blend(double average, double sample, double weight) {
 
 }  // namespace
 
+StepCosts StepCosts::from_table(const StepCostTable& table, double target_step_ms,
+                                int max_batched_tokens) {
+  StepCosts costs(target_step_ms, max_batched_tokens);
+  for (const auto& [batch, ms] : table.decode_ms_by_batch) {
+    if (batch > 0 && ms > 0) costs.decode_ms_by_batch_[batch] = ms;
+  }
+  if (!costs.decode_ms_by_batch_.empty()) costs.last_decode_batch_ = costs.decode_ms_by_batch_.rbegin()->first;
+  costs.prefill_ms_per_token_ = std::max(0.0, table.prefill_ms_per_token);
+  costs.row_cell_ms_ = std::max(0.0, table.row_cell_ms);
+  costs.mark_settled();
+  return costs;
+}
+
+StepCostTable StepCosts::table() const {
+  return {decode_ms_by_batch_, prefill_ms_per_token_, row_cell_ms_};
+}
+
 void StepCosts::learn_step(int decode_tokens, int prefill_tokens, double step_ms) {
   constexpr double kWeight = 0.2;
   constexpr double kRecentWeight = 0.05;

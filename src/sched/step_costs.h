@@ -6,6 +6,16 @@
 
 namespace brisk {
 
+// What StepCosts learned, as numbers to store and load: `brisk plan calibrate` measures it through
+// the real engine and the planner's simulation prices its steps with it (sched/serve_simulation.h).
+// Kept as at no attended cell; row_cell_ms adds what each row pays per cell it attends over.
+struct StepCostTable {
+  std::map<int, double> decode_ms_by_batch;  // a step of decodes alone, by batch
+  double prefill_ms_per_token = 0;           // beyond the decodes of its step
+  double row_cell_ms = 0;
+  bool empty() const { return decode_ms_by_batch.empty(); }
+};
+
 // What an engine step costs on this machine, learned from the steps run (moving averages), and
 // what follows from it: the prompt chunk that keeps a step under --target-itl-ms, and how long
 // finished requests held their sequence. Engine thread only; no clock, so tests feed it times.
@@ -20,6 +30,11 @@ class StepCosts {
         max_batched_tokens_(max_batched_tokens),
         min_prefill_step_tokens_(min_prefill_step_tokens),
         min_alone_chunk_tokens_(min_alone_chunk_tokens) {}
+
+  // Costs as a table measured elsewhere says, settled (no step of this process needed).
+  static StepCosts from_table(const StepCostTable& table, double target_step_ms,
+                              int max_batched_tokens);
+  StepCostTable table() const;
 
   // A step of `decode_tokens` decodes and `prefill_tokens` prompt tokens took `step_ms`.
   void learn_step(int decode_tokens, int prefill_tokens, double step_ms);

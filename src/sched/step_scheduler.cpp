@@ -27,7 +27,8 @@ WarmupResult StepScheduler::warm_up() {
   // small enough that the warm-up stays a fraction of a second on a CPU.
   constexpr int kWarmupChunkTokens = 128;
   const WarmupResult result = warm_up_step_costs(
-      engine_, costs_, options_.max_seqs, std::min(options_.max_batched_tokens, kWarmupChunkTokens));
+      engine_, costs_, options_.max_seqs, std::min(options_.max_batched_tokens, kWarmupChunkTokens),
+      options_.clock);
   report();
   return result;
 }

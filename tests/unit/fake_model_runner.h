@@ -109,7 +109,20 @@ class FakeModelRunner final : public ModelRunner {
         cell_cost += cell_delay * attended;
       }
     }
-    const auto delay = step_delay + token_delay * static_cast<int>(batch_.size()) + cell_cost;
+    auto delay = step_delay + token_delay * static_cast<int>(batch_.size()) + cell_cost;
+    if (step_price_ms) {
+      // Decodes are the sequences with one token in the batch, the rest prompt chunks.
+      std::map<int, int> tokens_by_sequence;
+      for (const Entry& entry : batch_) ++tokens_by_sequence[entry.sequence];
+      int decodes = 0;
+      int prompt_tokens = 0;
+      for (const auto& [sequence, tokens] : tokens_by_sequence) {
+        (tokens == 1 ? decodes : prompt_tokens) += tokens;
+      }
+      delay = std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::duration<double, std::milli>(step_price_ms(decodes, prompt_tokens, used)));
+      priced_steps.push_back({decodes, prompt_tokens, used});
+    }
     if (clock) {
       clock->advance(delay);
     } else if (delay.count() > 0) {
@@ -264,6 +277,15 @@ class FakeModelRunner final : public ModelRunner {
   std::chrono::microseconds step_delay{0};   // each decode takes this
   std::chrono::microseconds token_delay{0};  // and this per token of its batch
   std::chrono::nanoseconds cell_delay{0};    // and this per token per cell it attends over
+  // If set, a step takes what this says of its decodes, prompt tokens and the cells in use
+  // before it (instead of the delays above), and is listed in priced_steps.
+  std::function<double(int decodes, int prompt_tokens, int cells_in_use)> step_price_ms;
+  struct PricedShape {
+    int decodes = 0;
+    int prompt_tokens = 0;
+    int cells_in_use = 0;
+  };
+  std::vector<PricedShape> priced_steps;
   FakeClock* clock = nullptr;                // if set, the delays move it instead of sleeping
   int sliding_window = 0;
   bool drop_window_cells = false;
