@@ -231,18 +231,6 @@ def scaled_calibration(home: Path, factor: float) -> Path:
     return scaled
 
 
-def roofline_calibration(home: Path) -> Path:
-    """A copy of `home`'s calibration.json without the measured serve steps: what the planner
-    predicted before it ran brisk serve's scheduler (the roofline simulation on the fitted
-    efficiencies)."""
-    data = json.loads((home / "calibration.json").read_text())
-    for device in data["devices"].values():
-        device.pop("measured_steps", None)
-    roofline = Path(tempfile.mkdtemp(prefix=f"{home.name}-roofline-"))
-    (roofline / "calibration.json").write_text(json.dumps(data, indent=1))
-    return roofline
-
-
 def add_long_run(row: dict, brisk: Path, device: str, plan_args: list[str],
                  home: Path | None) -> None:
     """A Poisson point's prediction for a long run at its rate (1,500 arrivals), beside the one
@@ -313,10 +301,6 @@ def main() -> int:
     parser.add_argument("--decode-scale", type=float, default=1.0,
                         help="with --repredict: predict with every calibrated decode step this "
                              "many times slower (how sensitive a point is to step-cost error)")
-    parser.add_argument("--roofline", action="store_true",
-                        help="with --repredict: predict without the measured serve steps (the "
-                             "roofline simulation the planner used before it ran the server's "
-                             "scheduler)")
     parser.add_argument("--out")
     args = parser.parse_args()
     if not args.case and not args.repredict:
@@ -339,8 +323,6 @@ def main() -> int:
             home = Path(home) if home else None
             if home and args.decode_scale != 1:
                 home = scaled_calibration(home, args.decode_scale)
-            if home and args.roofline:
-                home = roofline_calibration(home)
             run_dirs = sorted((Path(args.work) / f"{Path(row['model']).stem}-{point_tag(row['load'])}")
                               .glob("run*"))
             if run_dirs:  # the statistics again from the requests, with today's definitions

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "app/commands.h"
+#include "bench/http_fetch.h"
 #include "common/json_file.h"
 #include "common/model_store.h"
 #include "plan/calibration.h"
@@ -49,6 +50,7 @@ struct PlanFlags {
   std::string emit;  // "k8s" or "haproxy": deployment files instead of the table
   std::string explain;
   bool uncalibrated = false;
+  std::string simulator = "roofline";
 };
 
 struct CalibrateFlags {
@@ -60,6 +62,7 @@ struct CalibrateFlags {
   std::vector<int> batches = {1, 2, 4, 8, 16};
   int context_tokens = 256;
   int repeats = 5;
+  std::string from_server;  // a running brisk serve's URL: its learned step costs instead
 };
 
 int fail(const std::string& message) {
@@ -247,6 +250,7 @@ int run_plan(PlanFlags flags) {
   request.step_token_budget = flags.step_token_budget;
   request.chunking = flags.chunking;
   if (!flags.uncalibrated) request.calibrated = plan::load_calibrations(plan::calibration_file());
+  request.simulate_server = flags.simulator == "serve";
   if (flags.models.size() > 1) return plan_several(flags, request, *catalog);
 
   const auto plan = plan::make_plan(request, *catalog, &error);
@@ -283,6 +287,45 @@ int run_plan(PlanFlags flags) {
   return 0;
 }
 
+// `--from-server URL`: the step costs a running brisk serve learned (GET /debug/scheduler), stored
+// as the model's measured steps on the device.
+int calibrate_from_server(const CalibrateFlags& flags, const plan::DeviceSpec& device) {
+  if (flags.models.size() != 1) {
+    return fail("--from-server takes one --model: the model the server serves");
+  }
+  std::string error;
+  const ResolveResult resolved = ModelStore::from_environment().resolve(flags.models[0]);
+  if (!resolved.ok()) return fail(resolved.error);
+  const auto profile = plan::profile_from_gguf(resolved.path.string(), &error);
+  if (!profile) return fail(error);
+  const auto target = bench::parse_target_url(flags.from_server, error);
+  if (!target) return fail("--from-server: " + error);
+  const bench::FetchResult answer =
+      bench::fetch(*target, "/debug/scheduler", "", std::chrono::seconds(10));
+  if (!answer.ok()) {
+    return fail(fmt::format("GET {}/debug/scheduler: {}", flags.from_server,
+                            answer.error.empty() ? "HTTP " + std::to_string(answer.status) + " " +
+                                                       answer.body
+                                                 : answer.error));
+  }
+  const nlohmann::json scheduler = nlohmann::json::parse(answer.body, nullptr, false);
+  const auto steps = plan::measured_steps_from_scheduler(scheduler, &error);
+  if (!steps) return fail(flags.from_server + ": " + error);
+  const auto file = plan::calibration_file();
+  if (!plan::store_measured_steps(file, device, profile->name, *steps, &error)) return fail(error);
+  std::string batches;
+  for (const auto& [batch, ms] : steps->table.decode_ms_by_batch) {
+    batches += fmt::format("{}{}: {:.1f} ms", batches.empty() ? "" : ", ", batch, ms);
+  }
+  fmt::print(
+      "{}'s steps as {} learned them: decodes by batch ({}), a prompt token {:.2f} ms, a row "
+      "{:.3f} us per KV cell\nstored in {}; `brisk plan` predicts {} on {} with brisk serve's "
+      "scheduler on them\n",
+      profile->name, flags.from_server, batches, steps->table.prefill_ms_per_token,
+      steps->table.row_cell_ms * 1000, file.string(), profile->name, device.id);
+  return 0;
+}
+
 int run_calibrate(const CalibrateFlags& flags) {
   std::string error;
   const auto catalog = plan::HardwareCatalog::load(flags.catalog, &error);
@@ -291,6 +334,7 @@ int run_calibrate(const CalibrateFlags& flags) {
   if (device == nullptr) {
     return fail("unknown --device '" + flags.device + "'; the catalog has: " + catalog->ids());
   }
+  if (!flags.from_server.empty()) return calibrate_from_server(flags, *device);
   plan::CalibrationOptions options;
   for (const std::string& name : flags.models) {
     const ResolveResult resolved = ModelStore::from_environment().resolve(name);
@@ -415,6 +459,11 @@ CommandRunner register_plan_command(CLI::App& app) {
                  "Print the arithmetic behind one candidate (a device id, or 'best')");
   app.add_flag("--uncalibrated", flags->uncalibrated,
                "Ignore stored calibrations; use default efficiencies everywhere");
+  app.add_option("--simulator", flags->simulator,
+                 "What predicts a load: roofline (a model of brisk serve's scheduler over the "
+                 "roofline step) or serve (brisk serve's own scheduler on the steps `brisk plan "
+                 "calibrate` measured for the model; the roofline where none were)")
+      ->check(CLI::IsMember({"roofline", "serve"}));
 
   CLI::App* calibrate = app.add_subcommand(
       "calibrate",
@@ -445,6 +494,9 @@ CommandRunner register_plan_command(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20));
   calibrate->add_option("--repeats", calibrate_flags->repeats, "Timed steps per point (median)")
       ->check(CLI::Range(1, 1000));
+  calibrate->add_option("--from-server", calibrate_flags->from_server,
+                        "A running brisk serve's URL (serving --model on this device): store "
+                        "the step costs it learned under its load instead of timing steps here");
 
   return [flags, calibrate_flags, calibrate, isl, osl, concurrency, rate, burst] {
     if (calibrate->parsed()) return run_calibrate(*calibrate_flags);

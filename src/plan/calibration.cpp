@@ -15,6 +15,7 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "sched/cost_warmup.h"
+#include "sched/step_cost_table_json.h"
 
 namespace brisk::plan {
 namespace {
@@ -253,6 +254,27 @@ Efficiency fit(std::vector<ModelRun>& runs, const Efficiency& defaults, bool fit
   return best;
 }
 
+bool write_atomically(const std::filesystem::path& file, const nlohmann::json& root,
+                      std::string* error) {
+  std::error_code ignored;
+  std::filesystem::create_directories(file.parent_path(), ignored);
+  const std::filesystem::path temporary = file.string() + ".tmp";
+  {
+    std::ofstream output(temporary);
+    output << root.dump(2) << "\n";
+    if (!output) {
+      *error = "cannot write " + temporary.string();
+      return false;
+    }
+  }
+  std::filesystem::rename(temporary, file, ignored);
+  if (ignored) {
+    *error = "cannot replace " + file.string() + ": " + ignored.message();
+    return false;
+  }
+  return true;
+}
+
 std::string utc_now() {
   return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(std::time(nullptr)));
 }
@@ -338,15 +360,10 @@ std::map<std::string, Efficiency> load_calibrations(const std::filesystem::path&
       }
       const nlohmann::json measured_steps = entry.value("measured_steps", nlohmann::json::object());
       for (const auto& [model, steps] : measured_steps.items()) {
-        Efficiency::MeasuredSteps measured;
-        for (const auto& point : steps.at("decode_ms_by_batch")) {
-          measured.table.decode_ms_by_batch[point.at("batch").get<int>()] =
-              point.at("ms").get<double>();
-        }
-        measured.table.prefill_ms_per_token = steps.at("prefill_ms_per_token").get<double>();
-        measured.table.row_cell_ms = steps.at("row_cell_ms").get<double>();
-        measured.attention_on_gpu = steps.at("attention_on_gpu").get<bool>();
-        efficiency.measured_steps[model] = measured;
+        std::string ignored;
+        const auto table = step_cost_table_from_json(steps, &ignored);
+        if (!table) continue;  // a damaged entry counts as none; calibrate the model again
+        efficiency.measured_steps[model] = {*table, steps.value("attention_on_gpu", false)};
       }
       calibrations[device_id] = efficiency;
     }
@@ -388,14 +405,8 @@ bool store_calibration(const std::filesystem::path& file, const Calibration& cal
     if (earlier.is_object()) measured_steps = earlier;
   }
   for (const auto& [model, steps] : calibration.efficiency.measured_steps) {
-    nlohmann::json decode = nlohmann::json::array();
-    for (const auto& [batch, ms] : steps.table.decode_ms_by_batch) {
-      decode.push_back({{"batch", batch}, {"ms", ms}});
-    }
-    measured_steps[model] = {{"decode_ms_by_batch", decode},
-                             {"prefill_ms_per_token", steps.table.prefill_ms_per_token},
-                             {"row_cell_ms", steps.table.row_cell_ms},
-                             {"attention_on_gpu", steps.attention_on_gpu}};
+    measured_steps[model] = step_cost_table_json(steps.table);
+    measured_steps[model]["attention_on_gpu"] = steps.attention_on_gpu;
   }
   root["devices"][calibration.device_id] = {
       {"measured_steps", measured_steps},
@@ -409,23 +420,57 @@ bool store_calibration(const std::filesystem::path& file, const Calibration& cal
       {"date", calibration.date},
       {"median_abs_error", calibration.median_abs_error},
       {"samples", samples}};
-  std::error_code ignored;
-  std::filesystem::create_directories(file.parent_path(), ignored);
-  const std::filesystem::path temporary = file.string() + ".tmp";
-  {
-    std::ofstream output(temporary);
-    output << root.dump(2) << "\n";
-    if (!output) {
-      *error = "cannot write " + temporary.string();
-      return false;
+  return write_atomically(file, root, error);
+}
+
+std::optional<Efficiency::MeasuredSteps> measured_steps_from_scheduler(
+    const nlohmann::json& scheduler, std::string* error) {
+  if (!scheduler.is_object() || !scheduler.contains("measured") ||
+      !scheduler["measured"].is_object() || !scheduler["measured"].contains("step_costs")) {
+    *error = "the answer has no measured.step_costs (is it brisk serve's GET /debug/scheduler, "
+             "of this version or later?)";
+    return std::nullopt;
+  }
+  auto table = step_cost_table_from_json(scheduler["measured"]["step_costs"], error);
+  if (!table) return std::nullopt;
+  if (table->empty() || table->prefill_ms_per_token <= 0) {
+    *error = "the server has not measured its steps yet (its warm-up was off and it ran no "
+             "request): send it a load first";
+    return std::nullopt;
+  }
+  Efficiency::MeasuredSteps steps;
+  steps.table = *table;
+  const nlohmann::json limits = scheduler.value("limits", nlohmann::json::object());
+  steps.attention_on_gpu = limits.is_object() && limits.value("min_alone_chunk_tokens", 0) == 0;
+  return steps;
+}
+
+bool store_measured_steps(const std::filesystem::path& file, const DeviceSpec& device,
+                          const std::string& model, const Efficiency::MeasuredSteps& steps,
+                          std::string* error) {
+  if (std::ifstream input(file); input) {
+    nlohmann::json root;
+    try {
+      root = nlohmann::json::parse(input);
+    } catch (const nlohmann::json::exception&) {
+    }
+    if (root.is_object() && root.contains("devices") && root["devices"].is_object() &&
+        root["devices"].contains(device.id) && root["devices"][device.id].is_object()) {
+      nlohmann::json& entry = root["devices"][device.id];
+      if (!entry.contains("measured_steps") || !entry["measured_steps"].is_object()) {
+        entry["measured_steps"] = nlohmann::json::object();
+      }
+      entry["measured_steps"][model] = step_cost_table_json(steps.table);
+      entry["measured_steps"][model]["attention_on_gpu"] = steps.attention_on_gpu;
+      return write_atomically(file, root, error);
     }
   }
-  std::filesystem::rename(temporary, file, ignored);
-  if (ignored) {
-    *error = "cannot replace " + file.string() + ": " + ignored.message();
-    return false;
-  }
-  return true;
+  Calibration calibration;
+  calibration.device_id = device.id;
+  calibration.date = utc_now();
+  calibration.efficiency = Efficiency::defaults_for(device);
+  calibration.efficiency.measured_steps[model] = steps;
+  return store_calibration(file, calibration, error);
 }
 
 }  // namespace brisk::plan

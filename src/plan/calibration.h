@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,5 +52,17 @@ std::filesystem::path calibration_file();
 std::map<std::string, Efficiency> load_calibrations(const std::filesystem::path& file);
 bool store_calibration(const std::filesystem::path& file, const Calibration& calibration,
                        std::string* error);
+
+// What a running brisk serve's GET /debug/scheduler says its steps cost, as learned from the
+// steps it ran (its warm-up, then every step under its real load: its own threads and its
+// clients' share of the machine included): measured.step_costs, and limits'
+// min_alone_chunk_tokens for where attention runs. nullopt with `error` otherwise.
+std::optional<Efficiency::MeasuredSteps> measured_steps_from_scheduler(
+    const nlohmann::json& scheduler, std::string* error);
+// Stores `steps` as `model`'s measured steps on `device` in `file`, beside what the file holds
+// for the device (one not calibrated yet gets the default efficiencies for the roofline).
+bool store_measured_steps(const std::filesystem::path& file, const DeviceSpec& device,
+                          const std::string& model, const Efficiency::MeasuredSteps& steps,
+                          std::string* error);
 
 }  // namespace brisk::plan

@@ -229,6 +229,7 @@ Deployment deployment_for(const PlanRequest& request, const DeviceSpec& device, 
   deployment.kv_bytes_per_element = request.kv_bytes_per_element;
   deployment.step_token_budget = request.step_token_budget;
   deployment.chunking = request.chunking;
+  deployment.simulate_server = request.simulate_server;
   if (deployment.measured_steps()) {
     deployment.efficiency.origin +=
         "; loads predicted by brisk serve's own scheduler on the steps measured for " +

@@ -26,6 +26,9 @@ struct PlanRequest {
   int step_token_budget = 512;
   ChunkPolicy chunking;
   std::map<std::string, Efficiency> calibrated;  // by device id
+  // --simulator serve: where a calibration measured the model's steps, predict loads with brisk
+  // serve's own scheduler on them (plan/served_simulation.h) instead of the roofline simulation.
+  bool simulate_server = false;
   // The request trace `workload` was taken from (--workload TRACE), for the report.
   std::optional<TraceSummary> trace;
 };

@@ -22,8 +22,8 @@ double physical_efficiency(double fraction) { return std::clamp(fraction, kMinEf
 
 Efficiency Efficiency::defaults_for(const DeviceSpec& device) {
   if (device.is_gpu())
-    return {0.80, 0.55, 0.55, 1.0, 0.0, "default for a GPU (not calibrated)", {}};
-  return {0.55, 0.30, 0.30, 0.5, 4.0, "default for a CPU (not calibrated)", {}};
+    return {0.80, 0.55, 0.55, 1.0, 0.0, "default for a GPU (not calibrated)", {}, {}};
+  return {0.55, 0.30, 0.30, 0.5, 4.0, "default for a CPU (not calibrated)", {}, {}};
 }
 
 StepCost Deployment::step(double decode_batch, double decode_context, double prefill_tokens,
@@ -193,7 +193,8 @@ double Deployment::prefill_extra_ms(int prompt_tokens, double decode_batch, doub
 }
 
 const Efficiency::MeasuredSteps* Deployment::measured_steps() const {
-  if (devices != 1) return nullptr;  // measured on one device; tensor parallelism is not
+  // Measured on one device; tensor parallelism is not.
+  if (!simulate_server || devices != 1) return nullptr;
   const auto found = efficiency.measured_steps.find(model.name);
   return found == efficiency.measured_steps.end() || found->second.table.empty() ? nullptr
                                                                                  : &found->second;

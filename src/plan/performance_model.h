@@ -113,7 +113,11 @@ struct Deployment {
   // in the queue (0: no cap; memory then decides, as brisk plan sizes it).
   int max_sequences = 0;
 
-  // This deployment's model's steps as measured on its device, when a calibration has them.
+  // Predict loads with brisk serve's own scheduler (plan/served_simulation.h) where the
+  // calibration measured this model's steps on this device (brisk plan --simulator serve).
+  bool simulate_server = false;
+  // The steps the served simulation prices: this model's as measured on its device, when a
+  // calibration has them and simulate_server is on; null otherwise (the roofline simulation).
   const Efficiency::MeasuredSteps* measured_steps() const;
 
   // One step decoding `decode_batch` sequences whose mean context is `decode_context`, plus

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "sched/step_costs.h"
 
 namespace brisk {
 
@@ -71,6 +72,11 @@ struct SchedulerSnapshot {
   double target_itl_ms = 0;
   double decode_step_ms = 0;        // learned
   double prefill_ms_per_token = 0;  // learned
+  // Everything the step costs learned (warm-up and steps run): what `brisk plan calibrate
+  // --from-server` stores for the planner's simulation.
+  StepCostTable step_costs;
+  // ggml-cpu's tiled-attention floor for a lone long chunk (0 where attention runs on a GPU).
+  int min_alone_chunk_tokens = 0;
   AdmissionBlock admission_blocked = AdmissionBlock::none;
   std::vector<SequenceView> running;
   std::vector<SequenceView> preempted;

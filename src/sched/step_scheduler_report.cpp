@@ -92,6 +92,8 @@ SchedulerSnapshot StepScheduler::describe() const {
   out.max_batched_tokens = options_.max_batched_tokens;
   out.target_itl_ms = options_.max_step_ms;
   out.decode_step_ms = costs_.decode_step_ms();
+  out.step_costs = costs_.table();
+  out.min_alone_chunk_tokens = options_.min_alone_chunk_tokens;
   out.prefill_ms_per_token = costs_.prefill_ms_per_token();
   out.admission_blocked = last_pass_.blocked;
   const auto view = [](const Sequence& sequence) {

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "sched/step_cost_table_json.h"
+
 namespace brisk {
 namespace {
 
@@ -47,10 +49,12 @@ nlohmann::json scheduler_json(const SchedulerSnapshot& snapshot) {
       {"limits",
        {{"max_seqs", snapshot.max_seqs},
         {"max_batched_tokens", snapshot.max_batched_tokens},
-        {"target_itl_ms", snapshot.target_itl_ms}}},
+        {"target_itl_ms", snapshot.target_itl_ms},
+        {"min_alone_chunk_tokens", snapshot.min_alone_chunk_tokens}}},
       {"measured",
        {{"decode_step_ms", round_ms(snapshot.decode_step_ms)},
-        {"prefill_ms_per_token", round_ms(snapshot.prefill_ms_per_token)}}},
+        {"prefill_ms_per_token", round_ms(snapshot.prefill_ms_per_token)},
+        {"step_costs", step_cost_table_json(snapshot.step_costs)}}},
       {"admission_blocked", admission_block_name(snapshot.admission_blocked)},
       {"running", running},
       {"preempted", preempted},

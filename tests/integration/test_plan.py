@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 
+import httpx
 import pytest
 
 from conftest import BRISK_BIN, REPO_ROOT, model_path, require_file
@@ -156,6 +157,37 @@ def test_calibrate_measures_this_machine_and_plan_uses_it(tmp_path):
     uncalibrated = json.loads(plan("--model", str(model_path()), "--devices", "cpu-2vcpu",
                                    "--json", "--uncalibrated", env=env).stdout)
     assert uncalibrated["candidates"][0]["efficiency"]["origin"].startswith("default")
+    # brisk serve's warm-up ran too, with every timed batch: the model's measured steps, which
+    # --simulator serve predicts with (brisk serve's own scheduler on them).
+    [steps] = stored["measured_steps"].values()
+    assert [p["batch"] for p in steps["decode_ms_by_batch"]] == [1, 2]
+    assert steps["prefill_ms_per_token"] > 0 and steps["attention_on_gpu"] is False
+    served = json.loads(plan("--model", str(model_path()), "--devices", "cpu-2vcpu", "--json",
+                             "--concurrency", "4", "--simulator", "serve", env=env).stdout)
+    assert "brisk serve's own scheduler" in served["candidates"][0]["efficiency"]["origin"]
+    assert "brisk serve's own scheduler" not in origins["cpu-2vcpu"], "the roofline by default"
+
+
+def test_calibrate_from_a_running_server_stores_what_it_learned(tmp_path, brisk):
+    """`--from-server URL`: the step costs a brisk serve learned (its warm-up, then its steps
+    under load), read from GET /debug/scheduler, become the model's measured steps."""
+    env = {"BRISK_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    proc = plan("calibrate", "--from-server", f"http://{brisk.host_port}", "--model",
+                str(model_path()), "--device", "cpu-2vcpu", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    learned = httpx.get(f"http://{brisk.host_port}/debug/scheduler").json()["measured"]
+    stored = json.loads((tmp_path / "calibration.json").read_text())["devices"]["cpu-2vcpu"]
+    [steps] = stored["measured_steps"].values()
+    assert steps["decode_ms_by_batch"] == learned["step_costs"]["decode_ms_by_batch"]
+    assert steps["prefill_ms_per_token"] == learned["step_costs"]["prefill_ms_per_token"] > 0
+    assert stored["origin"].startswith("default"), "no efficiency was fitted: the defaults"
+    served = json.loads(plan("--model", str(model_path()), "--devices", "cpu-2vcpu", "--json",
+                             "--concurrency", "2", "--simulator", "serve", env=env).stdout)
+    assert "brisk serve's own scheduler" in served["candidates"][0]["efficiency"]["origin"]
+
+    refused = plan("calibrate", "--from-server", "http://127.0.0.1:1", "--model",
+                   str(model_path()), "--device", "cpu-2vcpu", env=env)
+    assert refused.returncode == 2 and "/debug/scheduler" in refused.stderr, refused.stderr
 
 
 def test_calibrate_fills_a_context_longer_than_one_batch(tmp_path):

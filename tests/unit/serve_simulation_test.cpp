@@ -137,6 +137,7 @@ TEST(ServeSimulation, PlanPredictsWithTheServersSchedulerOnMeasuredSteps) {
   deployment.efficiency = plan::Efficiency::defaults_for(*deployment.device);
   deployment.efficiency.measured_steps[deployment.model.name] = {test_table(), false};
   deployment.chunking.target_step_ms = 0;  // the prompt in one step
+  deployment.simulate_server = true;
 
   const plan::LoadPrediction lone = plan::predict_burst(deployment, 256, 9, 1);
   EXPECT_NEAR(lone.ttft_ms.p50, 10 + 256 * 0.5, 1e-6);
