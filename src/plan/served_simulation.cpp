@@ -16,8 +16,8 @@ constexpr int kServeDefaultMaxSeqs = 16;
 constexpr int kServeDefaultContext = 8192;
 // Sequence ids llama.cpp keeps apart, the running ones and the prefix cache's together.
 constexpr int kMaxRunningSequences = 128;
-// Seeded Poisson arrivals of a long-run prediction: the real scheduler costs more per step than
-// the roofline simulation, and 600 requests keep its median within a few percent.
+// Seeded Poisson arrivals of a long-run prediction, fewer than the roofline simulation's 1,500:
+// the real scheduler costs more per simulated step (a plan stays near a second).
 constexpr int kOpenLoopRequests = 600;
 
 // brisk serve's options for the deployment (serve_command.cpp's load_generative_model): its
