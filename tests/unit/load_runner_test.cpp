@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <mutex>
+#include <vector>
 
 #include "bench/load_runner.h"
 
@@ -104,15 +106,33 @@ class RefusingServer {
     shutdown(listener_, SHUT_RDWR);
     close(listener_);
     thread_.join();
+    {
+      std::lock_guard lock(mutex_);
+      for (const int connection : open_) shutdown(connection, SHUT_RDWR);
+    }
+    for (std::thread& connection : connections_) connection.join();
+    for (const int connection : open_) close(connection);
   }
   int port() const { return port_; }
   int answered() const { return answered_; }
 
  private:
+  // Each connection on its own thread: a client that opens a second connection while its first
+  // stays open (an open loop's next request due before the last one's answer) is answered too.
+  // Served one at a time, the second waited for the client's 300 s timeout (ASan CI, 2026-12-07).
   void serve() {
     while (!stopping_) {
       const int connection = accept(listener_, nullptr, nullptr);
       if (connection < 0) return;
+      std::lock_guard lock(mutex_);
+      open_.push_back(connection);
+      connections_.emplace_back([this, connection] { converse(connection); });
+    }
+  }
+
+  // Answers the connection's requests until the client closes it (the destructor closes it).
+  void converse(int connection) {
+    {
       std::string pending;
       char buffer[4096];
       for (;;) {
@@ -125,7 +145,7 @@ class RefusingServer {
           }
           if (pending.size() >= header_end + 4 + body) {
             pending.erase(0, header_end + 4 + body);
-            const bool refuse = refusals_ < 0 || answered_ < refusals_;
+            const bool refuse = refusals_ < 0 || decided_++ < refusals_;
             const std::string completion =
                 R"({"choices":[{"index":0,"text":"x","finish_reason":"length"}],)"
                 R"("usage":{"prompt_tokens":1,"completion_tokens":1}})";
@@ -143,7 +163,6 @@ class RefusingServer {
         if (got <= 0) break;
         pending.append(buffer, static_cast<size_t>(got));
       }
-      close(connection);
     }
   }
 
@@ -152,7 +171,11 @@ class RefusingServer {
   int port_ = 0;
   std::atomic<bool> stopping_{false};
   std::atomic<int> answered_{0};
+  std::atomic<int> decided_{0};  // answers chosen so far, the first `refusals_` of them 429s
   std::thread thread_;
+  std::mutex mutex_;
+  std::vector<int> open_;  // connections, for the destructor to end
+  std::vector<std::thread> connections_;
 };
 
 class OnePrompt : public Workload {
