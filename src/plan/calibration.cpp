@@ -70,7 +70,8 @@ bool measure_serve_steps(Engine& engine, const CalibrationOptions& options, int 
                          Efficiency::MeasuredSteps& steps, std::string* error) {
   // The chunk brisk serve's warm-up times (StepScheduler::warm_up).
   constexpr int kServeWarmupChunkTokens = 128;
-  // Twice over, the faster of each kind kept: the first run still faults in buffers.
+  // Twice over, the faster step of each kind kept (the first run still faults in buffers); of
+  // the per-cell slope, measured near its noise (it can come out 0), the larger.
   StepCostTable best;
   for (int run = 0; run < 2; ++run) {
     StepCosts costs(0, std::max(options.prefill_tokens, max_batch));
@@ -254,6 +255,34 @@ Efficiency fit(std::vector<ModelRun>& runs, const Efficiency& defaults, bool fit
   return best;
 }
 
+// What calibration.json holds: {"devices": {}} when it is missing or not a JSON object.
+nlohmann::json read_calibration_file(const std::filesystem::path& file) {
+  nlohmann::json root = {{"devices", nlohmann::json::object()}};
+  if (std::ifstream input(file); input) {
+    try {
+      nlohmann::json parsed = nlohmann::json::parse(input);
+      if (parsed.is_object()) root = std::move(parsed);
+    } catch (const nlohmann::json::exception&) {
+    }
+  }
+  return root;
+}
+
+// The device's entry in calibration.json, null when it has none.
+nlohmann::json* device_entry(nlohmann::json& root, const std::string& device_id) {
+  const auto devices = root.find("devices");
+  if (devices == root.end() || !devices->is_object()) return nullptr;
+  const auto entry = devices->find(device_id);
+  return entry != devices->end() && entry->is_object() ? &*entry : nullptr;
+}
+
+// A model's measured steps as calibration.json stores them.
+nlohmann::json measured_steps_json(const Efficiency::MeasuredSteps& steps) {
+  nlohmann::json out = step_cost_table_json(steps.table);
+  out["attention_on_gpu"] = steps.attention_on_gpu;
+  return out;
+}
+
 bool write_atomically(const std::filesystem::path& file, const nlohmann::json& root,
                       std::string* error) {
   std::error_code ignored;
@@ -375,13 +404,7 @@ std::map<std::string, Efficiency> load_calibrations(const std::filesystem::path&
 
 bool store_calibration(const std::filesystem::path& file, const Calibration& calibration,
                        std::string* error) {
-  nlohmann::json root = {{"devices", nlohmann::json::object()}};
-  if (std::ifstream input(file); input) {
-    try {
-      root = nlohmann::json::parse(input);
-    } catch (const nlohmann::json::exception&) {
-    }
-  }
+  nlohmann::json root = read_calibration_file(file);
   nlohmann::json samples = nlohmann::json::array();
   for (const StepSample& sample : calibration.samples) {
     samples.push_back({{"model", sample.model},
@@ -397,16 +420,12 @@ bool store_calibration(const std::filesystem::path& file, const Calibration& cal
   }
   // Models measured earlier on this device keep their steps unless measured again.
   nlohmann::json measured_steps = nlohmann::json::object();
-  if (root.contains("devices") && root["devices"].is_object() &&
-      root["devices"].contains(calibration.device_id) &&
-      root["devices"][calibration.device_id].is_object()) {
-    const nlohmann::json earlier = root["devices"][calibration.device_id].value(
-        "measured_steps", nlohmann::json::object());
-    if (earlier.is_object()) measured_steps = earlier;
+  if (const nlohmann::json* earlier = device_entry(root, calibration.device_id)) {
+    const nlohmann::json kept = earlier->value("measured_steps", nlohmann::json::object());
+    if (kept.is_object()) measured_steps = kept;
   }
   for (const auto& [model, steps] : calibration.efficiency.measured_steps) {
-    measured_steps[model] = step_cost_table_json(steps.table);
-    measured_steps[model]["attention_on_gpu"] = steps.attention_on_gpu;
+    measured_steps[model] = measured_steps_json(steps);
   }
   root["devices"][calibration.device_id] = {
       {"measured_steps", measured_steps},
@@ -448,22 +467,13 @@ std::optional<Efficiency::MeasuredSteps> measured_steps_from_scheduler(
 bool store_measured_steps(const std::filesystem::path& file, const DeviceSpec& device,
                           const std::string& model, const Efficiency::MeasuredSteps& steps,
                           std::string* error) {
-  if (std::ifstream input(file); input) {
-    nlohmann::json root;
-    try {
-      root = nlohmann::json::parse(input);
-    } catch (const nlohmann::json::exception&) {
+  nlohmann::json root = read_calibration_file(file);
+  if (nlohmann::json* entry = device_entry(root, device.id)) {
+    if (!entry->contains("measured_steps") || !(*entry)["measured_steps"].is_object()) {
+      (*entry)["measured_steps"] = nlohmann::json::object();
     }
-    if (root.is_object() && root.contains("devices") && root["devices"].is_object() &&
-        root["devices"].contains(device.id) && root["devices"][device.id].is_object()) {
-      nlohmann::json& entry = root["devices"][device.id];
-      if (!entry.contains("measured_steps") || !entry["measured_steps"].is_object()) {
-        entry["measured_steps"] = nlohmann::json::object();
-      }
-      entry["measured_steps"][model] = step_cost_table_json(steps.table);
-      entry["measured_steps"][model]["attention_on_gpu"] = steps.attention_on_gpu;
-      return write_atomically(file, root, error);
-    }
+    (*entry)["measured_steps"][model] = measured_steps_json(steps);
+    return write_atomically(file, root, error);
   }
   Calibration calibration;
   calibration.device_id = device.id;
