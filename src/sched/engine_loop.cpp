@@ -7,7 +7,10 @@
 namespace brisk {
 
 EngineLoop::EngineLoop(ModelRunner& engine, SchedulerOptions options, ServingMetrics& metrics)
-    : options_(options), scheduler_(engine, options, metrics, [this](SchedulerReport&& report) {
+    : options_(options),
+      forecast_options_{options, engine.context_size(),
+                        engine.sequence_context_size() < engine.context_size()},
+      scheduler_(engine, options, metrics, [this](SchedulerReport&& report) {
         receive(std::move(report));
       }) {}
 
@@ -46,33 +49,49 @@ SubmitStatus EngineLoop::submit(std::shared_ptr<Request> request, double* estima
 
 SubmitStatus EngineLoop::submit_all(std::vector<std::shared_ptr<Request>> requests,
                                     double* estimated_wait_ms) {
+  Newcomer newcomer;
+  newcomer.count = static_cast<int>(requests.size());
   int prompt_tokens = 0;
-  int max_tokens = 0;  // the most any of them named (0: none named)
   for (const auto& request : requests) {
     prompt_tokens += queued_prefill_tokens(*request);
-    if (request->max_tokens_named) max_tokens = std::max(max_tokens, request->max_tokens);
+    // The most any of them named (0: none named).
+    if (request->max_tokens_named) newcomer.max_tokens = std::max(newcomer.max_tokens, request->max_tokens);
   }
-  const int count = static_cast<int>(requests.size());
+  if (!requests.empty()) {
+    newcomer.prompt_tokens = std::max(1, prompt_tokens / newcomer.count);
+    newcomer.priority = requests.front()->priority;
+  }
+  // One admission at a time: each forecast sees the requests admitted before it.
+  std::lock_guard admission(admission_mutex_);
+  const SubmitStatus status = check_wait(newcomer, prompt_tokens, estimated_wait_ms);
+  if (status != SubmitStatus::accepted) return status;
   {
     std::lock_guard lock(mutex_);
-    const SubmitStatus status =
-        admit_locked(count, prompt_tokens, max_tokens, estimated_wait_ms);
-    if (status != SubmitStatus::accepted) return status;
+    if (!accepting_) return SubmitStatus::shutting_down;
     submitted_prompt_tokens_ += prompt_tokens;
     for (auto& request : requests) submitted_.push_back(std::move(request));
+    ++state_version_;
   }
   work_available_.notify_one();
   return SubmitStatus::accepted;
 }
 
 SubmitStatus EngineLoop::precheck(double* estimated_wait_ms) const {
-  std::lock_guard lock(mutex_);
-  return admit_locked(1, 0, 0, estimated_wait_ms);
+  std::lock_guard admission(admission_mutex_);
+  return check_wait(Newcomer{}, 0, estimated_wait_ms);
 }
 
-SubmitStatus EngineLoop::admit_locked(int count, int prompt_tokens, int max_tokens,
-                                      double* estimated_wait_ms) const {
+// The queue's limits under the lock, then the forecast of the wait outside it (the engine
+// thread publishes its reports meanwhile). A one-token newcomer's forecast is kept until the
+// state changes: under overload the refusals cost a lookup, not a simulation, and a newcomer
+// that would wait longer than the limit even with a one-token prompt is refused at once.
+SubmitStatus EngineLoop::check_wait(const Newcomer& newcomer, int prompt_tokens,
+                                    double* estimated_wait_ms) const {
+  LiveLoad load;
+  std::vector<ForecastRequest> submitted;
+  uint64_t version = 0;
   {
+    std::lock_guard lock(mutex_);
     if (!accepting_) return SubmitStatus::shutting_down;
     const int queued_requests = static_cast<int>(submitted_.size()) + report_.waiting;
     const int queued_tokens = submitted_prompt_tokens_ + report_.waiting_prompt_tokens;
@@ -82,28 +101,41 @@ SubmitStatus EngineLoop::admit_locked(int count, int prompt_tokens, int max_toke
     const int will_wait = std::max(0, queued_requests - report_.load.free_slots);
     // A group that would not fit even in an empty queue is taken when the queue is empty.
     if (will_wait >= options_.max_queued_requests ||
-        (will_wait > 0 && will_wait + count > options_.max_queued_requests)) {
+        (will_wait > 0 && will_wait + newcomer.count > options_.max_queued_requests)) {
       return SubmitStatus::queue_full;
     }
     if (options_.max_queued_tokens > 0 && queued_requests > 0 &&
         queued_tokens + prompt_tokens > options_.max_queued_tokens) {
       return SubmitStatus::queued_tokens_full;
     }
-    // Priced at the cells of the requests ahead and these: their prompts' mean, not this one's
-    // (a short prompt priced alone looked cheap, and was admitted into a burst's long steps).
-    const int requests = queued_requests + count;
-    const LoadEstimate load = priced_for_requests_like(
-        report_.load, requests, (queued_tokens + prompt_tokens) / requests, max_tokens);
-    const double own_hold_ms =
-        expected_hold_ms(load, prompt_tokens / std::max(1, count), max_tokens);
-    const double wait_ms = estimate_queue_delay_ms(load, queued_tokens, queued_requests,
-                                                   options_.max_batched_tokens, own_hold_ms);
-    if (estimated_wait_ms) *estimated_wait_ms = wait_ms;
-    if (options_.max_queue_delay_ms > 0 && wait_ms > options_.max_queue_delay_ms) {
-      return SubmitStatus::queue_delay;
+    const bool idle = queued_requests == 0 && report_.running == 0 && report_.preempted == 0;
+    if (options_.max_queue_delay_ms <= 0 || idle) return SubmitStatus::accepted;
+    version = state_version_;
+    if (forecast_memo_.version != version) {
+      load = report_.load;
+      const TimePoint now = options_.clock();
+      for (const auto& request : submitted_) {
+        submitted.push_back(queued_forecast_request(*request, load.mean_output_tokens, now));
+      }
     }
   }
-  return SubmitStatus::accepted;
+  const auto refuse_over_limit = [&](double wait_ms) {
+    if (estimated_wait_ms) *estimated_wait_ms = wait_ms;
+    return wait_ms > options_.max_queue_delay_ms ? SubmitStatus::queue_delay
+                                                 : SubmitStatus::accepted;
+  };
+  if (forecast_memo_.version != version) {
+    const double one_token_wait_ms = forecast_wait_ms(forecast_options_, load, submitted,
+                                                      Newcomer{}, options_.max_queue_delay_ms);
+    forecast_memo_ = ForecastMemo{version, std::move(load), std::move(submitted),
+                                  one_token_wait_ms};
+  }
+  const ForecastMemo& memo = forecast_memo_;
+  if (memo.one_token_wait_ms > options_.max_queue_delay_ms || prompt_tokens == 0) {
+    return refuse_over_limit(memo.one_token_wait_ms);
+  }
+  return refuse_over_limit(forecast_wait_ms(forecast_options_, memo.load, memo.submitted,
+                                            newcomer, options_.max_queue_delay_ms));
 }
 
 void EngineLoop::wake() {
@@ -170,6 +202,7 @@ SchedulerSnapshot EngineLoop::snapshot() const {
 void EngineLoop::receive(SchedulerReport&& report) {
   std::lock_guard lock(mutex_);
   report_ = std::move(report);
+  ++state_version_;
 }
 
 void EngineLoop::run() {
@@ -217,6 +250,13 @@ bool EngineLoop::wait_for_work(std::optional<DeviceArbiter::Turn>& turn) {
   wake_pending_ = false;
   report_.waiting += static_cast<int>(submitted_.size());
   report_.waiting_prompt_tokens += submitted_prompt_tokens_;
+  // Until the next report, the forecast sees them where they now are.
+  const TimePoint now = options_.clock();
+  for (const auto& request : submitted_) {
+    report_.load.waiting.push_back(
+        queued_forecast_request(*request, report_.load.mean_output_tokens, now));
+  }
+  if (!submitted_.empty()) ++state_version_;
   for (auto& request : submitted_) scheduler_.enqueue(std::move(request));
   submitted_.clear();
   submitted_prompt_tokens_ = 0;

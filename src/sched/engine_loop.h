@@ -15,6 +15,7 @@
 #include "sched/scheduler_snapshot.h"
 #include "sched/serving_metrics.h"
 #include "sched/step_scheduler.h"
+#include "sched/wait_forecast.h"
 
 namespace brisk {
 
@@ -33,9 +34,10 @@ class EngineLoop {
   // `tenant`. Before start().
   void share_device(DeviceArbiter& arbiter, DeviceArbiter::TenantId tenant);
   void start();
-  // Any thread. Refuses at once when the queue is full, or when the request would wait longer
-  // than max_queue_delay_ms to start, instead of letting latency grow; `estimated_wait_ms`
-  // (optional) receives the estimate.
+  // Any thread. Refuses at once when the queue is full, or when the request's first token would
+  // come more than max_queue_delay_ms later than its own prompt's compute alone takes (the
+  // forecast of sched/wait_forecast.h), instead of letting latency grow; `estimated_wait_ms`
+  // (optional) receives the forecast when it refuses for it.
   SubmitStatus submit(std::shared_ptr<Request> request, double* estimated_wait_ms = nullptr);
   // The choices of one response (n > 1, prompt lists), all accepted or all refused: a client
   // gets every choice it asked for or a 429, never part of them.
@@ -58,16 +60,30 @@ class EngineLoop {
   const SchedulerOptions& options() const { return options_; }
 
  private:
-  // submit()'s checks, with mutex_ held: `count` requests of `prompt_tokens` in all, the
-  // most any named as max_tokens `max_tokens` (0: none named).
-  SubmitStatus admit_locked(int count, int prompt_tokens, int max_tokens,
-                            double* estimated_wait_ms) const;
+  // submit()'s checks, with admission_mutex_ held: the queue's limits, then the newcomer's
+  // forecast wait (sched/wait_forecast.h) against --max-queue-delay-ms; `prompt_tokens` of
+  // all its choices (0: not known yet, the precheck).
+  SubmitStatus check_wait(const Newcomer& newcomer, int prompt_tokens,
+                          double* estimated_wait_ms) const;
   void run();
   bool wait_for_work(std::optional<DeviceArbiter::Turn>& turn);
   void receive(SchedulerReport&& report);
 
   const SchedulerOptions options_;
+  const WaitForecastOptions forecast_options_;
   StepScheduler scheduler_;  // engine thread only
+
+  // Taken by one admission at a time, before mutex_ and never inside it.
+  mutable std::mutex admission_mutex_;
+  // Guarded by admission_mutex_: the state a forecast last started from and what a one-token
+  // newcomer would wait in it.
+  struct ForecastMemo {
+    uint64_t version = ~uint64_t{0};
+    LiveLoad load;
+    std::vector<ForecastRequest> submitted;
+    double one_token_wait_ms = 0;
+  };
+  mutable ForecastMemo forecast_memo_;
 
   mutable std::mutex mutex_;
   std::condition_variable work_available_;
@@ -77,6 +93,9 @@ class EngineLoop {
   // the same critical section that takes them out of submitted_, so stats() never sees a
   // request nowhere.
   SchedulerReport report_;
+  // Guarded by mutex_: moves whenever what a forecast starts from does (a report, a hand-over,
+  // an admission).
+  uint64_t state_version_ = 0;
   bool accepting_ = true;      // guarded by mutex_
   bool draining_ = false;      // guarded by mutex_
   TimePoint drain_deadline_;   // guarded by mutex_

@@ -76,7 +76,7 @@ PricedStep PricedModelRunner::shape_of_batch() const {
   }
   shape.attended_cells = buffer_per_sequence_
                              ? static_cast<int>(own_cells / std::max(1, sequences))
-                             : cells_in_use_;
+                             : cells_in_use_ + cells_outside_;
   return shape;
 }
 

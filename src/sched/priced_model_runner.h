@@ -70,6 +70,10 @@ class PricedModelRunner final : public ModelRunner {
   void record_steps(bool on) { recording_ = on; }
   const std::vector<PricedStep>& steps() const { return steps_; }
   int cells_in_use() const { return cells_in_use_; }
+  // Cells held by sequences that ran before the simulation began (admission's forecast starts
+  // from a live server's state): in one buffer every row attends over them too. Outside the
+  // ledger: they take no room the scheduler would plan with.
+  void set_cells_outside(int cells) { cells_outside_ = std::max(0, cells); }
 
   static constexpr int kVocabulary = 4;
 
@@ -94,6 +98,7 @@ class PricedModelRunner final : public ModelRunner {
   std::vector<int> owners_;                  // by cell id: sequences holding it
   std::vector<int> free_cells_;
   int cells_in_use_ = 0;
+  int cells_outside_ = 0;
   bool recording_ = false;
   std::vector<PricedStep> steps_;
 };

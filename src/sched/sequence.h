@@ -56,9 +56,6 @@ class Sequence {
   // Prompt tokens its first admission reused from the prefix cache (0 before it).
   int cached_prompt_tokens() const { return std::max(0, cached_prompt_tokens_); }
   TimePoint scheduled_at() const { return scheduled_at_; }
-  // The scheduler's step count when it was admitted: holds are counted in steps.
-  long scheduled_step() const { return scheduled_step_; }
-  void set_scheduled_step(long step) { scheduled_step_ = step; }
 
   // A step's batch is filled from its plan (sched/step_plan.h) without moving the sequence
   // forward; the commit_ calls do that once the decode succeeded.
@@ -101,7 +98,6 @@ class Sequence {
   std::vector<GeneratedTokenLogprobs> pending_logprobs_;  // not yet in an update
   FinishReason finish_reason_ = FinishReason::none;
   TimePoint scheduled_at_;
-  long scheduled_step_ = 0;  // the scheduler's step count when it was admitted
   TimePoint first_token_at_;
   TimePoint last_token_at_;
 };

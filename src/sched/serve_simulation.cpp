@@ -1,6 +1,7 @@
 #include "sched/serve_simulation.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace brisk {
 
@@ -36,7 +37,11 @@ ServeSimulation::ServeSimulation(const ServeSimulationOptions& options)
                                     options.scheduler.max_batched_tokens),
               clock_),
       scheduler_(runner_, on_clock(options.scheduler, clock_), metrics_) {
-  if (options.warm_up) scheduler_.warm_up();
+  if (options.warm_up) {
+    scheduler_.warm_up();
+  } else if (options.starts_knowing_price) {
+    scheduler_.adopt_step_costs(options.price);
+  }
   origin_ = clock_.now();
   runner_.record_steps(true);
 }
@@ -45,6 +50,9 @@ size_t ServeSimulation::arrive(SimulatedRequest request) {
   request.prompt_tokens = std::max(1, request.prompt_tokens);
   request.shared_prefix_tokens = std::clamp(request.shared_prefix_tokens, 0, request.prompt_tokens - 1);
   request.output_tokens = std::max(1, request.output_tokens);
+  request.held_cells = std::max(0, request.held_cells);
+  cells_outside_ += request.held_cells;
+  runner_.set_cells_outside(cells_outside_);
   requests_.push_back(request);
   future_.push_back(requests_.size() - 1);
   return requests_.size() - 1;
@@ -65,6 +73,7 @@ std::shared_ptr<Request> ServeSimulation::make_request(size_t index) {
   request->max_tokens = simulated.output_tokens;
   request->max_tokens_named = true;
   request->ignore_eos = true;
+  request->priority = simulated.priority;
   request->sampling.temperature = 0;
   request->arrival = origin_ + std::chrono::duration_cast<Clock::duration>(
                                    std::chrono::duration<double, std::milli>(simulated.arrival_ms));
@@ -77,6 +86,8 @@ std::shared_ptr<Request> ServeSimulation::make_request(size_t index) {
     simulated.end_ms = elapsed_ms();
     simulated.finish_reason = update.finish_reason;
     simulated.cached_prompt_tokens = update.timings.cached_prompt_tokens;
+    cells_outside_ -= simulated.held_cells;
+    runner_.set_cells_outside(cells_outside_);
     ended_.push_back(index);
   };
   return request;
@@ -95,7 +106,18 @@ void ServeSimulation::hand_over_arrivals() {
 }
 
 bool ServeSimulation::run(const std::function<void(size_t)>& on_end) {
+  return run_steps(on_end, nullptr, std::numeric_limits<double>::infinity());
+}
+
+bool ServeSimulation::run_until(const std::function<bool()>& done, double until_ms) {
+  run_steps(nullptr, done, until_ms);
+  return done();
+}
+
+bool ServeSimulation::run_steps(const std::function<void(size_t)>& on_end,
+                                const std::function<bool()>& done, double until_ms) {
   for (;;) {
+    if ((done && done()) || elapsed_ms() > until_ms) return true;
     hand_over_arrivals();
     if (scheduler_.idle()) {
       if (future_.empty()) return true;

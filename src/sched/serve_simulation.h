@@ -20,6 +20,10 @@ struct SimulatedRequest {
   // serves them once they were computed.
   int shared_prefix_tokens = 0;
   int output_tokens = 1;
+  int priority = 0;  // as a request's (--policy priority)
+  // KV cells it held before the simulation began (a request a live server is running): every
+  // row attends over them until it ends (PricedModelRunner::set_cells_outside).
+  int held_cells = 0;
   int user = 0;           // for the caller: a closed loop's user
   bool measured = true;   // for the caller: counted in its statistics
   // Filled in by the run.
@@ -38,6 +42,9 @@ struct ServeSimulationOptions {
   StepCostTable price;
   // Before the first request the scheduler measures its steps, as brisk serve's --warmup does.
   bool warm_up = true;
+  // Without the warm-up: the scheduler starts knowing `price` as its learned costs, as a
+  // server that has been running knows them (admission's forecast from the live state).
+  bool starts_knowing_price = false;
 };
 
 // brisk serve's StepScheduler, the very code that schedules the server, run on a model runner
@@ -57,6 +64,9 @@ class ServeSimulation {
   // Runs until every request given has ended. `on_end(index)` runs as each one ends.
   // False when the scheduler stopped making progress with requests left (they stay unended).
   bool run(const std::function<void(size_t)>& on_end = nullptr);
+  // Runs until `done()` holds (checked after each step) or the clock passes `until_ms`, or
+  // nothing is left to run; returns done().
+  bool run_until(const std::function<bool()>& done, double until_ms);
 
   const std::vector<SimulatedRequest>& requests() const { return requests_; }
   // Every step the scheduler ran for the requests (the warm-up's not among them).
@@ -66,6 +76,8 @@ class ServeSimulation {
  private:
   double elapsed_ms() const { return ms_between(origin_, clock_.now()); }
   void hand_over_arrivals();
+  bool run_steps(const std::function<void(size_t)>& on_end, const std::function<bool()>& done,
+                 double until_ms);
   std::shared_ptr<Request> make_request(size_t index);
 
   ServeSimulationOptions options_;
@@ -77,6 +89,7 @@ class ServeSimulation {
   std::vector<SimulatedRequest> requests_;
   std::deque<size_t> future_;  // not yet handed over, in arrival order
   std::vector<size_t> ended_;  // ended during the current step, for on_end
+  int cells_outside_ = 0;      // the held_cells of requests not ended yet
 };
 
 }  // namespace brisk

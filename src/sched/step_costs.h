@@ -35,11 +35,11 @@ class StepCosts {
   static StepCosts from_table(const StepCostTable& table, double target_step_ms,
                               int max_batched_tokens);
   StepCostTable table() const;
+  // Takes the table's costs as learned, settled; the target and floors stay this one's.
+  void adopt(const StepCostTable& table);
 
   // A step of `decode_tokens` decodes and `prefill_tokens` prompt tokens took `step_ms`.
   void learn_step(int decode_tokens, int prefill_tokens, double step_ms);
-  // A finished request held its sequence for `held_steps` engine steps.
-  void learn_hold(double held_steps);
 
   // The KV cells each row of a step attends over: every cell in use when the cache is one
   // buffer (llama.cpp's view spans them, masked per sequence), the row's own sequence's with a
@@ -95,19 +95,6 @@ class StepCosts {
   double step_ms(int decode_tokens, int prompt_tokens) const {
     return decode_step_ms(std::max(1, decode_tokens)) + prompt_tokens * prefill_ms_per_token();
   }
-  // A prompt token's share of the steps it is computed in beside `decode_tokens` decodes: the
-  // chunk prefill_budget() gives it carries the step's decode cost too (0 while unknown).
-  double prompt_ms_per_token_beside(int decode_tokens) const;
-  // How long finished requests held their sequence: counted in steps, priced at the recent
-  // step time, so holds measured while the batch was small are not taken for holds at a full
-  // one (its steps are slower); 0 until a request finished.
-  double mean_hold_ms() const { return mean_hold_steps_ * recent_step_ms_; }
-  // Of a running request that has held its sequence `held_steps` steps: how long until it is
-  // expected to give it back (0 once past the average).
-  double hold_left_ms(double held_steps) const {
-    return std::max(0.0, mean_hold_steps_ - held_steps) * recent_step_ms_;
-  }
-
   static constexpr int kMinChunkTokens = 16;
   // A long chunk alone carries at least this many times a step's fixed cost in prompt tokens.
   static constexpr double kMinAloneChunkOverFixedCost = 3;
@@ -135,70 +122,8 @@ class StepCosts {
   // One prompt token, beyond the decodes of its step (beyond a one-token step's cost when
   // nothing decodes: what a step costs whatever it carries is not the tokens').
   double prefill_ms_per_token_ = 0;
-  double mean_hold_steps_ = 0;
-  double recent_step_ms_ = 0;  // every step, whatever it carried; about the last 20
   int attended_cells_ = 0;
   double row_cell_ms_ = 0;
 };
-
-// What the engine thread last published about its load, for estimating a newcomer's wait.
-struct LoadEstimate {
-  double decode_step_ms = 0;        // learned cost of a step of decodes alone
-  // A running request's step while others wait for a sequence: a full batch's decodes, and
-  // with more than one sequence, at least --target-itl-ms: the scheduler fills the steps up to
-  // it with the newcomers' prompts. A 2-vCPU cold burst (16 sequences, 128 tokens each) took
-  // 15-19 s a request, 120-145 ms a token, where decodes alone cost 67 ms at the warm-up's
-  // near-empty cache (attention over one buffer grows with the cells in use).
-  double loaded_step_ms = 0;
-  // A prompt token in those steps, their decodes' cost shared among the chunk's tokens
-  // (StepCosts::prompt_ms_per_token_beside).
-  double loaded_prefill_ms_per_token = 0;
-  double prefill_ms_per_token = 0;  // learned cost of one prompt token in a step
-  int backlog_tokens = 0;           // prompt (or replay) tokens the started requests still need
-  int decoders = 0;                 // running requests past their prompt
-  int free_slots = 0;
-  // Until each running request is expected to give its sequence back, soonest first (each
-  // holds one for the measured average, counted from when it started), and that average.
-  std::vector<double> slot_release_ms;
-  double hold_ms = 0;
-  // Before any request finished: running requests whose release cannot be estimated (they
-  // named no max_tokens), and the longest hold of those that named one, from their start.
-  int unknown_releases = 0;
-  double hold_prior_ms = 0;
-  // To price a full batch at the KV cells it will hold (priced_for_requests_like): the costs
-  // as learned, at the cells attended now, the batch, the cache's cells and its layout.
-  StepCosts costs{0, 0};
-  int max_seqs = 0;
-  int cell_capacity = 0;
-  bool cells_per_sequence = false;
-};
-
-// A running request's step while others wait for a sequence (LoadEstimate::loaded_step_ms) at
-// `costs`' attended cells.
-double loaded_step_ms(const StepCosts& costs, int max_seqs);
-
-// `load` with every cost priced at the cells its rows will attend over once `requests` requests
-// like these run (at most a full batch): in one buffer, the cells in use now and each request's
-// average over its hold, half of its `prompt_tokens` and (when named) `max_tokens` (it holds
-// none while its prompt waits its turn, all of them at its last token); with a buffer per
-// sequence, one such request's. A cold burst is priced before its requests hold any cell, and
-// its steps then ran at thousands (2 vCPUs: 90-130 ms decode steps where the warm-up measured
-// 68 ms). Unchanged while no cell cost is known.
-LoadEstimate priced_for_requests_like(const LoadEstimate& load, int requests, int prompt_tokens,
-                                      int max_tokens);
-
-// Milliseconds until a request arriving now would start its prompt, if `queued_tokens` prompt
-// tokens (of `queued_requests` requests) wait ahead of it; each part counts once its costs are
-// known (0 while nothing is). Waiting for a sequence: the running ones give theirs back when
-// expected, the requests ahead take each in turn and hold it the measured average; before any
-// request finished, as long as the longest of `own_hold_ms` (what this request would hold one
-// for) and the running requests' named max_tokens say (a cold burst's requests look alike);
-// with neither known, the estimate is a lower bound.
-double estimate_queue_delay_ms(const LoadEstimate& load, int queued_tokens, int queued_requests,
-                               int max_batched_tokens, double own_hold_ms = 0);
-
-// What a request holds its sequence for while others wait, at the published costs:
-// `prompt_tokens` to prefill and `max_tokens` loaded steps (0 when it named none: unknown).
-double expected_hold_ms(const LoadEstimate& load, int prompt_tokens, int max_tokens);
 
 }  // namespace brisk

@@ -33,6 +33,11 @@ WarmupResult StepScheduler::warm_up() {
   return result;
 }
 
+void StepScheduler::adopt_step_costs(const StepCostTable& table) {
+  costs_.adopt(table);
+  report();
+}
+
 void StepScheduler::enqueue(std::shared_ptr<Request> request) {
   queued_prompt_tokens_ += queued_prefill_tokens(*request);
   waiting_.push_back(std::move(request));
@@ -80,9 +85,7 @@ void StepScheduler::step() {
       fail_batch(status == DecodeStatus::no_kv_space
                      ? "the KV cache is full (raise --ctx-size or lower --max-seqs)"
                      : "the engine failed to decode this batch");
-      break;
     }
-    ++steps_run_;
     break;
   }
   plan_.clear();  // its sequences may be released below
@@ -358,7 +361,6 @@ void StepScheduler::admit_pass() {
     if (request) {
       auto sequence =
           std::make_unique<Sequence>(std::move(request), -1, this->now(), next_admission_order_++);
-      sequence->set_scheduled_step(steps_run_);
       start(std::move(sequence), hit);
     } else {
       if (resumed == preempted_.end()) return;
@@ -472,7 +474,11 @@ void StepScheduler::release_finished() {
       continue;
     }
     kv_.retire(sequence->slot());
-    costs_.learn_hold(static_cast<double>(steps_run_ - sequence->scheduled_step()));
+    constexpr double kWeight = 0.1;
+    const double generated = sequence->completion_tokens();
+    mean_output_tokens_ = mean_output_tokens_ <= 0
+                              ? generated
+                              : mean_output_tokens_ + kWeight * (generated - mean_output_tokens_);
   }
   std::erase_if(running_, [](const auto& sequence) { return sequence->finished(); });
   report();

@@ -9,6 +9,7 @@
 #include "engine/model_runner.h"
 #include "sched/cost_warmup.h"
 #include "sched/kv_manager.h"
+#include "sched/live_load.h"
 #include "sched/queue_policy.h"
 #include "sched/request.h"
 #include "sched/scheduler_snapshot.h"
@@ -78,7 +79,7 @@ struct SchedulerReport {
   int kv_running_cells = 0;
   int prefix_cache_cells = 0;
   int prefix_cache_sequences = 0;
-  LoadEstimate load;
+  LiveLoad load;
   SchedulerSnapshot snapshot;
 };
 
@@ -103,6 +104,9 @@ class StepScheduler {
   // Before the first request: measures what steps cost here and publishes it, so the first
   // admissions price their waits (sched/cost_warmup.h).
   WarmupResult warm_up();
+  // Takes `table` as the costs learned so far, settled: a simulation of a server that has been
+  // running (sched/wait_forecast.h) starts where that server is.
+  void adopt_step_costs(const StepCostTable& table);
   // A submitted request joins the waiting ones (in arrival order).
   void enqueue(std::shared_ptr<Request> request);
   // One engine step: reap, admit, build the batch, decode, sample, release.
@@ -163,9 +167,7 @@ class StepScheduler {
   int committed_kv_tokens() const;
   int decoding_sequences() const;
   void report();
-  LoadEstimate estimate_load() const;
-  double expected_ms_to_finish(const Sequence& sequence) const;
-  double loaded_step_ms() const;
+  LiveLoad live_load() const;
   SchedulerSnapshot describe() const;
   WaitReason wait_reason(const Request& request, bool preempted) const;
 
@@ -186,11 +188,13 @@ class StepScheduler {
   std::vector<std::unique_ptr<Sequence>> running_;   // in arrival order
   std::deque<std::unique_ptr<Sequence>> preempted_;  // in arrival order; run before waiting_
   uint64_t next_admission_order_ = 0;
-  long steps_run_ = 0;  // steps decoded so far: holds are counted in steps
   KvManager kv_;
   QueuePolicy policy_;
   StepPlan plan_;  // the step's, while the executor runs it
   StepCosts costs_;
+  // What finished requests generated, a moving average (0 until one finished): how long a
+  // request that names no max_tokens is expected to run.
+  double mean_output_tokens_ = 0;
   StepExecutor executor_;  // runs each step's plan on the engine
   bool long_prefill_stepped_aside_ = false;  // the last step's long chunk gave way
   // The last admission pass: why it stopped, for each waiting request's reason.

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "sched/step_scheduler.h"
+#include "sched/wait_forecast.h"
 
 namespace brisk {
 
@@ -17,71 +18,46 @@ void StepScheduler::report() {
   out.prefix_cache_cells = kv_.cached_cells();
   out.kv_running_cells = kv_.used_cells() - out.prefix_cache_cells;
   out.prefix_cache_sequences = kv_.cached_sequences();
-  out.load = estimate_load();
+  out.load = live_load();
   out.snapshot = describe();
   report_(std::move(out));
 }
 
-// For submit()'s estimate: the learned costs, the prompt work the started requests still need,
-// and when each running request should give its sequence back.
-LoadEstimate StepScheduler::estimate_load() const {
-  LoadEstimate load;
-  load.decode_step_ms = costs_.decode_step_ms();
-  load.prefill_ms_per_token = costs_.prefill_ms_per_token();
-  load.loaded_step_ms = loaded_step_ms();
-  load.costs = costs_;
-  load.max_seqs = options_.max_seqs;
-  load.cell_capacity = kv_capacity_tokens_;
-  load.cells_per_sequence = !kv_shared_;
-  // A newcomer's prompt runs beside the other sequences' decodes.
-  load.loaded_prefill_ms_per_token = costs_.prompt_ms_per_token_beside(options_.max_seqs - 1);
+// For submit()'s forecast (sched/wait_forecast.h): the learned costs and every request held,
+// with what it still has to compute and generate.
+LiveLoad StepScheduler::live_load() const {
+  LiveLoad load;
+  load.costs = costs_.table();
+  // A first slow step (buffers faulted in) weighs little once enough steps are measured, or
+  // once requests ran to their end.
+  load.costs_settled = costs_.decode_cost_settled() || mean_output_tokens_ > 0;
   load.free_slots = options_.max_seqs - static_cast<int>(running_.size());
-  load.hold_ms = costs_.mean_hold_ms();
-  for (const auto& sequence : running_) {
-    load.backlog_tokens += sequence->prompt_remaining();
-    if (sequence->prefill_done()) ++load.decoders;
-    if (load.hold_ms > 0) {
-      // Expected to hold it about as many steps as finished requests did, not until its
-      // max_tokens (everything left of the context when a client sends none), at the recent
-      // step time; one past that is due now.
-      load.slot_release_ms.push_back(
-          costs_.hold_left_ms(static_cast<double>(steps_run_ - sequence->scheduled_step())));
-    } else if (const double left_ms = expected_ms_to_finish(*sequence); left_ms >= 0) {
-      // Nothing has finished yet (a cold start under load): a request that named its
-      // max_tokens runs them at the measured step costs, and the requests behind it are taken
-      // to hold theirs as long (a cold burst's requests look alike).
-      load.slot_release_ms.push_back(left_ms);
-      const Request& request = sequence->request_ref();
-      load.hold_prior_ms = std::max(
-          load.hold_prior_ms,
-          expected_hold_ms(load,
-                           static_cast<int>(request.prompt_tokens.size()) -
-                               sequence->cached_prompt_tokens(),
-                           request.max_tokens));
-    } else {
-      ++load.unknown_releases;  // named no max_tokens: not guessed at
-    }
+  load.mean_output_tokens = mean_output_tokens_;
+  const TimePoint now = this->now();
+  const auto output_left = [&](const Request& request, int generated) {
+    if (request.max_tokens_named) return std::max(1, request.max_tokens - generated);
+    if (mean_output_tokens_ <= 0) return 0;  // unknown
+    return std::max(1, static_cast<int>(mean_output_tokens_ + 0.5) - generated);
+  };
+  const auto of_sequence = [&](const Sequence& sequence) {
+    const Request& request = sequence.request_ref();
+    ForecastRequest out;
+    out.prompt_tokens = sequence.prompt_remaining();
+    out.held_cells = sequence.kv_tokens();
+    out.output_tokens = output_left(request, sequence.completion_tokens());
+    out.priority = request.priority;
+    out.waited_ms = ms_between(request.arrival, now);
+    return out;
+  };
+  for (const auto& sequence : running_) load.running.push_back(of_sequence(*sequence));
+  for (const auto& sequence : preempted_) {
+    load.preempted.push_back(of_sequence(*sequence));
+    load.preempted.back().held_cells = 0;  // it recomputes them
   }
-  std::sort(load.slot_release_ms.begin(), load.slot_release_ms.end());
-  for (const auto& sequence : preempted_) load.backlog_tokens += sequence->prompt_remaining();
+  for (const auto& request : waiting_) {
+    load.waiting.push_back(queued_forecast_request(*request, mean_output_tokens_, now));
+  }
   return load;
-}
-
-// Milliseconds until a running request that named its max_tokens would have them all, at the
-// measured step costs (ignoring a stop or end of generation, which only come sooner); -1 when
-// it named none or the decode cost has not settled (a first slow step, priced into hundreds
-// of tokens, refused requests that would have waited seconds).
-double StepScheduler::expected_ms_to_finish(const Sequence& sequence) const {
-  if (!sequence.request_ref().max_tokens_named || !costs_.decode_cost_settled()) return -1;
-  const int tokens_left =
-      std::max(0, sequence.request_ref().max_tokens - sequence.completion_tokens());
-  return sequence.prompt_remaining() * std::max(0.0, costs_.prefill_ms_per_token()) +
-         tokens_left * loaded_step_ms();
-}
-
-// LoadEstimate::loaded_step_ms.
-double StepScheduler::loaded_step_ms() const {
-  return brisk::loaded_step_ms(costs_, options_.max_seqs);
 }
 
 // The engine thread's part of a snapshot: the running and preempted sequences and the KV map.

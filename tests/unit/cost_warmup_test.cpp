@@ -159,10 +159,14 @@ TEST(CostWarmup, AColdBurstIsAdmittedOnlyAsFarAsItsWaitsFitTheLimit) {
   EXPECT_LE(accepted, 12);
 }
 
-// With --target-itl-ms 100 the steps of a burst are filled with newcomers' prompts up to 100 ms:
-// a 50-token hold is priced at 5 s, and only the four that start at once are admitted.
-TEST(CostWarmup, ABurstsStepsArePricedAtTheStepTarget) {
-  EXPECT_EQ(cold_burst_admissions(100), 4);
+// With --target-itl-ms 100 too: while every sequence is taken the steps carry no newcomer's
+// prompt to fill them up to the target, so a hold is its decodes' steps as without one. The
+// estimate that priced every loaded step at the target admitted only the four that start at
+// once, where three rounds meet the limit.
+TEST(CostWarmup, ABurstsHoldsAreItsDecodesWhateverTheStepTarget) {
+  const int accepted = cold_burst_admissions(100);
+  EXPECT_GE(accepted, 8);
+  EXPECT_LE(accepted, 12);
 }
 
 // Each row also pays 1 us per cell in use, and the requests' prompts are 300 tokens: the

@@ -447,7 +447,7 @@ TEST(StepScheduler, BeforeAnythingFinishedTheWaitForASequenceComesFromMaxTokens)
         [&] { return done.load(); });
     if (named) {
       EXPECT_EQ(status, SubmitStatus::queue_delay) << "estimated " << wait_ms << " ms";
-      EXPECT_GT(wait_ms, 400);
+      EXPECT_GT(wait_ms, 100) << "past the limit (the forecast stops a little after it)";
     } else {
       EXPECT_EQ(status, SubmitStatus::accepted) << "a request without max_tokens was guessed at";
     }
