@@ -26,6 +26,7 @@ import argparse
 import http.client
 import json
 import random
+import shutil
 import sys
 import tempfile
 import threading
@@ -144,7 +145,7 @@ def one_run(args, variant: str, scratch: str, label: str, prompts: list[str]) ->
     port = free_port()
     binary = args.baseline_bin if variant == "baseline" else args.brisk_bin
     argv = [str(binary), "serve", "--model", args.model, "--threads", str(args.threads),
-            "--port", str(port), *VARIANTS[variant]]
+            "--port", str(port), *VARIANTS[variant], *args.server_arg]
     server = start_server(label, argv, port, "/ready", scratch)
     try:
         gate = threading.Barrier(len(prompts))
@@ -173,6 +174,9 @@ def one_run(args, variant: str, scratch: str, label: str, prompts: list[str]) ->
                   if "warm-up:" in line]
     finally:
         server.stop()
+        if args.server_log_dir:
+            args.server_log_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copy(server.log_path, args.server_log_dir / f"{label}.log")
     admitted = [r for r in results if r.get("status") == 200]
     ttfts = sorted(r["ttft_s"] for r in admitted if "ttft_s" in r)
     refused = [r for r in results if r.get("status") == 429]
@@ -222,6 +226,9 @@ def main() -> int:
     parser.add_argument("--sample-s", type=float, default=0,
                         help="every this many seconds, record the engine's steps since the last "
                              "sample (/metrics, /debug/scheduler) in the raw file; 0: off")
+    parser.add_argument("--server-arg", action="append", default=[],
+                        help="one more argument for every server (repeat it)")
+    parser.add_argument("--server-log-dir", type=Path, help="keep each server's log here")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 

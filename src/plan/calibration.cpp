@@ -91,6 +91,12 @@ bool measure_serve_steps(Engine& engine, const CalibrationOptions& options, int 
       kept = kept > 0 ? std::min(kept, ms) : ms;
     }
     best.prefill_ms_per_token = std::min(best.prefill_ms_per_token, table.prefill_ms_per_token);
+    if (table.small_chunk_prefill_ms_per_token > 0) {
+      best.small_chunk_prefill_ms_per_token =
+          best.small_chunk_prefill_ms_per_token > 0
+              ? std::min(best.small_chunk_prefill_ms_per_token, table.small_chunk_prefill_ms_per_token)
+              : table.small_chunk_prefill_ms_per_token;
+    }
     best.row_cell_ms = std::max(best.row_cell_ms, table.row_cell_ms);
   }
   steps.table = best;

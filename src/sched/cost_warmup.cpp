@@ -112,17 +112,24 @@ WarmupResult warm_up_step_costs(ModelRunner& engine, StepCosts& costs, int max_s
   const int sequences = std::clamp(max_seqs, 1, std::max(1, engine.sequence_ids()));
   constexpr int kDecodeSteps = 3;
   constexpr int kChunks = 2;
+  // A chunk of fewer prompt tokens than the tiled kernel takes (StepCosts::kTiledChunkTokens):
+  // what a chunk cut to --target-itl-ms beside decodes often is.
+  constexpr int kSmallChunkTokens = 32;
   // Room in sequence 0 for the chunks and its decodes: a first step, then four kinds of
   // kDecodeSteps (one sequence, the full batch at three fills) and the more batches', and one
   // spare.
   const int decode_kinds = 4 + static_cast<int>(more_decode_batches.size());
   const int room = (engine.sequence_context_size() - decode_kinds * kDecodeSteps - 2) / kChunks;
-  const int chunk = std::min(chunk_tokens, room);
+  // The small chunks when there is room for them beside a tiled one.
+  const bool small_chunks = chunk_tokens >= StepCosts::kTiledChunkTokens &&
+                            room >= StepCosts::kTiledChunkTokens + kSmallChunkTokens;
+  const int chunk = std::min(chunk_tokens, small_chunks ? room - kSmallChunkTokens : room);
   if (chunk < StepCosts::kMinChunkTokens) return result;
   result.sequences = sequences;
   result.prompt_chunk_tokens = chunk;
   Measured one;
   Measured chunk_step;
+  Measured small_chunk_step;
   Measured full;
   Measured full_filled;
   std::vector<std::pair<int, Measured>> more;  // by batch
@@ -147,6 +154,11 @@ WarmupResult warm_up_step_costs(ModelRunner& engine, StepCosts& costs, int max_s
     if (one.ms < 0) return result;
     chunk_step = fastest(kChunks, steps.attended_cells(1), [&] { return steps.prefill(chunk); });
     if (chunk_step.ms < 0) return result;
+    if (small_chunks) {
+      small_chunk_step = fastest(kChunks, steps.attended_cells(1),
+                                 [&] { return steps.prefill(kSmallChunkTokens); });
+      if (small_chunk_step.ms < 0) return result;
+    }
     for (const int batch : more_decode_batches) {
       if (batch <= 1 || batch >= sequences) continue;
       more.emplace_back(batch, fastest(kDecodeSteps, steps.attended_cells(batch),
@@ -183,6 +195,7 @@ WarmupResult warm_up_step_costs(ModelRunner& engine, StepCosts& costs, int max_s
   learn(one, 1, 0);
   for (const auto& [batch, step] : more) learn(step, batch, 0);
   learn(chunk_step, 0, chunk);
+  if (small_chunks) learn(small_chunk_step, 0, kSmallChunkTokens);
   // The full batch last: the batch a burst runs at, and the one decode_step_ms() prices.
   learn(full, sequences, 0);
   costs.set_attended_cells(0);  // the cache is empty again
@@ -191,6 +204,7 @@ WarmupResult warm_up_step_costs(ModelRunner& engine, StepCosts& costs, int max_s
   result.decode_one_ms = costs.decode_step_ms(1);
   result.decode_full_ms = costs.decode_step_ms(sequences);
   result.prefill_ms_per_token = costs.prefill_ms_per_token();
+  result.small_chunk_prefill_ms_per_token = small_chunks ? costs.prompt_token_ms(1) : 0;
   result.row_cell_ms = costs.row_cell_ms();
   result.filled_cells = full_filled.cells;
   result.seconds = seconds_between(began, clock());

@@ -17,6 +17,8 @@ struct WarmupResult {
   double decode_one_ms = 0;       // a step of one sequence's decode
   double decode_full_ms = 0;      // a step of `sequences` decodes
   double prefill_ms_per_token = 0;
+  // In a chunk of fewer than StepCosts::kTiledChunkTokens tokens (0: not measured).
+  double small_chunk_prefill_ms_per_token = 0;
   double row_cell_ms = 0;         // what a row pays per cell it attends over (StepCosts)
   int filled_cells = 0;           // the cells it was measured at (0: not measured)
   double seconds = 0;             // the whole warm-up

@@ -29,10 +29,11 @@ void EngineLoop::start() {
     if (warmup.ok) {
       spdlog::info(
           "warm-up: a step of 1 decode {:.1f} ms, of {} decodes {:.1f} ms, a prompt token {:.2f} "
-          "ms ({}-token chunk), a row {:.2f} us per KV cell it attends (measured up to {} "
-          "cells); {:.2f} s",
+          "ms ({}-token chunk; {:.2f} ms in chunks under 64), a row {:.2f} us per KV cell it "
+          "attends (measured up to {} cells); {:.2f} s",
           warmup.decode_one_ms, warmup.sequences, warmup.decode_full_ms,
-          warmup.prefill_ms_per_token, warmup.prompt_chunk_tokens, warmup.row_cell_ms * 1000,
+          warmup.prefill_ms_per_token, warmup.prompt_chunk_tokens,
+          warmup.small_chunk_prefill_ms_per_token, warmup.row_cell_ms * 1000,
           warmup.filled_cells, warmup.seconds);
     } else {
       spdlog::warn("warm-up: no step cost measured; the first requests' waits are unpriced");
@@ -63,8 +64,14 @@ SubmitStatus EngineLoop::submit_all(std::vector<std::shared_ptr<Request>> reques
   }
   // One admission at a time: each forecast sees the requests admitted before it.
   std::lock_guard admission(admission_mutex_);
-  const SubmitStatus status = check_wait(newcomer, prompt_tokens, estimated_wait_ms);
+  double forecast_ms = -1;
+  const SubmitStatus status = check_wait(newcomer, prompt_tokens, &forecast_ms);
+  if (estimated_wait_ms) *estimated_wait_ms = std::max(0.0, forecast_ms);
   if (status != SubmitStatus::accepted) return status;
+  if (forecast_ms >= 0 && !requests.empty()) {
+    spdlog::debug("request {}: {} prompt tokens, admitted on a forecast wait of {:.0f} ms",
+                  requests.front()->id, prompt_tokens, forecast_ms);
+  }
   {
     std::lock_guard lock(mutex_);
     if (!accepting_) return SubmitStatus::shutting_down;
@@ -119,23 +126,33 @@ SubmitStatus EngineLoop::check_wait(const Newcomer& newcomer, int prompt_tokens,
       }
     }
   }
+  const double limit_ms = options_.max_queue_delay_ms;
   const auto refuse_over_limit = [&](double wait_ms) {
     if (estimated_wait_ms) *estimated_wait_ms = wait_ms;
-    return wait_ms > options_.max_queue_delay_ms ? SubmitStatus::queue_delay
-                                                 : SubmitStatus::accepted;
+    return wait_ms > limit_ms ? SubmitStatus::queue_delay : SubmitStatus::accepted;
   };
   if (forecast_memo_.version != version) {
-    const double one_token_wait_ms = forecast_wait_ms(forecast_options_, load, submitted,
-                                                      Newcomer{}, options_.max_queue_delay_ms);
-    forecast_memo_ = ForecastMemo{version, std::move(load), std::move(submitted),
-                                  one_token_wait_ms};
+    WaitForecast base = forecast_waits(forecast_options_, load, submitted, Newcomer{}, limit_ms);
+    forecast_memo_ = ForecastMemo{version, std::move(load), std::move(submitted), std::move(base)};
   }
   const ForecastMemo& memo = forecast_memo_;
-  if (memo.one_token_wait_ms > options_.max_queue_delay_ms || prompt_tokens == 0) {
-    return refuse_over_limit(memo.one_token_wait_ms);
+  if (memo.base.newcomer_ms > limit_ms || prompt_tokens == 0) {
+    return refuse_over_limit(memo.base.newcomer_ms);
   }
-  return refuse_over_limit(forecast_wait_ms(forecast_options_, memo.load, memo.submitted,
-                                            newcomer, options_.max_queue_delay_ms));
+  const WaitForecast with =
+      forecast_waits(forecast_options_, memo.load, memo.submitted, newcomer, limit_ms);
+  if (with.newcomer_ms > limit_ms) return refuse_over_limit(with.newcomer_ms);
+  // Nor is a promise broken: a request ahead that would start within the limit must still do
+  // so with the newcomer among them (a short prompt goes before the long ones already waiting:
+  // a cold burst's short prompts pushed the long ones admitted before them to 50 s).
+  for (size_t i = 0; i < with.ahead_ms.size() && i < memo.base.ahead_ms.size(); ++i) {
+    if (with.ahead_ms[i] > limit_ms && memo.base.ahead_ms[i] <= limit_ms) {
+      // Retry once that request is served: about what it would be pushed past the limit.
+      const double pushed_ms = std::min(with.ahead_ms[i], 2 * limit_ms) - limit_ms;
+      return refuse_over_limit(limit_ms + std::max(1.0, pushed_ms));
+    }
+  }
+  return refuse_over_limit(with.newcomer_ms);
 }
 
 void EngineLoop::wake() {

@@ -75,13 +75,14 @@ class EngineLoop {
 
   // Taken by one admission at a time, before mutex_ and never inside it.
   mutable std::mutex admission_mutex_;
-  // Guarded by admission_mutex_: the state a forecast last started from and what a one-token
-  // newcomer would wait in it.
+  // Guarded by admission_mutex_: the state a forecast last started from, and the forecast
+  // with a one-token newcomer: what it would wait, and what the requests ahead would without a
+  // real newcomer among them.
   struct ForecastMemo {
     uint64_t version = ~uint64_t{0};
     LiveLoad load;
     std::vector<ForecastRequest> submitted;
-    double one_token_wait_ms = 0;
+    WaitForecast base;
   };
   mutable ForecastMemo forecast_memo_;
 

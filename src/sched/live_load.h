@@ -14,7 +14,8 @@ struct ForecastRequest {
   // generated on average (minus what it has); 0: unknown (nothing finished, none named).
   int output_tokens = 0;
   int priority = 0;
-  double waited_ms = 0;  // since its arrival, for those not started
+  double waited_ms = 0;  // since its arrival
+  bool served = false;   // it has had its first token
 };
 
 // What the engine thread publishes after each step and admission, for submit()'s forecast: the

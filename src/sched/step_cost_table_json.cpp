@@ -9,6 +9,7 @@ nlohmann::json step_cost_table_json(const StepCostTable& table) {
   }
   return {{"decode_ms_by_batch", decode},
           {"prefill_ms_per_token", table.prefill_ms_per_token},
+          {"small_chunk_prefill_ms_per_token", table.small_chunk_prefill_ms_per_token},
           {"row_cell_ms", table.row_cell_ms}};
 }
 
@@ -30,6 +31,8 @@ std::optional<StepCostTable> step_cost_table_from_json(const nlohmann::json& jso
     return fail("no number prefill_ms_per_token");
   }
   if (!number("row_cell_ms", table.row_cell_ms)) return fail("no number row_cell_ms");
+  // Tables stored before it was measured have none: priced as prefill_ms_per_token.
+  number("small_chunk_prefill_ms_per_token", table.small_chunk_prefill_ms_per_token);
   const auto decode = json.find("decode_ms_by_batch");
   if (decode == json.end() || !decode->is_array()) return fail("no array decode_ms_by_batch");
   for (const auto& point : *decode) {

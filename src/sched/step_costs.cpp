@@ -27,12 +27,14 @@ void StepCosts::adopt(const StepCostTable& table) {
   }
   if (!decode_ms_by_batch_.empty()) last_decode_batch_ = decode_ms_by_batch_.rbegin()->first;
   prefill_ms_per_token_ = std::max(0.0, table.prefill_ms_per_token);
+  small_chunk_prefill_ms_per_token_ = std::max(0.0, table.small_chunk_prefill_ms_per_token);
   row_cell_ms_ = std::max(0.0, table.row_cell_ms);
   mark_settled();
 }
 
 StepCostTable StepCosts::table() const {
-  return {decode_ms_by_batch_, prefill_ms_per_token_, row_cell_ms_};
+  return {decode_ms_by_batch_, prefill_ms_per_token_, small_chunk_prefill_ms_per_token_,
+          row_cell_ms_};
 }
 
 void StepCosts::learn_step(int decode_tokens, int prefill_tokens, double step_ms) {
@@ -53,8 +55,9 @@ void StepCosts::learn_step(int decode_tokens, int prefill_tokens, double step_ms
     // (0 until one was measured). Charged to its tokens, it made small chunks look dear, and
     // chunks cut to the target shrank towards the floor (a 2,900-token prompt took 67 s, not 7).
     const double decode_part = base_decode_step_ms(std::max(1, decode_tokens));
-    prefill_ms_per_token_ = blend(prefill_ms_per_token_,
-                                  std::max(0.0, base_ms - decode_part) / prefill_tokens, kWeight);
+    double& price = prefill_tokens < kTiledChunkTokens ? small_chunk_prefill_ms_per_token_
+                                                       : prefill_ms_per_token_;
+    price = blend(price, std::max(0.0, base_ms - decode_part) / prefill_tokens, kWeight);
   }
 }
 
@@ -90,15 +93,18 @@ int StepCosts::chunk_floor(int decode_tokens) const {
 }
 
 int StepCosts::prefill_budget(int decode_tokens) const {
-  return prefill_budget(decode_tokens, prefill_ms_per_token());
+  const int token_budget = max_batched_tokens_ - decode_tokens;
+  if (target_step_ms_ <= 0 || decode_tokens == 0 || prefill_ms_per_token() <= 0) {
+    return token_budget;
+  }
+  const int timed_budget = timed_chunk_tokens(target_step_ms_ - decode_step_ms(decode_tokens));
+  return std::min(token_budget, std::max(chunk_floor(decode_tokens), timed_budget));
 }
 
-int StepCosts::prefill_budget(int decode_tokens, double ms_per_token) const {
-  const int token_budget = max_batched_tokens_ - decode_tokens;
-  if (target_step_ms_ <= 0 || decode_tokens == 0 || ms_per_token <= 0) return token_budget;
-  const double spare_ms = target_step_ms_ - decode_step_ms(decode_tokens);
-  const int timed_budget = static_cast<int>(spare_ms / ms_per_token);
-  return std::min(token_budget, std::max(chunk_floor(decode_tokens), timed_budget));
+int StepCosts::timed_chunk_tokens(double spare_ms) const {
+  const int tiled = static_cast<int>(spare_ms / prefill_ms_per_token());
+  if (tiled >= kTiledChunkTokens) return tiled;
+  return std::min(tiled, static_cast<int>(spare_ms / prompt_token_ms(1)));
 }
 
 int StepCosts::long_chunk_budget(int decode_tokens) const {
@@ -108,7 +114,7 @@ int StepCosts::long_chunk_budget(int decode_tokens) const {
   const double fixed_ms = decode_step_ms(1);
   const double per_token = prefill_ms_per_token();
   if (target_step_ms_ <= 0 || per_token <= 0 || fixed_ms <= 0) return max_batched_tokens_;
-  const int timed_budget = static_cast<int>((target_step_ms_ - fixed_ms) / per_token);
+  const int timed_budget = timed_chunk_tokens(target_step_ms_ - fixed_ms);
   const int floor =
       std::max({chunk_floor(0), min_alone_chunk_tokens_,
                 static_cast<int>(std::ceil(kMinAloneChunkOverFixedCost * fixed_ms / per_token))});

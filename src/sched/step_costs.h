@@ -12,6 +12,9 @@ namespace brisk {
 struct StepCostTable {
   std::map<int, double> decode_ms_by_batch;  // a step of decodes alone, by batch
   double prefill_ms_per_token = 0;           // beyond the decodes of its step
+  // The same in a step of fewer than StepCosts::kTiledChunkTokens prompt tokens (0: unknown,
+  // priced as prefill_ms_per_token).
+  double small_chunk_prefill_ms_per_token = 0;
   double row_cell_ms = 0;
   bool empty() const { return decode_ms_by_batch.empty(); }
 };
@@ -85,17 +88,35 @@ class StepCosts {
   void mark_settled() {
     decode_steps_measured_ = std::max(decode_steps_measured_, kSettledDecodeSteps);
   }
+  // A prompt token in a step of kTiledChunkTokens prompt tokens or more (until such a step is
+  // measured, as in smaller ones).
   double prefill_ms_per_token() const {
-    return prefill_ms_per_token_ <= 0 ? 0 : prefill_ms_per_token_ + cell_ms(1);
+    const double base =
+        prefill_ms_per_token_ > 0 ? prefill_ms_per_token_ : small_chunk_prefill_ms_per_token_;
+    return base <= 0 ? 0 : base + cell_ms(1);
+  }
+  // A prompt token in a step of `prompt_tokens` prompt tokens: below kTiledChunkTokens they
+  // take ggml-cpu's per-row attention kernel (engine/attention_calls.h), and a 2-vCPU cold
+  // burst's steps of ~55 prompt tokens cost 1.24x what the warm-up's 128-token chunk priced.
+  // Until such a step is measured, as in larger ones.
+  double prompt_token_ms(int prompt_tokens) const {
+    if (prompt_tokens >= kTiledChunkTokens || small_chunk_prefill_ms_per_token_ <= 0) {
+      return prefill_ms_per_token();
+    }
+    return small_chunk_prefill_ms_per_token_ + cell_ms(1);
   }
   double target_step_ms() const { return target_step_ms_; }  // --target-itl-ms (0: off)
   // What a step of `decode_tokens` decodes and `prompt_tokens` prompt tokens is expected to
   // cost at the attended cells: its decodes' step (a one-token step's when it has none, the
   // fixed cost of any step) and each prompt token's price.
   double step_ms(int decode_tokens, int prompt_tokens) const {
-    return decode_step_ms(std::max(1, decode_tokens)) + prompt_tokens * prefill_ms_per_token();
+    return decode_step_ms(std::max(1, decode_tokens)) +
+           prompt_tokens * prompt_token_ms(prompt_tokens);
   }
   static constexpr int kMinChunkTokens = 16;
+  // Prompt tokens from which a step's prompt rows take ggml-cpu's tiled attention kernel
+  // (engine/attention_calls.h, kTiledAttentionRows); fewer are priced on their own.
+  static constexpr int kTiledChunkTokens = 64;
   // A long chunk alone carries at least this many times a step's fixed cost in prompt tokens.
   static constexpr double kMinAloneChunkOverFixedCost = 3;
   static constexpr int kSettledDecodeSteps = 16;
@@ -108,8 +129,8 @@ class StepCosts {
   double cell_ms(int rows) const { return row_cell_ms_ * rows * attended_cells_; }
   // A step of decodes alone as at no attended cell.
   double base_decode_step_ms(int batch) const;
-  // prefill_budget() with the token cost given.
-  int prefill_budget(int decode_tokens, double ms_per_token) const;
+  // The most prompt tokens `spare_ms` pays for: a tiled chunk when one fits, else a small one.
+  int timed_chunk_tokens(double spare_ms) const;
 
   double target_step_ms_;
   int max_batched_tokens_;
@@ -122,6 +143,7 @@ class StepCosts {
   // One prompt token, beyond the decodes of its step (beyond a one-token step's cost when
   // nothing decodes: what a step costs whatever it carries is not the tokens').
   double prefill_ms_per_token_ = 0;
+  double small_chunk_prefill_ms_per_token_ = 0;  // in steps of fewer than kTiledChunkTokens
   int attended_cells_ = 0;
   double row_cell_ms_ = 0;
 };

@@ -47,6 +47,7 @@ LiveLoad StepScheduler::live_load() const {
     out.output_tokens = output_left(request, sequence.completion_tokens());
     out.priority = request.priority;
     out.waited_ms = ms_between(request.arrival, now);
+    out.served = sequence.completion_tokens() > 0;
     return out;
   };
   for (const auto& sequence : running_) load.running.push_back(of_sequence(*sequence));

@@ -27,17 +27,28 @@ struct WaitForecastOptions {
   bool buffer_per_sequence = false;
 };
 
-// How long a newcomer would wait for its first token beyond what its own prompt costs alone:
+// What a newcomer would wait, and what the requests ahead of it would, with it among them.
+struct WaitForecast {
+  // Until its first token, beyond what its own prompt costs alone (0 while the costs are
+  // unknown).
+  double newcomer_ms = 0;
+  // Each request ahead (running, preempted, waiting, submitted, in that order): its whole wait
+  // for its first token since it arrived, beyond its prompt's own cost; -1 for one that already
+  // has it; infinity for one not served by the horizon.
+  std::vector<double> ahead_ms;
+};
+
 // brisk serve's own scheduler runs from the live state (`load`, then `submitted`: requests not
 // yet handed over, in arrival order) with the newcomer last, on a runner whose steps take the
 // learned costs (sched/serve_simulation.h), so admission prices the wait with the code that
 // will schedule it. A request of unknown length is taken to run as long as the newcomer asks
 // for, or one token when it asks for none (the forecast is then a lower bound).
 //
-// The simulation stops at `horizon_ms`; a newcomer not served by then is forecast from the
-// share of the requests ahead of it served so far. 0 while the costs are unknown.
-double forecast_wait_ms(const WaitForecastOptions& options, const LiveLoad& load,
-                        const std::vector<ForecastRequest>& submitted, const Newcomer& newcomer,
-                        double horizon_ms);
+// The simulation runs until every request ahead and the newcomer have their first token, or
+// `horizon_ms` (plus the newcomer's own prompt) has passed; a newcomer not served by then is
+// forecast from the rate at which the requests ahead were served.
+WaitForecast forecast_waits(const WaitForecastOptions& options, const LiveLoad& load,
+                            const std::vector<ForecastRequest>& submitted,
+                            const Newcomer& newcomer, double horizon_ms);
 
 }  // namespace brisk

@@ -151,8 +151,9 @@ HttpResponse CompletionsRoute::refusal_response(SubmitStatus status, double esti
       retry_after_s = std::max(1, static_cast<int>(std::ceil(over_ms / 1000.0)));
       error.code = "queue_delay";
       error.message = fmt::format(
-          "this request would wait about {:.0f} ms before it starts, more than the server's "
-          "limit of {:.0f} ms (--max-queue-delay-ms); retry in {} s",
+          "this request would wait about {:.0f} ms for its first token (or make a request "
+          "admitted before it wait that long), more than the server's limit of {:.0f} ms "
+          "(--max-queue-delay-ms); retry in {} s",
           estimated_wait_ms, engine_loop_.options().max_queue_delay_ms, retry_after_s);
     }
     HttpResponse response = reject(error, error.code);

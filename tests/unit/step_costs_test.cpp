@@ -157,5 +157,28 @@ TEST(StepCosts, StepsArePricedAtTheCellsTheirRowsAttendOver) {
   EXPECT_EQ(costs.attended_cells(), 0) << "a priced copy leaves the costs as they were";
 }
 
+// A step of fewer than 64 prompt tokens runs them through ggml-cpu's per-row attention kernel,
+// dearer per token: such steps teach a price of their own, and a chunk cut to the target is a
+// tiled one whenever one fits (more tokens in the same time), else a small one at its price.
+TEST(StepCosts, ChunksUnderTheTiledKernelArePricedOnTheirOwn) {
+  StepCosts costs(150, 512);
+  costs.learn_step(1, 0, 10);
+  costs.learn_step(4, 0, 30);
+  costs.learn_step(0, 128, 10 + 128 * 1.5);
+  EXPECT_NEAR(costs.prompt_token_ms(32), 1.5, 1e-9) << "no small chunk measured: as a large one";
+  costs.learn_step(0, 32, 10 + 32 * 2.5);
+  EXPECT_NEAR(costs.prefill_ms_per_token(), 1.5, 1e-9);
+  EXPECT_NEAR(costs.prompt_token_ms(32), 2.5, 1e-9);
+  EXPECT_NEAR(costs.prompt_token_ms(64), 1.5, 1e-9);
+  EXPECT_NEAR(costs.step_ms(4, 32), 30 + 32 * 2.5, 1e-9);
+  EXPECT_NEAR(costs.step_ms(4, 80), 30 + 80 * 1.5, 1e-9);
+  EXPECT_EQ(costs.prefill_budget(4), 80) << "(150 - 30) / 1.5: a tiled chunk fits";
+  costs.learn_step(8, 0, 60);
+  EXPECT_EQ(costs.prefill_budget(8), 36) << "(150 - 60) / 1.5 = 60 is under 64: (150 - 60) / 2.5";
+  const StepCosts stored = StepCosts::from_table(costs.table(), 150, 512);
+  EXPECT_NEAR(stored.prompt_token_ms(32), 2.5, 1e-9) << "kept in the table";
+  EXPECT_EQ(stored.prefill_budget(8), 36);
+}
+
 }  // namespace
 }  // namespace brisk

@@ -42,6 +42,12 @@ LiveLoad load_of(std::vector<ForecastRequest> running, int max_seqs) {
   return load;
 }
 
+double wait_of(const WaitForecastOptions& options, const LiveLoad& load,
+               const std::vector<ForecastRequest>& submitted, const Newcomer& newcomer,
+               double horizon_ms) {
+  return forecast_waits(options, load, submitted, newcomer, horizon_ms).newcomer_ms;
+}
+
 ForecastRequest decoding(int output_tokens) {
   ForecastRequest request;
   request.output_tokens = output_tokens;
@@ -56,8 +62,8 @@ TEST(WaitForecast, ANewcomerWaitsForASequenceToComeFree) {
   const LiveLoad load = load_of({decoding(5), decoding(20)}, 2);
   Newcomer newcomer;
   newcomer.prompt_tokens = 10;
-  EXPECT_NEAR(forecast_wait_ms(test_options(2), load, {}, newcomer, 10'000), 100, 1e-6);
-  EXPECT_NEAR(forecast_wait_ms(test_options(3), load_of({decoding(5), decoding(20)}, 3), {},
+  EXPECT_NEAR(wait_of(test_options(2), load, {}, newcomer, 10'000), 100, 1e-6);
+  EXPECT_NEAR(wait_of(test_options(3), load_of({decoding(5), decoding(20)}, 3), {},
                                newcomer, 10'000),
               10, 1e-6)
       << "a free sequence: its prompt rides the next step, 10 ms dearer for the two decodes";
@@ -66,7 +72,7 @@ TEST(WaitForecast, ANewcomerWaitsForASequenceToComeFree) {
   ForecastRequest submitted;
   submitted.prompt_tokens = 10;
   submitted.output_tokens = 30;
-  EXPECT_NEAR(forecast_wait_ms(test_options(2), load, {submitted}, newcomer, 10'000), 400, 1e-6);
+  EXPECT_NEAR(wait_of(test_options(2), load, {submitted}, newcomer, 10'000), 400, 1e-6);
 }
 
 // A running request that named no max_tokens, with nothing finished yet: it is taken to run as
@@ -77,9 +83,9 @@ TEST(WaitForecast, AnUnknownLengthRunsAsLongAsTheNewcomerAsks) {
   Newcomer newcomer;
   newcomer.prompt_tokens = 10;
   newcomer.max_tokens = 5;
-  EXPECT_NEAR(forecast_wait_ms(test_options(2), load, {}, newcomer, 10'000), 100, 1e-6);
+  EXPECT_NEAR(wait_of(test_options(2), load, {}, newcomer, 10'000), 100, 1e-6);
   newcomer.max_tokens = 0;
-  EXPECT_NEAR(forecast_wait_ms(test_options(2), load, {}, newcomer, 10'000), 20, 1e-6);
+  EXPECT_NEAR(wait_of(test_options(2), load, {}, newcomer, 10'000), 20, 1e-6);
 }
 
 // Each row pays for the cells the running requests already hold.
@@ -90,10 +96,10 @@ TEST(WaitForecast, TheCellsHeldAreAttendedUntilTheirRequestsEnd) {
   newcomer.prompt_tokens = 10;
   // Five steps of 2 rows over 100 held cells (2 ms each) and, as each token is computed, their
   // own cells: 10 ms more than at no cell.
-  const double wait = forecast_wait_ms(test_options(2), load, {}, newcomer, 10'000);
+  const double wait = wait_of(test_options(2), load, {}, newcomer, 10'000);
   EXPECT_GT(wait, 110);
   load.running[0].held_cells = load.running[1].held_cells = 0;
-  EXPECT_LT(forecast_wait_ms(test_options(2), load, {}, newcomer, 10'000), wait);
+  EXPECT_LT(wait_of(test_options(2), load, {}, newcomer, 10'000), wait);
 }
 
 // Past the horizon the simulation stops, and the wait is extrapolated from the share of the
@@ -103,15 +109,41 @@ TEST(WaitForecast, BeyondTheHorizonItExtrapolates) {
   std::vector<ForecastRequest> submitted(18, ForecastRequest{10, 0, 100, 0, 0});
   Newcomer newcomer;
   newcomer.prompt_tokens = 10;
-  const double full = forecast_wait_ms(test_options(2), load, submitted, newcomer, 1e9);
+  const double full = wait_of(test_options(2), load, submitted, newcomer, 1e9);
   EXPECT_NEAR(full, 10 * 100 * 20 + 10 * 2, 200) << "ten rounds of 100 steps";
-  const double cut = forecast_wait_ms(test_options(2), load, submitted, newcomer, 3000);
+  const double cut = wait_of(test_options(2), load, submitted, newcomer, 3000);
   EXPECT_GT(cut, 3000);
   EXPECT_NEAR(cut, full, full * 0.2);
   LiveLoad unknown = load;
   unknown.costs_settled = false;
-  EXPECT_EQ(forecast_wait_ms(test_options(2), unknown, submitted, newcomer, 3000), 0)
+  EXPECT_EQ(wait_of(test_options(2), unknown, submitted, newcomer, 3000), 0)
       << "nothing to price with";
+}
+
+// Short prompts go before long ones (--long-prefill-tokens): while a long prompt is prefilled,
+// a short newcomer takes the free sequence before a long prompt that waited, and holds it for
+// its 50 tokens. The forecast says what every request ahead would wait with the newcomer among
+// them, so that admission can refuse one that would push another past the limit.
+TEST(WaitForecast, SaysWhatTheRequestsAheadWouldWaitWithTheNewcomer) {
+  WaitForecastOptions options = test_options(2);
+  options.scheduler.long_prefill_tokens = 100;
+  ForecastRequest prefilling{300, 0, 200, 0, 500};  // runs 200 tokens once its prompt is in
+  const LiveLoad load = load_of({prefilling}, 2);
+  const ForecastRequest waited{300, 0, 5, 0, 1000};  // a long prompt, waiting a second already
+  Newcomer newcomer;
+  newcomer.prompt_tokens = 20;
+  newcomer.max_tokens = 50;
+  const WaitForecast without = forecast_waits(options, load, {waited}, Newcomer{}, 1e6);
+  const WaitForecast with = forecast_waits(options, load, {waited}, newcomer, 1e6);
+  ASSERT_EQ(with.ahead_ms.size(), 2u);
+  EXPECT_LT(with.newcomer_ms, 50) << "it goes first";
+  EXPECT_NEAR(with.ahead_ms[0], without.ahead_ms[0], 25) << "the prefilling one barely slows";
+  EXPECT_GT(with.ahead_ms[1], without.ahead_ms[1] + 49 * 10)
+      << "the long one waits for the newcomer's 50 tokens";
+  EXPECT_GT(without.ahead_ms[1], 1000) << "counted from its arrival";
+  ForecastRequest served = prefilling;
+  served.served = true;
+  EXPECT_EQ(forecast_waits(options, load_of({served}, 2), {}, newcomer, 1e6).ahead_ms[0], -1);
 }
 
 // The forecast is the server: an engine loop on the fake runner, its steps priced by the same
@@ -139,7 +171,7 @@ TEST(WaitForecast, IsTheWaitTheServerGives) {
   int finished = 0;
   double newcomer_first_token_ms = -1;
   std::condition_variable done;
-  const auto submit = [&](int prompt, int output, bool newcomer) {
+  const auto make = [&](int prompt, int output, bool newcomer) {
     auto request = std::make_shared<Request>();
     request->prompt_tokens.assign(static_cast<size_t>(prompt), static_cast<Token>(5 + finished));
     for (size_t k = 0; k < request->prompt_tokens.size(); ++k) request->prompt_tokens[k] += k % 7;
@@ -159,9 +191,7 @@ TEST(WaitForecast, IsTheWaitTheServerGives) {
         done.notify_all();
       }
     };
-    double estimate = -1;
-    EXPECT_EQ(loop.submit(std::move(request), &estimate), SubmitStatus::accepted);
-    return estimate;
+    return request;
   };
   // Three requests at once on two sequences; the newcomer comes before the 6th decode, when
   // the first two are decoding and the third waits. The warm-up's steps come first.
@@ -169,11 +199,15 @@ TEST(WaitForecast, IsTheWaitTheServerGives) {
   const int warm_up_decodes = runner.decodes();
   double forecast = -1;
   runner.before_decode = [&](int n) {
-    if (n == warm_up_decodes + 6) forecast = submit(20, 3, true);
+    if (n != warm_up_decodes + 6) return;
+    EXPECT_EQ(loop.submit(make(20, 3, true), &forecast), SubmitStatus::accepted);
   };
-  submit(30, 12, false);
-  submit(50, 8, false);
-  submit(40, 10, false);
+  // Handed over together, whenever the engine thread wakes.
+  std::vector<std::shared_ptr<Request>> first;
+  first.push_back(make(30, 12, false));
+  first.push_back(make(50, 8, false));
+  first.push_back(make(40, 10, false));
+  ASSERT_EQ(loop.submit_all(std::move(first)), SubmitStatus::accepted);
   {
     std::unique_lock lock(mutex);
     ASSERT_TRUE(done.wait_for(lock, std::chrono::seconds(30), [&] { return finished == 4; }));
