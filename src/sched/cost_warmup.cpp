@@ -42,6 +42,14 @@ class WarmupSteps {
     return run();
   }
 
+  // `tokens` prompt tokens of sequence 0 beside one decode of each of the next `decodes`.
+  double prefill_beside(int tokens, int decodes) {
+    engine_.clear_batch();
+    for (int s = 1; s <= decodes; ++s) add(s, true);
+    for (int i = 0; i < tokens; ++i) add(0, i + 1 == tokens);
+    return run();
+  }
+
   // Every other sequence comes to hold a copy of sequence 0's cells (its saved state restored:
   // a copy of bytes, no step computed). False when the cache has no room for them.
   bool fill_from_first() {
@@ -112,9 +120,12 @@ WarmupResult warm_up_step_costs(ModelRunner& engine, StepCosts& costs, int max_s
   const int sequences = std::clamp(max_seqs, 1, std::max(1, engine.sequence_ids()));
   constexpr int kDecodeSteps = 3;
   constexpr int kChunks = 2;
-  // A chunk of fewer prompt tokens than the tiled kernel takes (StepCosts::kTiledChunkTokens):
-  // what a chunk cut to --target-itl-ms beside decodes often is.
+  // A chunk of fewer prompt tokens than the tiled kernel takes (StepCosts::kTiledChunkTokens)
+  // beside a few decodes: what a chunk cut to --target-itl-ms beside decodes often is. Alone,
+  // 32 tokens priced 1.55 ms a token where a 2-vCPU cold burst's ~45-token chunks beside ~5
+  // decodes cost ~2.2 ms.
   constexpr int kSmallChunkTokens = 32;
+  const int small_chunk_decodes = std::min(4, sequences - 1);
   // Room in sequence 0 for the chunks and its decodes: a first step, then four kinds of
   // kDecodeSteps (one sequence, the full batch at three fills) and the more batches', and one
   // spare.
@@ -155,8 +166,9 @@ WarmupResult warm_up_step_costs(ModelRunner& engine, StepCosts& costs, int max_s
     chunk_step = fastest(kChunks, steps.attended_cells(1), [&] { return steps.prefill(chunk); });
     if (chunk_step.ms < 0) return result;
     if (small_chunks) {
-      small_chunk_step = fastest(kChunks, steps.attended_cells(1),
-                                 [&] { return steps.prefill(kSmallChunkTokens); });
+      small_chunk_step =
+          fastest(kChunks, steps.attended_cells(1 + small_chunk_decodes),
+                  [&] { return steps.prefill_beside(kSmallChunkTokens, small_chunk_decodes); });
       if (small_chunk_step.ms < 0) return result;
     }
     for (const int batch : more_decode_batches) {
@@ -195,9 +207,10 @@ WarmupResult warm_up_step_costs(ModelRunner& engine, StepCosts& costs, int max_s
   learn(one, 1, 0);
   for (const auto& [batch, step] : more) learn(step, batch, 0);
   learn(chunk_step, 0, chunk);
-  if (small_chunks) learn(small_chunk_step, 0, kSmallChunkTokens);
-  // The full batch last: the batch a burst runs at, and the one decode_step_ms() prices.
+  // The full batch last of the decodes: the batch a burst runs at, and the one decode_step_ms()
+  // prices. The small chunk after it, beside decodes priced from the batches measured.
   learn(full, sequences, 0);
+  if (small_chunks) learn(small_chunk_step, small_chunk_decodes, kSmallChunkTokens);
   costs.set_attended_cells(0);  // the cache is empty again
   costs.mark_settled();
   result.ok = true;

@@ -20,6 +20,7 @@ SchedulerOptions on_clock(SchedulerOptions options, VirtualClock& clock) {
   options.sampling_threads = 1;
   options.warm_up = false;  // run by the simulation itself, before its origin
   options.prefix_cache.host_bytes = 0;
+  options.quiet = true;
   return options;
 }
 

@@ -28,12 +28,13 @@ void log_step(const StepPlan& plan, int attended_cells, double predicted_ms,
 
 StepExecutor::StepExecutor(ModelRunner& engine, KvManager& kv, StepCosts& costs,
                            ServingMetrics& metrics, int sampling_threads,
-                           std::function<TimePoint()> clock)
+                           std::function<TimePoint()> clock, bool log_steps)
     : engine_(engine),
       kv_(kv),
       costs_(costs),
       metrics_(metrics),
       clock_(std::move(clock)),
+      log_steps_(log_steps),
       buffer_per_sequence_(engine.sequence_context_size() != engine.context_size()),
       sampling_pool_(sampling_threads) {}
 
@@ -61,7 +62,7 @@ DecodeStatus StepExecutor::run(StepPlan& plan, TimePoint step_started) {
   phases.commit_seconds = seconds_between(sampled, committed);
   const double step_seconds = seconds_between(started, committed);
   const int decode_tokens = plan.decode_tokens();
-  if (spdlog::should_log(spdlog::level::trace)) {
+  if (log_steps_ && spdlog::should_log(spdlog::level::trace)) {
     log_step(plan, costs_.attended_cells(),
              costs_.step_ms(decode_tokens, batch_tokens - decode_tokens), phases);
   }

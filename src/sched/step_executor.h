@@ -21,7 +21,7 @@ namespace brisk {
 class StepExecutor {
  public:
   StepExecutor(ModelRunner& engine, KvManager& kv, StepCosts& costs, ServingMetrics& metrics,
-               int sampling_threads, std::function<TimePoint()> clock);
+               int sampling_threads, std::function<TimePoint()> clock, bool log_steps = true);
 
   // no_kv_space: nothing of the plan was applied (the caller may make room and plan again);
   // failed: the engine could not decode it. `step_started` is when the scheduler began the
@@ -38,6 +38,7 @@ class StepExecutor {
   StepCosts& costs_;
   ServingMetrics& metrics_;
   const std::function<TimePoint()> clock_;
+  const bool log_steps_;  // at trace level
   // With a KV buffer per sequence llama.cpp computes runs of consecutive sequence ids
   // (StepPlan::order_by_sequence_id).
   const bool buffer_per_sequence_;

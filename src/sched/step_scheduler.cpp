@@ -20,7 +20,8 @@ StepScheduler::StepScheduler(ModelRunner& engine, SchedulerOptions options, Serv
       policy_(options.queue_policy),
       costs_(options.max_step_ms, options.max_batched_tokens, options.min_prefill_step_tokens,
              options.min_alone_chunk_tokens),
-      executor_(engine, kv_, costs_, metrics, options.sampling_threads, options.clock) {}
+      executor_(engine, kv_, costs_, metrics, options.sampling_threads, options.clock,
+                !options.quiet) {}
 
 WarmupResult StepScheduler::warm_up() {
   // Chunks nearer a burst's full steps than the small ones beside decodes (dearer per token),
@@ -215,9 +216,11 @@ void StepScheduler::preempt(size_t index) {
   std::unique_ptr<Sequence> victim = std::move(running_[index]);
   running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(index));
   const bool swapped = kv_.swap_out(victim->slot());
-  spdlog::debug("preempting request {} ({} KV cells, {} tokens generated; {})",
-                victim->request().id, victim->kv_tokens(), victim->completion_tokens(),
-                swapped ? "saved to the host tier" : "to be recomputed");
+  if (!options_.quiet) {
+    spdlog::debug("preempting request {} ({} KV cells, {} tokens generated; {})",
+                  victim->request().id, victim->kv_tokens(), victim->completion_tokens(),
+                  swapped ? "saved to the host tier" : "to be recomputed");
+  }
   victim->preempt();
   last_pass_.preempted_after.push_back(&victim->request_ref());
   metrics_.count_preemption();
@@ -437,9 +440,11 @@ Sequence& StepScheduler::start_sequence(std::unique_ptr<Sequence> sequence,
   sequence->assign_slot(id);
   sequence->reuse_cached_prefix(kv_.attach(id, hit, sequence->prefill_tokens()));
   Sequence& started = *sequence;
-  spdlog::trace("admitted #{} into sequence {} {:.1f} ms after its arrival: {} tokens to prefill",
-                started.admission_order(), id, ms_between(started.request().arrival, now()),
-                started.prompt_remaining());
+  if (!options_.quiet) {
+    spdlog::trace("admitted #{} into sequence {} {:.1f} ms after its arrival: {} tokens to prefill",
+                  started.admission_order(), id, ms_between(started.request().arrival, now()),
+                  started.prompt_remaining());
+  }
   const auto at = std::find_if(running_.begin(), running_.end(), [&](const auto& other) {
     return other->admission_order() > started.admission_order();
   });

@@ -67,6 +67,9 @@ struct SchedulerOptions {
   // The time of every deadline, wait, hold and step cost the scheduler measures; tests drive a
   // fake one (the drain's timeout stays on the steady clock).
   std::function<TimePoint()> clock = Clock::now;
+  // Logs no step, admission or preemption: a simulation's scheduler (sched/serve_simulation.h;
+  // admission runs one per request) is not the server's.
+  bool quiet = false;
 };
 
 // What the engine thread tells the other threads after a step (and after admitting requests):
