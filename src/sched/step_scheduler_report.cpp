@@ -1,5 +1,5 @@
 // What the engine thread tells the other threads about the scheduler after a step: the load for
-// submit()'s admission estimate, the counts for stats(), and the picture for GET
+// submit()'s admission forecast, the counts for stats(), and the picture for GET
 // /debug/scheduler (SchedulerReport). Reads the scheduler's state only.
 #include <algorithm>
 
