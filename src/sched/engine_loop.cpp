@@ -1,10 +1,19 @@
 #include "sched/engine_loop.h"
 
+#include <cmath>
 #include <optional>
 
 #include <spdlog/spdlog.h>
 
 namespace brisk {
+
+namespace {
+
+// What a newcomer may move a late request's first token without pushing it: the forecasts with
+// and without it differ by float noise.
+constexpr double kPushToleranceMs = 1;
+
+}  // namespace
 
 EngineLoop::EngineLoop(ModelRunner& engine, SchedulerOptions options, ServingMetrics& metrics)
     : options_(options),
@@ -143,13 +152,19 @@ SubmitStatus EngineLoop::check_wait(const Newcomer& newcomer, int prompt_tokens,
       forecast_waits(forecast_options_, memo.load, memo.submitted, newcomer, limit_ms);
   if (with.newcomer_ms > limit_ms) return refuse_over_limit(with.newcomer_ms);
   // Nor is a promise broken: a request ahead that would start within the limit must still do
-  // so with the newcomer among them (a short prompt goes before the long ones already waiting:
-  // a cold burst's short prompts pushed the long ones admitted before them to 50 s).
+  // so with the newcomer among them, and one already past it must not come later still (a short
+  // prompt goes before the long ones waiting: a cold burst's short prompts pushed the long ones
+  // admitted before them to 50 s, and 64 closed-loop users, once one was late, to 90 s).
   for (size_t i = 0; i < with.ahead_ms.size() && i < memo.base.ahead_ms.size(); ++i) {
-    if (with.ahead_ms[i] > limit_ms && memo.base.ahead_ms[i] <= limit_ms) {
+    const double pushed = with.ahead_ms[i];
+    const double before = memo.base.ahead_ms[i];
+    if (pushed <= limit_ms) continue;
+    // Past the horizon in both: the newcomer, served within it, goes before that one.
+    const bool overtakes_a_late_one = std::isinf(pushed) && std::isinf(before);
+    if (before <= limit_ms || pushed > before + kPushToleranceMs || overtakes_a_late_one) {
       // Retry once that request is served: about what it would be pushed past the limit.
-      const double pushed_ms = std::min(with.ahead_ms[i], 2 * limit_ms) - limit_ms;
-      return refuse_over_limit(limit_ms + std::max(1.0, pushed_ms));
+      const double over_ms = std::min(pushed, 2 * limit_ms) - limit_ms;
+      return refuse_over_limit(limit_ms + std::max(1000.0, over_ms));
     }
   }
   return refuse_over_limit(with.newcomer_ms);
