@@ -105,7 +105,6 @@ class StepCosts {
     }
     return small_chunk_prefill_ms_per_token_ + cell_ms(1);
   }
-  double target_step_ms() const { return target_step_ms_; }  // --target-itl-ms (0: off)
   // What a step of `decode_tokens` decodes and `prompt_tokens` prompt tokens is expected to
   // cost at the attended cells: its decodes' step (a one-token step's when it has none, the
   // fixed cost of any step) and each prompt token's price.
