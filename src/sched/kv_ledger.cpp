@@ -15,11 +15,10 @@ uint64_t hash_tokens(std::span<const Token> tokens) {
   return hash;
 }
 
-KvOp release_op(int id, bool eviction = false) {
+KvOp release_op(int id) {
   KvOp op;
   op.kind = KvOp::Kind::release;
   op.id = id;
-  op.eviction = eviction;
   return op;
 }
 
@@ -190,12 +189,12 @@ int KvLedger::take_over(int id, const PrefixLookup& hit, std::span<const Token> 
   TokenList held = tree_.tokens(id);
   if (static_cast<int>(held.size()) > hit.tokens) {
     // What the new prompt does not continue may be another's: keep it in host memory.
-    evicted_.remember(held);
-    if (host_tier_enabled()) ops.push_back(save_op(id, std::move(held)));
+    if (host_tier_enabled()) ops.push_back(save_op(id, held));
     KvOp keep;
     keep.kind = KvOp::Kind::keep_prefix;
     keep.id = id;
     keep.tokens = hit.tokens;
+    keep.tokens_held = std::move(held);
     ops.push_back(std::move(keep));
     tree_.release(id);
     tree_.append(id, prompt.first(static_cast<size_t>(hit.tokens)));
@@ -257,10 +256,12 @@ bool KvLedger::evict_oldest(int keep, KvOps& ops) {
 
 void KvLedger::evict(int id, KvOps& ops) {
   TokenList tokens = tree_.tokens(id);
-  evicted_.remember(tokens);
-  if (host_tier_enabled() && !tokens.empty()) ops.push_back(save_op(id, std::move(tokens)));
+  if (host_tier_enabled() && !tokens.empty()) ops.push_back(save_op(id, tokens));
   tree_.release(id);
-  ops.push_back(release_op(id, /*eviction=*/true));
+  KvOp release = release_op(id);
+  release.eviction = true;
+  release.tokens_held = std::move(tokens);
+  ops.push_back(std::move(release));
   state_[static_cast<size_t>(id)] = State::free;
 }
 
@@ -285,6 +286,27 @@ int KvLedger::cached_sequences() const {
 int KvLedger::attended_cells() const {
   if (!per_sequence_) return used_cells();
   return (used_cells() - cached_cells()) / std::max(1, running_sequences());
+}
+
+PrefixLookup lookup_in_ledger(const KvLedger& ledger, std::span<const Token> tokens,
+                              int min_tokens) {
+  PrefixLookup result;
+  if (!ledger.cache_enabled()) {
+    result.miss = PrefixMiss::disabled;
+    return result;
+  }
+  if (tokens.size() <= 1) {
+    result.miss = PrefixMiss::no_match;
+    return result;
+  }
+  const KvLedger::Match match = ledger.match(tokens.first(tokens.size() - 1), min_tokens);
+  result.tokens = match.tokens;
+  result.source = match.source;
+  if (result.tokens > 0) return result;
+  result.miss = match.longest >= min_tokens ? PrefixMiss::window_expired
+                : match.longest > 0         ? PrefixMiss::below_minimum
+                                            : PrefixMiss::no_match;
+  return result;
 }
 
 int KvLedger::running_sequences() const {

@@ -73,9 +73,10 @@ class EvictedPrefixes {
 struct KvOp {
   enum class Kind {
     copy_prefix,        // `id` (holding nothing) shares `source`'s first `tokens` cells
-    keep_prefix,        // `id` keeps its first `tokens` cells and frees the rest
+    keep_prefix,        // `id` keeps its first `tokens` cells and frees the rest (it held
+                        // `tokens_held`)
     save_to_host,       // `id`'s state, the positions `tokens_held`, goes to the host tier
-    release,            // `id` frees every cell
+    release,            // `id` frees every cell (an eviction's held `tokens_held`)
     restore_from_host,  // `id` (holding nothing) gets the host tier's state of `tokens_held`
   };
   Kind kind = Kind::release;
@@ -130,10 +131,6 @@ class KvLedger {
   // reusable from there on (its window still held); a cached owner that can be taken over is
   // preferred to a running one.
   Match match(std::span<const Token> query, int min_tokens) const;
-  // Whether the KV cells once held a prefix of `tokens` longer than `matched` and evicted it.
-  bool evicted_longer(std::span<const Token> tokens, int matched) const {
-    return evicted_.had_longer(tokens, matched);
-  }
 
   // An id for a new running sequence whose prompt found `hit`: the hit's own cached id when
   // there are no ids beyond the running ones (always so with a buffer per sequence). Otherwise,
@@ -184,18 +181,22 @@ class KvLedger {
   int take_over(int id, const PrefixLookup& hit, std::span<const Token> prompt, KvOps& ops);
   PrefixTree::Owners running_mask() const;
 
-  const bool per_sequence_;
+  bool per_sequence_;
   // No ids beyond the running ones (always so with a buffer per sequence): a cached id is taken
   // over by the prompt that continues it.
-  const bool takes_over_;
-  const PrefixCacheOptions options_;
-  const KvWindow window_;
+  bool takes_over_;
+  PrefixCacheOptions options_;
+  KvWindow window_;
   PrefixTree tree_;
   std::vector<State> state_;
   std::vector<uint64_t> last_used_;  // per id: when it last finished or served a hit
   std::vector<bool> reused_;         // per id: its cells served a hit since it was acquired
   uint64_t clock_ = 0;
-  EvictedPrefixes evicted_;
 };
+
+// A prompt's longest reusable prefix in the ledger's KV cells alone (KvManager::lookup_in adds
+// the host tier and the misses' causes), keeping at least one token to compute.
+PrefixLookup lookup_in_ledger(const KvLedger& ledger, std::span<const Token> tokens,
+                              int min_tokens);
 
 }  // namespace brisk

@@ -21,15 +21,12 @@ KvManager::KvManager(ModelRunner& engine, int running_limit, int sequence_ids,
   }
 }
 
-int KvManager::acquire(const PrefixLookup& hit) {
-  const int id = ledger_.acquire(hit, ops_);
-  apply(ops_);
-  return id;
-}
-
-PrefixLookup KvManager::lookup_at_least(std::span<const Token> tokens, int min_tokens) const {
+PrefixLookup KvManager::lookup_in(const KvLedger& ledger, std::span<const Token> tokens,
+                                  bool shared_prompt) const {
   PrefixLookup result;
-  if (!ledger_.cache_enabled()) {
+  result.within_request = shared_prompt;
+  const int min_tokens = shared_prompt ? 1 : ledger.options().min_tokens;
+  if (!ledger.cache_enabled()) {
     result.miss = PrefixMiss::disabled;
     return result;
   }
@@ -39,7 +36,7 @@ PrefixLookup KvManager::lookup_at_least(std::span<const Token> tokens, int min_t
   }
   // One token is always left to compute: its logits start the completion.
   const std::span<const Token> query = tokens.first(tokens.size() - 1);
-  const KvLedger::Match match = ledger_.match(query, min_tokens);
+  const KvLedger::Match match = ledger.match(query, min_tokens);
   result.tokens = match.tokens;
   result.source = match.source;
   // The host tier serves what the KV cache holds less of (nothing when it holds all of it).
@@ -50,7 +47,7 @@ PrefixLookup KvManager::lookup_at_least(std::span<const Token> tokens, int min_t
               return host_usable(entry, n);
             });
   if (stored.tokens >= min_tokens && stored.tokens > result.tokens) {
-    result = {stored.tokens, -1, PrefixMiss::none, true};
+    result = {stored.tokens, -1, PrefixMiss::none, true, shared_prompt};
   }
   if (result.tokens > 0) return result;
   const int longest = std::max(match.longest, stored.tokens);
@@ -58,7 +55,7 @@ PrefixLookup KvManager::lookup_at_least(std::span<const Token> tokens, int min_t
     result.miss = PrefixMiss::window_expired;
   } else if (host_evicted_.had_longer(tokens, longest)) {
     result.miss = PrefixMiss::host_evicted;
-  } else if (ledger_.evicted_longer(tokens, longest)) {
+  } else if (kv_evicted_.had_longer(tokens, longest)) {
     result.miss = PrefixMiss::evicted;
   } else {
     result.miss = longest > 0 ? PrefixMiss::below_minimum : PrefixMiss::no_match;
@@ -73,27 +70,9 @@ bool KvManager::host_usable(const HostPrefixCache::Entry& entry, int tokens) con
   return window <= 0 || entry.window_start <= std::max(0, tokens - window + 1);
 }
 
-int KvManager::attach(int id, const PrefixLookup& hit, std::span<const Token> prompt) {
-  const int query_tokens = static_cast<int>(prompt.size());
-  int reused = ledger_.attach(id, hit, prompt, ops_);
-  if (!apply(ops_).restored) {
-    ledger_.restore_failed(id);
-    reused = 0;
-  }
-  metrics_.observe_prefix_lookup(
-      query_tokens, reused,
-      prefix_miss_name(hit.from_host ? PrefixMiss::restore_failed : hit.miss));
-  return reused;
-}
-
 void KvManager::release(int id) {
   ledger_.release(id, ops_);
   apply(ops_);
-}
-
-bool KvManager::swap_out(int id) {
-  ledger_.swap_out(id, ops_);
-  return apply(ops_).saved;
 }
 
 void KvManager::retire(int id) {
@@ -101,38 +80,44 @@ void KvManager::retire(int id) {
   apply(ops_);
 }
 
-bool KvManager::evict_oldest(int keep) {
-  const bool evicted = ledger_.evict_oldest(keep, ops_);
-  apply(ops_);
-  return evicted;
-}
-
 // The ledger's ops on the model runner, in order (a state is saved before its cells go), and
 // cleared.
-KvManager::Applied KvManager::apply(KvOps& ops) {
-  Applied applied;
+KvManager::Adopted KvManager::adopt(KvLedger ledger, KvOps& ops) {
+  ledger_ = std::move(ledger);
+  Adopted adopted;
+  apply(ops, &adopted);
+  for (int id : adopted.failed_restores) ledger_.restore_failed(id);
+  return adopted;
+}
+
+void KvManager::apply(KvOps& ops, Adopted* adopted) {
   for (const KvOp& op : ops) {
     switch (op.kind) {
       case KvOp::Kind::copy_prefix:
         engine_.copy_sequence_prefix(op.source, op.id, op.tokens);
         break;
       case KvOp::Kind::keep_prefix:
+        kv_evicted_.remember(op.tokens_held);
         engine_.keep_sequence_prefix(op.id, op.tokens);
         break;
       case KvOp::Kind::save_to_host:
-        applied.saved = save_to_host(op.id, op.tokens_held) || applied.saved;
+        if (save_to_host(op.id, op.tokens_held) && adopted) adopted->saved.push_back(op.id);
         break;
       case KvOp::Kind::release:
         engine_.release_sequence(op.id);
-        if (op.eviction) metrics_.count_prefix_eviction();
+        if (op.eviction) {
+          kv_evicted_.remember(op.tokens_held);
+          metrics_.count_prefix_eviction();
+        }
         break;
       case KvOp::Kind::restore_from_host:
-        applied.restored = restore_from_host(op.id, op.tokens_held) && applied.restored;
+        if (!restore_from_host(op.id, op.tokens_held) && adopted) {
+          adopted->failed_restores.push_back(op.id);
+        }
         break;
     }
   }
   ops.clear();
-  return applied;
 }
 
 // The entry is found again by its tokens: making room since the lookup may have saved a longer

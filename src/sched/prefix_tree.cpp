@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cassert>
+#include <unordered_map>
+#include <utility>
 
 namespace brisk {
 
@@ -18,6 +20,34 @@ struct PrefixTree::Node {
 PrefixTree::PrefixTree() : root_(std::make_unique<Node>()), leaf_(kMaxSequences, root_.get()) {}
 
 PrefixTree::~PrefixTree() = default;
+PrefixTree::PrefixTree(PrefixTree&&) noexcept = default;
+PrefixTree& PrefixTree::operator=(PrefixTree&&) noexcept = default;
+
+PrefixTree::PrefixTree(const PrefixTree& other)
+    : root_(std::make_unique<Node>()), leaf_(kMaxSequences, nullptr), cells_(other.cells_) {
+  std::unordered_map<const Node*, Node*> copies{{other.root_.get(), root_.get()}};
+  std::vector<std::pair<const Node*, Node*>> stack{{other.root_.get(), root_.get()}};
+  while (!stack.empty()) {
+    const auto [from, to] = stack.back();
+    stack.pop_back();
+    for (const auto& child : from->children) {
+      auto copy = std::make_unique<Node>();
+      copy->parent = to;
+      copy->start = child->start;
+      copy->tokens = child->tokens;
+      copy->owners = child->owners;
+      copies.emplace(child.get(), copy.get());
+      stack.emplace_back(child.get(), copy.get());
+      to->children.push_back(std::move(copy));
+    }
+  }
+  for (size_t id = 0; id < leaf_.size(); ++id) leaf_[id] = copies.at(other.leaf_[id]);
+}
+
+PrefixTree& PrefixTree::operator=(const PrefixTree& other) {
+  if (this != &other) *this = PrefixTree(other);
+  return *this;
+}
 
 PrefixTree::Match PrefixTree::match(std::span<const Token> tokens) const {
   Match best;

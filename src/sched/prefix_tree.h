@@ -29,8 +29,11 @@ class PrefixTree {
 
   PrefixTree();
   ~PrefixTree();
-  PrefixTree(const PrefixTree&) = delete;
-  PrefixTree& operator=(const PrefixTree&) = delete;
+  // A copy holds the same cells in nodes of its own (a planner's scratch ledger).
+  PrefixTree(const PrefixTree& other);
+  PrefixTree& operator=(const PrefixTree& other);
+  PrefixTree(PrefixTree&&) noexcept;
+  PrefixTree& operator=(PrefixTree&&) noexcept;
 
   Match match(std::span<const Token> tokens) const;
   // `sequence` (holding nothing) comes to own the first `tokens` cells of `source`'s.

@@ -77,15 +77,18 @@ void Sequence::commit_prefill_chunk(int tokens) {
   if (prompt_cursor_ >= request_->prompt_tokens.size()) request_->prompt_ready_to_share = true;
 }
 
-void Sequence::preempt() {
+TokenList Sequence::replay_tokens() const {
   // The cache held the prompt and every generated token but the last, which is the input of
   // the next decode.
-  prefill_target_ =
-      request_->prompt_tokens.size() + static_cast<size_t>(std::max(0, completion_tokens_ - 1));
-  replay_ = request_->prompt_tokens;
-  replay_.insert(
-      replay_.end(), generated_.begin(),
-      generated_.begin() + static_cast<std::ptrdiff_t>(prefill_target_ - replay_.size()));
+  TokenList replay = request_->prompt_tokens;
+  replay.insert(replay.end(), generated_.begin(),
+                generated_.begin() + std::max(0, completion_tokens_ - 1));
+  return replay;
+}
+
+void Sequence::preempt() {
+  replay_ = replay_tokens();
+  prefill_target_ = replay_.size();
   prompt_cursor_ = 0;
   prefill_start_ = 0;
   kv_tokens_ = 0;

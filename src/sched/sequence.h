@@ -41,6 +41,8 @@ class Sequence {
   // the prompt and its generated tokens, without sampling, then decodes the token it had
   // sampled last: the stream goes on with no token repeated or lost.
   void preempt();
+  // What preempt() would leave to recompute: the prompt and every generated token but the last.
+  TokenList replay_tokens() const;
   void assign_slot(int slot) { slot_ = slot; }
   // What the prefill puts in the cache: the prompt, or after a preemption the replay.
   std::span<const Token> prefill_tokens() const;

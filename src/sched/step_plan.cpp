@@ -10,15 +10,25 @@ void StepPlan::clear() {
   decode_tokens_ = 0;
 }
 
-void StepPlan::add_decode(Sequence& sequence) {
-  entries_.push_back({&sequence, 1, true});
+void StepPlan::add_decode(Sequence& sequence) { add_decode(sequence.admission_order(), &sequence); }
+
+void StepPlan::add_prefill(Sequence& sequence, int tokens) {
+  add_prefill(sequence.admission_order(), &sequence, tokens);
+}
+
+void StepPlan::add_decode(uint64_t order, Sequence* sequence) {
+  entries_.push_back({order, sequence, 1, true});
   ++tokens_;
   ++decode_tokens_;
 }
 
-void StepPlan::add_prefill(Sequence& sequence, int tokens) {
-  entries_.push_back({&sequence, tokens, false});
+void StepPlan::add_prefill(uint64_t order, Sequence* sequence, int tokens) {
+  entries_.push_back({order, sequence, tokens, false});
   tokens_ += tokens;
+}
+
+void StepPlan::bind(const std::function<Sequence*(uint64_t order)>& find) {
+  for (Entry& entry : entries_) entry.sequence = find(entry.order);
 }
 
 void StepPlan::order_by_sequence_id() {

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/model_runner.h"
@@ -14,7 +16,8 @@ namespace brisk {
 class StepPlan {
  public:
   struct Entry {
-    Sequence* sequence = nullptr;
+    uint64_t order = 0;  // the sequence's admission order: the planner names sequences by it
+    Sequence* sequence = nullptr;  // null until bound, for a sequence the plan admits
     int tokens = 0;  // 1 for a decode
     bool decode = false;
     int logits_index = -1;  // where its logits sit in the batch; set by fill_batch
@@ -23,6 +26,11 @@ class StepPlan {
   void clear();
   void add_decode(Sequence& sequence);
   void add_prefill(Sequence& sequence, int tokens);
+  // The same for the sequence of admission order `order`, bound to it later (bind()).
+  void add_decode(uint64_t order, Sequence* sequence);
+  void add_prefill(uint64_t order, Sequence* sequence, int tokens);
+  // Gives every entry its sequence, found by admission order.
+  void bind(const std::function<Sequence*(uint64_t order)>& find);
 
   bool empty() const { return entries_.empty(); }
   int tokens() const { return tokens_; }

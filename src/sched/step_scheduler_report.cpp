@@ -11,10 +11,10 @@ namespace brisk {
 void StepScheduler::report() {
   if (!report_) return;
   SchedulerReport out;
-  out.running = static_cast<int>(running_.size());
-  out.preempted = static_cast<int>(preempted_.size());
-  out.waiting = static_cast<int>(waiting_.size());
-  out.waiting_prompt_tokens = queued_prompt_tokens_;
+  out.running = static_cast<int>(state_.running.size());
+  out.preempted = static_cast<int>(state_.preempted.size());
+  out.waiting = static_cast<int>(state_.waiting.size());
+  out.waiting_prompt_tokens = state_.queued_prompt_tokens;
   out.prefix_cache_cells = kv_.cached_cells();
   out.kv_running_cells = kv_.used_cells() - out.prefix_cache_cells;
   out.prefix_cache_sequences = kv_.cached_sequences();
@@ -31,7 +31,7 @@ LiveLoad StepScheduler::live_load() const {
   // A first slow step (buffers faulted in) weighs little once enough steps are measured, or
   // once requests ran to their end.
   load.costs_settled = costs_.decode_cost_settled() || mean_output_tokens_ > 0;
-  load.free_slots = options_.max_seqs - static_cast<int>(running_.size());
+  load.free_slots = options_.max_seqs - static_cast<int>(state_.running.size());
   load.mean_output_tokens = mean_output_tokens_;
   const TimePoint now = this->now();
   const auto output_left = [&](const Request& request, int generated) {
@@ -50,12 +50,12 @@ LiveLoad StepScheduler::live_load() const {
     out.served = sequence.completion_tokens() > 0;
     return out;
   };
-  for (const auto& sequence : running_) load.running.push_back(of_sequence(*sequence));
-  for (const auto& sequence : preempted_) {
+  for (const auto& sequence : state_.running) load.running.push_back(of_sequence(*sequence));
+  for (const auto& sequence : state_.preempted) {
     load.preempted.push_back(of_sequence(*sequence));
     load.preempted.back().held_cells = 0;  // it recomputes them
   }
-  for (const auto& request : waiting_) {
+  for (const auto& request : state_.waiting) {
     load.waiting.push_back(queued_forecast_request(*request, mean_output_tokens_, now));
   }
   return load;
@@ -64,7 +64,7 @@ LiveLoad StepScheduler::live_load() const {
 // The engine thread's part of a snapshot: the running and preempted sequences and the KV map.
 SchedulerSnapshot StepScheduler::describe() const {
   SchedulerSnapshot out;
-  out.policy = scheduling_policy_name(policy_.policy());
+  out.policy = scheduling_policy_name(planner_.policy().policy());
   out.max_seqs = options_.max_seqs;
   out.max_batched_tokens = options_.max_batched_tokens;
   out.target_itl_ms = options_.max_step_ms;
@@ -87,13 +87,13 @@ SchedulerSnapshot StepScheduler::describe() const {
     v.scheduled_at = sequence.scheduled_at();
     return v;
   };
-  for (const auto& sequence : running_) out.running.push_back(view(*sequence));
-  for (const auto& sequence : preempted_) {
+  for (const auto& sequence : state_.running) out.running.push_back(view(*sequence));
+  for (const auto& sequence : state_.preempted) {
     out.preempted.push_back(view(*sequence));
     out.preempted.back().waiting_reason = wait_reason(sequence->request_ref(), true);
   }
-  out.waiting_total = static_cast<int>(waiting_.size());
-  for (const auto& request : waiting_) {
+  out.waiting_total = static_cast<int>(state_.waiting.size());
+  for (const auto& request : state_.waiting) {
     if (static_cast<int>(out.waiting.size()) >= SchedulerSnapshot::kMaxWaitingShown) break;
     out.waiting.push_back({request->id, request->priority,
                            static_cast<int>(request->prompt_tokens.size()), request->arrival,
@@ -105,8 +105,8 @@ SchedulerSnapshot StepScheduler::describe() const {
   out.kv.cached_cells = kv_.cached_cells();
   out.kv.running_cells = out.kv.used_cells - out.kv.cached_cells;
   out.kv.committed_cells = out.kv.running_cells;
-  for (const auto& sequence : running_) out.kv.committed_cells += sequence->prompt_remaining();
-  out.kv.watermark_cells = kv_watermark_tokens_;
+  for (const auto& sequence : state_.running) out.kv.committed_cells += sequence->prompt_remaining();
+  out.kv.watermark_cells = planner_.kv_shape().watermark_cells;
   out.kv.sequence_ids = engine_.sequence_ids();
   out.kv.cached_sequences = kv_.cached_sequences();
   return out;
@@ -114,13 +114,13 @@ SchedulerSnapshot StepScheduler::describe() const {
 
 // What holds this waiting (or preempted) request back, from the last admission pass.
 WaitReason StepScheduler::wait_reason(const Request& request, bool preempted) const {
-  if (!preempted && waits_for_first_choice(request)) return WaitReason::first_choice_prefill;
+  if (!preempted && StepPlanner::waits_for_first_choice(request, kv_.cache_enabled())) return WaitReason::first_choice_prefill;
   const auto& after = last_pass_.preempted_after;
   if (std::find(after.begin(), after.end(), &request) != after.end()) {
     return WaitReason::kv_cache_full;  // preempted for room after the pass
   }
   const bool long_turn = !preempted && last_pass_.long_prompts_wait &&
-                         is_long_prompt(static_cast<int>(request.prompt_tokens.size()));
+                         planner_.is_long_prompt(static_cast<int>(request.prompt_tokens.size()));
   switch (last_pass_.blocked) {
     case AdmissionBlock::no_free_sequence:
       return WaitReason::no_free_sequence;

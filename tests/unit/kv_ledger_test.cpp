@@ -24,9 +24,10 @@ KvOp op(KvOp::Kind kind, int id, int tokens = 0, int source = -1) {
   return made;
 }
 
-KvOp eviction(int id) {
+KvOp eviction(int id, TokenList held) {
   KvOp made = op(KvOp::Kind::release, id);
   made.eviction = true;
+  made.tokens_held = std::move(held);
   return made;
 }
 
@@ -37,12 +38,7 @@ KvOp save(int id, TokenList held) {
 }
 
 PrefixLookup hit_of(const KvLedger& ledger, const TokenList& prompt) {
-  const KvLedger::Match match =
-      ledger.match(std::span(prompt).first(prompt.size() - 1), ledger.options().min_tokens);
-  PrefixLookup hit;
-  hit.tokens = match.tokens;
-  hit.source = match.source;
-  return hit;
+  return lookup_in_ledger(ledger, prompt, ledger.options().min_tokens);
 }
 
 // One buffer, 8 ids, 4 running at most: ids beyond the running ones hold cached prefixes.
@@ -115,25 +111,26 @@ TEST(KvLedger, EvictsTheLeastRecentlyUsedAndSavesItWhenThereIsAHostTier) {
   EXPECT_EQ(ledger.evictable_cells(-1), 20);
   EXPECT_EQ(ledger.evictable_cells(id_a), 10);
   ASSERT_TRUE(ledger.evict_oldest(id_a, ops));  // a is kept: b goes
-  EXPECT_EQ(ops, (KvOps{save(id_b, b), eviction(id_b)}));
+  EXPECT_EQ(ops, (KvOps{save(id_b, b), eviction(id_b, b)}));
   ops.clear();
   ASSERT_TRUE(ledger.evict_oldest(-1, ops));
-  EXPECT_EQ(ops, (KvOps{save(id_a, a), eviction(id_a)}));
+  EXPECT_EQ(ops, (KvOps{save(id_a, a), eviction(id_a, a)}));
   ops.clear();
   EXPECT_FALSE(ledger.evict_oldest(-1, ops));
   EXPECT_TRUE(ops.empty());
   EXPECT_EQ(ledger.used_cells(), 0);
 }
 
-TEST(KvLedger, AnEvictedPrefixIsRememberedForTheMissItCauses) {
+TEST(KvLedger, AnEvictionSaysWhatItFreedForTheMissItCauses) {
   KvLedger ledger = one_buffer();
   KvOps ops;
   const TokenList prompt = tokens_from(100, 130);
   finished_with(ledger, prompt, ops);
   ASSERT_TRUE(ledger.evict_oldest(-1, ops));
-  EXPECT_EQ(ops, (KvOps{eviction(0)}));  // no host tier: nothing saved
-  EXPECT_TRUE(ledger.evicted_longer(prompt, 0));
-  EXPECT_FALSE(ledger.evicted_longer(tokens_from(900, 130), 0));
+  EXPECT_EQ(ops, (KvOps{eviction(0, prompt)}));  // no host tier: nothing saved
+  TokenList again = prompt;
+  again.push_back(1);
+  EXPECT_EQ(lookup_in_ledger(ledger, again, 4).miss, PrefixMiss::no_match);
 }
 
 TEST(KvLedger, UnreusedCachedSequencesBeyondTheTrialsAreEvictedOldestFirst) {
@@ -145,7 +142,7 @@ TEST(KvLedger, UnreusedCachedSequencesBeyondTheTrialsAreEvictedOldestFirst) {
   finished_with(ledger, tokens_from(200, 10), ops);
   EXPECT_TRUE(ops.empty());
   finished_with(ledger, tokens_from(300, 10), ops);
-  EXPECT_EQ(ops, (KvOps{eviction(oldest)}));
+  EXPECT_EQ(ops, (KvOps{eviction(oldest, tokens_from(100, 10))}));
   EXPECT_EQ(ledger.cached_sequences(), 2);
 }
 
@@ -170,7 +167,7 @@ TEST(KvLedger, WhenIdsRunOutTheOldestCachedOneButTheHitsSourceGoes) {
   ASSERT_EQ(hit.source, id_a);
   const int id = ledger.acquire(hit, ops);
   EXPECT_EQ(id, id_b);
-  EXPECT_EQ(ops, (KvOps{eviction(id_b)}));
+  EXPECT_EQ(ops, (KvOps{eviction(id_b, tokens_from(200, 10))}));
 }
 
 TEST(KvLedger, WithABufferPerSequenceACachedSequenceIsTakenOverAndItsTailSaved) {
@@ -191,7 +188,9 @@ TEST(KvLedger, WithABufferPerSequenceACachedSequenceIsTakenOverAndItsTailSaved) 
   const int id = ledger.acquire(hit, ops);
   EXPECT_EQ(id, cached);
   EXPECT_EQ(ledger.attach(id, hit, edited, ops), 12);
-  EXPECT_EQ(ops, (KvOps{save(cached, turn), op(KvOp::Kind::keep_prefix, cached, 12)}));
+  KvOp keep = op(KvOp::Kind::keep_prefix, cached, 12);
+  keep.tokens_held = turn;
+  EXPECT_EQ(ops, (KvOps{save(cached, turn), keep}));
   EXPECT_EQ(ledger.length(id), 12);
   EXPECT_EQ(ledger.running_sequences(), 1);
 }

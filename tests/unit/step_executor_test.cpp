@@ -30,7 +30,11 @@ struct Fixture {
     std::iota(request->prompt_tokens.begin(), request->prompt_tokens.end(), 1);
     request->max_tokens = 4;
     request->on_update = [this](GenerationUpdate&&) { ++updates; };
-    return std::make_unique<Sequence>(request, kv.acquire(), Clock::now(), 0);
+    KvLedger ledger = kv.ledger();
+    KvOps ops;
+    const int id = ledger.acquire({}, ops);
+    kv.adopt(std::move(ledger), ops);
+    return std::make_unique<Sequence>(request, id, Clock::now(), 0);
   }
 };
 
