@@ -302,6 +302,7 @@ PrefixLookup lookup_in_ledger(const KvLedger& ledger, std::span<const Token> tok
   const KvLedger::Match match = ledger.match(tokens.first(tokens.size() - 1), min_tokens);
   result.tokens = match.tokens;
   result.source = match.source;
+  result.longest_in_kv = match.longest;
   if (result.tokens > 0) return result;
   result.miss = match.longest >= min_tokens ? PrefixMiss::window_expired
                 : match.longest > 0         ? PrefixMiss::below_minimum

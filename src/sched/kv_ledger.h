@@ -45,6 +45,7 @@ const char* prefix_miss_name(PrefixMiss miss);
 struct PrefixLookup {
   int tokens = 0;   // cached tokens the request reuses (0: a miss)
   int source = -1;  // the sequence whose cells it copies (KV tier)
+  int longest_in_kv = 0;  // the longest prefix the KV cells hold, reusable or not
   PrefixMiss miss = PrefixMiss::none;
   bool from_host = false;  // restored from the host tier into new cells
   // A later choice of an n > 1 request copying its own first choice's prompt: not a reuse by

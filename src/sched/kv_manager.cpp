@@ -23,23 +23,12 @@ KvManager::KvManager(ModelRunner& engine, int running_limit, int sequence_ids,
 
 PrefixLookup KvManager::lookup_in(const KvLedger& ledger, std::span<const Token> tokens,
                                   bool shared_prompt) const {
-  PrefixLookup result;
-  result.within_request = shared_prompt;
   const int min_tokens = shared_prompt ? 1 : ledger.options().min_tokens;
-  if (!ledger.cache_enabled()) {
-    result.miss = PrefixMiss::disabled;
-    return result;
-  }
-  if (tokens.size() <= 1) {
-    result.miss = PrefixMiss::no_match;
-    return result;
-  }
-  // One token is always left to compute: its logits start the completion.
-  const std::span<const Token> query = tokens.first(tokens.size() - 1);
-  const KvLedger::Match match = ledger.match(query, min_tokens);
-  result.tokens = match.tokens;
-  result.source = match.source;
+  PrefixLookup result = lookup_in_ledger(ledger, tokens, min_tokens);
+  result.within_request = shared_prompt;
+  if (result.miss == PrefixMiss::disabled || tokens.size() <= 1) return result;
   // The host tier serves what the KV cache holds less of (nothing when it holds all of it).
+  const std::span<const Token> query = tokens.first(tokens.size() - 1);
   const HostPrefixCache::Match stored =
       result.tokens == static_cast<int>(query.size())
           ? HostPrefixCache::Match{}
@@ -47,13 +36,16 @@ PrefixLookup KvManager::lookup_in(const KvLedger& ledger, std::span<const Token>
               return host_usable(entry, n);
             });
   if (stored.tokens >= min_tokens && stored.tokens > result.tokens) {
-    result = {stored.tokens, -1, PrefixMiss::none, true, shared_prompt};
+    result.tokens = stored.tokens;
+    result.source = -1;
+    result.miss = PrefixMiss::none;
+    result.from_host = true;
+    return result;
   }
-  if (result.tokens > 0) return result;
-  const int longest = std::max(match.longest, stored.tokens);
-  if (match.longest >= min_tokens) {
-    result.miss = PrefixMiss::window_expired;
-  } else if (host_evicted_.had_longer(tokens, longest)) {
+  if (result.tokens > 0 || result.miss == PrefixMiss::window_expired) return result;
+  // No match long enough in either tier: a longer prefix one of them let go of says why.
+  const int longest = std::max(result.longest_in_kv, stored.tokens);
+  if (host_evicted_.had_longer(tokens, longest)) {
     result.miss = PrefixMiss::host_evicted;
   } else if (kv_evicted_.had_longer(tokens, longest)) {
     result.miss = PrefixMiss::evicted;
