@@ -79,8 +79,8 @@ struct Request {
   TimePoint arrival;
   UpdateSink on_update;
   // n > 1: a later choice of the same prompt names the first one. It waits in the queue until
-  // that one's prompt is in the KV cache, then copies its cells (KvManager::
-  // lookup_shared_prompt) instead of computing them: one prefill for n choices.
+  // that one's prompt is in the KV cache, then copies its cells (KvManager::lookup_in with
+  // shared_prompt) instead of computing them: one prefill for n choices.
   std::shared_ptr<const Request> shares_prompt_of;
   // Engine thread: this request's prompt is in the KV cache, or it ended before that; the
   // choices that share its prompt may start.

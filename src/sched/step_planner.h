@@ -61,8 +61,8 @@ struct StepDecision {
   uint64_t next_admission_order = 0;
   bool long_stepped_aside = false;
   std::optional<AdmissionPass> pass;  // set when the decision admitted
+  // Preempted after the last admission pass (a decision after no room): wait_reason's.
   std::vector<const Request*> preempted_after_pass;
-  bool empty() const { return preemptions.empty() && admissions.empty() && !ledger; }
 };
 
 // A prompt's longest reusable cached prefix in a ledger (KvManager::lookup_in; in tests
