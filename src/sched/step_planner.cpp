@@ -73,7 +73,7 @@ class StepPlanner::Planning {
     seat.live = &sequence;
     seat.slot = sequence.slot();
     seat.prompt_remaining = sequence.prompt_remaining();
-    seat.prefill_target = sequence.kv_tokens() + seat.prompt_remaining;
+    seat.prefill_target = static_cast<int>(sequence.prefill_tokens().size());
     seat.prefill_work = sequence.prefill_work_tokens();
     return seat;
   }
@@ -267,7 +267,7 @@ class StepPlanner::Planning {
           state_.waiting,
           [&](const Request& r) {
             return !taken(r) && (!short_only || !is_long(r)) &&
-                   !waits_for_first_choice(r, cache_enabled);
+                   !StepPlanner::waits_for_first_choice(r, cache_enabled);
           },
           is_long, now_, priced_.prefill_ms_per_token());
       const bool waiting_first =
@@ -312,10 +312,6 @@ class StepPlanner::Planning {
       committed = committed_kv_tokens();
     }
     blocked(budget <= 0 ? AdmissionBlock::step_budget : AdmissionBlock::no_free_sequence);
-  }
-
-  static bool waits_for_first_choice(const Request& request, bool cache_enabled) {
-    return StepPlanner::waits_for_first_choice(request, cache_enabled);
   }
 
   // The preempted sequence to resume next: the earliest admitted, or under --policy priority

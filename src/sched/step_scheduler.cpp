@@ -13,11 +13,9 @@ StepScheduler::StepScheduler(ModelRunner& engine, SchedulerOptions options, Serv
       options_(options),
       metrics_(metrics),
       report_(std::move(report)),
-      kv_capacity_tokens_(engine.context_size()),
-      kv_shared_(engine.sequence_context_size() == engine.context_size()),
-      planner_(options, StepPlanner::KvShape{engine.context_size(),
-                                             std::max(1, engine.context_size() / 100),
-                                             kv_shared_}),
+      planner_(options,
+               StepPlanner::KvShape{engine.context_size(), std::max(1, engine.context_size() / 100),
+                                    engine.sequence_context_size() == engine.context_size()}),
       kv_(engine, options.max_seqs, engine.sequence_ids(), options.prefix_cache, metrics),
       find_prefix_([this](const KvLedger& ledger, std::span<const Token> tokens,
                           bool shared_prompt) {
@@ -75,7 +73,8 @@ void StepScheduler::step() {
     if (plan_.empty()) break;
     const DecodeStatus status = executor_.run(plan_, step_started);
     if (status == DecodeStatus::no_kv_space &&
-        ((kv_shared_ && kv_.cached_sequences() > 0) || state_.running.size() > 1)) {
+        ((planner_.kv_shape().shared && kv_.cached_sequences() > 0) ||
+         state_.running.size() > 1)) {
       start = StepPlanner::Start::after_no_room;
       continue;
     }

@@ -82,7 +82,7 @@ class StepScheduler {
 
   const SchedulerOptions& options() const { return options_; }
   // Any thread.
-  int kv_capacity_cells() const { return kv_capacity_tokens_; }
+  int kv_capacity_cells() const { return planner_.kv_shape().capacity_cells; }
 
  private:
   TimePoint now() const { return options_.clock(); }
@@ -106,11 +106,7 @@ class StepScheduler {
   const SchedulerOptions options_;
   ServingMetrics& metrics_;
   const ReportSink report_;
-  const int kv_capacity_tokens_;
-  // One KV stream for all: requests compete for cells. With one stream per sequence each has
-  // its own share and nothing is ever preempted.
-  const bool kv_shared_;
-  const StepPlanner planner_;
+  const StepPlanner planner_;  // with the KV cache's shape: capacity, watermark, one buffer or not
 
   SchedulerState state_;
   KvManager kv_;

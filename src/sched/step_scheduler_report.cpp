@@ -100,7 +100,7 @@ SchedulerSnapshot StepScheduler::describe() const {
                            request->deadline_ms, wait_reason(*request, false)});
   }
   out.kv.prefix_cache = kv_.cache_enabled();
-  out.kv.capacity_cells = kv_capacity_tokens_;
+  out.kv.capacity_cells = planner_.kv_shape().capacity_cells;
   out.kv.used_cells = kv_.used_cells();
   out.kv.cached_cells = kv_.cached_cells();
   out.kv.running_cells = out.kv.used_cells - out.kv.cached_cells;
