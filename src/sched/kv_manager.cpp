@@ -13,7 +13,7 @@ KvManager::KvManager(ModelRunner& engine, int running_limit, int sequence_ids,
       ledger_(sequence_ids, running_limit,
               engine.sequence_context_size() < engine.context_size(), options,
               KvWindow{engine.sliding_window_tokens(),
-                               [&engine](int id) { return engine.sequence_window_start(id); }}),
+                       [&engine](int id) { return engine.sequence_window_start(id); }}),
       host_(ledger_.cache_enabled() ? options.host_bytes : 0) {
   metrics_.set_host_tier(0, 0, host_.capacity_bytes());
   if (options.enabled && !ledger_.cache_enabled()) {
@@ -72,8 +72,6 @@ void KvManager::retire(int id) {
   apply(ops_);
 }
 
-// The ledger's ops on the model runner, in order (a state is saved before its cells go), and
-// cleared.
 KvManager::Adopted KvManager::adopt(KvLedger ledger, KvOps& ops) {
   ledger_ = std::move(ledger);
   Adopted adopted;
@@ -82,6 +80,8 @@ KvManager::Adopted KvManager::adopt(KvLedger ledger, KvOps& ops) {
   return adopted;
 }
 
+// The ledger's ops on the model runner, in order (a state is saved before its cells go), and
+// cleared.
 void KvManager::apply(KvOps& ops, Adopted* adopted) {
   for (const KvOp& op : ops) {
     switch (op.kind) {
