@@ -33,6 +33,8 @@ class EngineLoop {
   // With several models on one device: every step first takes a turn of `arbiter` as
   // `tenant`. Before start().
   void share_device(DeviceArbiter& arbiter, DeviceArbiter::TenantId tenant);
+  // Starts the engine thread and returns once it has measured the step costs (the warm-up):
+  // every llama_decode of the model runs on that one thread.
   void start();
   // Any thread. Refuses at once when the queue is full, or when the request's first token would
   // come more than max_queue_delay_ms later than its own prompt's compute alone takes (the
@@ -65,6 +67,8 @@ class EngineLoop {
   // all its choices (0: not known yet, the precheck).
   SubmitStatus check_wait(const Newcomer& newcomer, int prompt_tokens,
                           double* estimated_wait_ms) const;
+  // The step costs measured before the first request (options.warm_up), on the engine thread.
+  void warm_up();
   void run();
   bool wait_for_work(std::optional<DeviceArbiter::Turn>& turn);
   void receive(SchedulerReport&& report);

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <numeric>
 #include <regex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -108,6 +109,46 @@ TEST(StepScheduler, DrainFinishesPreemptedRequests) {
   const auto drained = run.all(work, std::chrono::milliseconds(5));
   expect_same_streams(drained, alone(work));
   EXPECT_GT(run.metric("brisk_preemptions_total"), 0);
+}
+
+// The warm-up's steps and the served ones run on one thread, the engine's, and start() returns
+// after the warm-up: ggml-cpu runs a step on an OpenMP team of its calling thread, and a second
+// team (a warm-up on the caller's thread) made libgomp sleep at every barrier of every served
+// step, 1.6x slower on 2 vCPUs.
+TEST(StepScheduler, TheWarmUpAndEveryStepRunOnTheEngineThread) {
+  FakeModelRunner runner(2048);
+  SchedulerOptions opts = options(4, 256);
+  opts.warm_up = true;
+  ServingMetrics metrics;
+  EngineLoop loop(runner, opts, metrics);
+  std::mutex mutex;
+  std::set<std::thread::id> threads;
+  runner.before_decode = [&](int) {
+    std::lock_guard lock(mutex);
+    threads.insert(std::this_thread::get_id());
+  };
+  loop.start();
+  int warm_up_decodes = runner.decodes();
+  EXPECT_GT(warm_up_decodes, 0) << "start() returned before the warm-up ran";
+  std::condition_variable cv;
+  bool finished = false;
+  auto request = std::make_shared<Request>();
+  request->prompt_tokens.assign(40, 5);
+  request->max_tokens = 4;
+  request->sampling = greedy();
+  request->arrival = Clock::now();
+  request->on_update = [&](GenerationUpdate&& update) {
+    if (!update.finished()) return;
+    std::lock_guard lock(mutex);
+    finished = true;
+    cv.notify_all();
+  };
+  ASSERT_EQ(loop.submit(std::move(request)), SubmitStatus::accepted);
+  std::unique_lock lock(mutex);
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return finished; }));
+  EXPECT_GT(runner.decodes(), warm_up_decodes);
+  ASSERT_EQ(threads.size(), 1u);
+  EXPECT_NE(*threads.begin(), std::this_thread::get_id());
 }
 
 // The step (counted in the fake's decodes) at which a short prompt that arrives while a long one
