@@ -86,6 +86,7 @@ def predict(brisk: Path, model: str, device: str, load: dict, isl: int, osl: int
     candidate = json.loads(subprocess.run(argv, check=True, capture_output=True, text=True,
                                           env=env).stdout)["candidates"][0]
     return {"ttft_ms": candidate["ttft_ms"], "tpot_ms": candidate["tpot_ms"],
+            "spread": candidate.get("spread"),
             "max_rate_per_replica": candidate.get("max_rate_per_replica"),
             "efficiency": candidate["efficiency"]["origin"]}
 
@@ -106,8 +107,10 @@ def bench_runs(load: dict, bursts: int, closed_requests: int, poisson_requests: 
     """The `brisk bench` load flags of each run that measures a load point."""
     if load["mode"] == "burst":
         users = load["users"]
+        # A seed each: the same prompts again would come from the prefix cache.
         return [["--concurrency", str(users), "--num-requests", str(users),
-                 "--warmup-requests", "1"]] * bursts
+                 "--warmup-requests", "1", "--seed", str(seed + index)]
+                for index in range(bursts)]
     if load["mode"] == "closed":
         users = load["users"]
         return [["--concurrency", str(users), "--num-requests",
@@ -248,9 +251,21 @@ def point_tag(load: dict) -> str:
 
 
 def with_errors(row: dict) -> dict:
+    """Each figure's (predicted - measured) / measured: p50 (`METRIC_error`), p95, mean; and
+    for an open loop whether the measured p50 and p95 fall in the plan's spread (the range
+    one run of that many requests measures across seeds)."""
+    spread = row["predicted"].get("spread")
     for metric in ("ttft_ms", "tpot_ms"):
         p, m = row["predicted"][metric]["p50"], row["measured"][metric]["p50"]
         row[f"{metric}_error"] = (p - m) / m
+        if "p95" in row["measured"][metric]:
+            p, m = row["predicted"][metric]["p95"], row["measured"][metric]["p95"]
+            row[f"{metric}_p95_error"] = (p - m) / m
+        if spread:
+            for stat in ("p50", "p95"):
+                low, high = spread[metric][stat]
+                row[f"{metric}_{stat}_in_spread"] = \
+                    low <= row["measured"][metric][stat] <= high
         if "mean" in row["measured"][metric]:
             p, m = row["predicted"][metric]["mean"], row["measured"][metric]["mean"]
             row[f"{metric}_mean_error"] = (p - m) / m
@@ -368,15 +383,27 @@ def main() -> int:
                 f"requests ({measured['failed']} refused or failed)")
             rows.append(row)
     print("| model | ISL/OSL | load | TTFT p50 predicted | measured | error | TPOT p50 predicted "
-          "| measured | error | TPOT mean: error | long run: TTFT / TPOT p50 |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| measured | error | p95 error TTFT / TPOT | p50 in spread TTFT / TPOT "
+          "| long run: TTFT / TPOT p50 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+    def p95_errors(r):
+        if "ttft_ms_p95_error" not in r:
+            return "n/a"
+        return f"{r['ttft_ms_p95_error']:+.0%} / {r['tpot_ms_p95_error']:+.0%}"
+
+    def in_spread(r):
+        if "ttft_ms_p50_in_spread" not in r:
+            return ""
+        return " / ".join("yes" if r[f"{m}_p50_in_spread"] else "no"
+                          for m in ("ttft_ms", "tpot_ms"))
+
     for r in rows:
-        mean_error = (f"{r['tpot_ms_mean_error']:+.0%}" if "tpot_ms_mean_error" in r else "n/a")
         print(f"| {Path(r['model']).name} | {r['isl']}/{r['osl']} | {describe(r['load'])} | "
               f"{r['predicted']['ttft_ms']['p50']:.0f} ms | {r['measured']['ttft_ms']['p50']:.0f} ms"
               f" | {r['ttft_ms_error']:+.0%} | {r['predicted']['tpot_ms']['p50']:.1f} ms | "
               f"{r['measured']['tpot_ms']['p50']:.1f} ms | {r['tpot_ms_error']:+.0%} | "
-              f"{mean_error} | {long_run(r)} |")
+              f"{p95_errors(r)} | {in_spread(r)} | {long_run(r)} |")
     for model in dict.fromkeys(r["model"] for r in rows):
         origin = next(r for r in rows if r["model"] == model)["predicted"]["efficiency"]
         print(f"\nefficiencies for {model}: {origin}")

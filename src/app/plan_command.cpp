@@ -32,6 +32,7 @@ struct PlanFlags {
   bool burst = false;
   std::optional<uint64_t> seed;
   int num_requests = 0;
+  int spread_runs = 10;
   std::string slo;
   std::string workload_file;
   std::string trace_format = "auto";
@@ -251,6 +252,7 @@ int run_plan(PlanFlags flags) {
   request.chunking = flags.chunking;
   if (!flags.uncalibrated) request.calibrated = plan::load_calibrations(plan::calibration_file());
   request.simulate_server = flags.simulator == "serve";
+  request.spread_runs = flags.spread_runs;
   if (flags.models.size() > 1) return plan_several(flags, request, *catalog);
 
   const auto plan = plan::make_plan(request, *catalog, &error);
@@ -414,6 +416,10 @@ CommandRunner register_plan_command(CLI::App& app) {
                  "run (exact for one replica)");
   app.add_option("--num-requests", flags->num_requests, "With --seed: that run's requests")
       ->check(CLI::PositiveNumber);
+  app.add_option("--spread-runs", flags->spread_runs,
+                 "With --rate: predict this many seeded runs of --num-requests requests (100 "
+                 "without it) and report the range one run may measure (0: none)")
+      ->check(CLI::NonNegativeNumber);
   CLI::Option* burst = app.add_flag(
       "--burst", flags->burst,
       "The --concurrency requests arrive at once and none follows (a benchmark's first "

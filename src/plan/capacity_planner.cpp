@@ -128,6 +128,14 @@ Candidate size_device(const PlanRequest& request, const DeviceSpec& device) {
             predict_open_loop(candidate.deployment, workload.input_tokens, workload.output_tokens,
                               workload.rate_per_s / candidate.replicas, workload.arrival_sample,
                               workload.cached_prompt_tokens);
+        if (!candidate.at_target.saturated && request.spread_runs > 0) {
+          const auto& sample = workload.arrival_sample;
+          candidate.at_target.spread = predict_open_loop_spread(
+              candidate.deployment, workload.input_tokens, workload.output_tokens,
+              workload.rate_per_s / candidate.replicas,
+              sample ? sample->requests : PlanRequest::kSpreadRequests, sample ? sample->seed : 0,
+              request.spread_runs, workload.cached_prompt_tokens);
+        }
         resident_sequences = candidate.at_target.in_flight_p99;
       }
     } else {

@@ -17,6 +17,20 @@ std::string shown_stat(const PlanRequest& request) {
   return "p95";
 }
 
+nlohmann::json spread_json(const std::optional<PredictionSpread>& spread) {
+  if (!spread) return nullptr;
+  auto of = [](const PredictionSpread::Of& figure) {
+    return nlohmann::json{{"p50", {figure.p50.low, figure.p50.high}},
+                          {"p95", {figure.p95.low, figure.p95.high}},
+                          {"p99", {figure.p99.low, figure.p99.high}}};
+  };
+  return {{"runs", spread->runs},
+          {"requests", spread->requests},
+          {"saturated_runs", spread->saturated_runs},
+          {"ttft_ms", of(spread->ttft_ms)},
+          {"tpot_ms", of(spread->tpot_ms)}};
+}
+
 nlohmann::json percentiles_json(const Percentiles& values) {
   return {{"mean", values.mean}, {"p50", values.p50}, {"p95", values.p95}, {"p99", values.p99}};
 }
@@ -159,6 +173,19 @@ void print_plan(std::ostream& out, const PlanRequest& request, const Plan& plan)
   fmt::print(out, "\nRecommendation: {} x {} ({}).\n", chosen.device_count(),
              chosen.deployment.device->name, chosen.deployment.device->id);
   for (const std::string& reason : plan.reasons) fmt::print(out, "  - {}\n", reason);
+  if (const auto& spread = chosen.at_target.spread) {
+    const PredictionSpread::Of& ttft = spread->ttft_ms;
+    const PredictionSpread::Of& tpot = spread->tpot_ms;
+    fmt::print(out,
+               "\nSpread: one run of {} requests at this rate measures, per replica, TTFT p50 "
+               "{:.0f}-{:.0f} ms, p99 {:.0f}-{:.0f} ms; TPOT p50 {:.1f}-{:.1f} ms, p99 "
+               "{:.1f}-{:.1f} ms (10th-90th percentile of {} seeded runs{}).\n",
+               spread->requests, ttft.p50.low, ttft.p50.high, ttft.p99.low, ttft.p99.high,
+               tpot.p50.low, tpot.p50.high, tpot.p99.low, tpot.p99.high, spread->runs,
+               spread->saturated_runs > 0
+                   ? fmt::format("; {} more saturated", spread->saturated_runs)
+                   : std::string());
+  }
 }
 
 nlohmann::json plan_json(const PlanRequest& request, const Plan& plan) {
@@ -213,6 +240,7 @@ nlohmann::json plan_json(const PlanRequest& request, const Plan& plan) {
           {"capacity", memory.capacity_gb}}},
         {"ttft_ms", predicted ? percentiles_json(candidate.at_target.ttft_ms) : nullptr},
         {"tpot_ms", predicted ? percentiles_json(candidate.at_target.tpot_ms) : nullptr},
+        {"spread", predicted ? spread_json(candidate.at_target.spread) : nullptr},
         {"max_concurrency", candidate.max_concurrency},
         {"max_rate_per_replica", candidate.max_rate_per_s},
         {"output_token_throughput", candidate.at_target.output_token_throughput},

@@ -20,6 +20,12 @@ double Percentiles::at(const std::string& stat) const {
   return mean;
 }
 
+const Interval& PredictionSpread::Of::at(const std::string& stat) const {
+  if (stat == "p95") return p95;
+  if (stat == "p99") return p99;
+  return p50;
+}
+
 Percentiles percentiles_of(std::vector<double> values) {
   if (values.empty()) return {};
   std::sort(values.begin(), values.end());
@@ -366,6 +372,45 @@ LoadPrediction predict_closed_loop(const Deployment& deployment, int input_token
   prediction.request_throughput = prediction.e2e_ms > 0 ? users / (prediction.e2e_ms / 1000) : 0;
   prediction.output_token_throughput = prediction.request_throughput * output_tokens;
   return prediction;
+}
+
+std::optional<PredictionSpread> predict_open_loop_spread(const Deployment& deployment,
+                                                         int input_tokens, int output_tokens,
+                                                         double rate_per_s, int requests,
+                                                         uint64_t first_seed, int runs,
+                                                         int cached_tokens) {
+  PredictionSpread spread;
+  spread.runs = std::max(1, runs);
+  spread.requests = std::max(1, requests);
+  // By figure: the runs' values.
+  std::vector<double> ttft[3], tpot[3];
+  for (int run = 0; run < spread.runs; ++run) {
+    const ArrivalSample sample{first_seed + static_cast<uint64_t>(run), spread.requests};
+    const LoadPrediction one = predict_open_loop(deployment, input_tokens, output_tokens,
+                                                 rate_per_s, sample, cached_tokens);
+    if (one.saturated) {
+      ++spread.saturated_runs;
+      continue;
+    }
+    const double ttft_run[3] = {one.ttft_ms.p50, one.ttft_ms.p95, one.ttft_ms.p99};
+    const double tpot_run[3] = {one.tpot_ms.p50, one.tpot_ms.p95, one.tpot_ms.p99};
+    for (int figure = 0; figure < 3; ++figure) {
+      ttft[figure].push_back(ttft_run[figure]);
+      tpot[figure].push_back(tpot_run[figure]);
+    }
+  }
+  if (ttft[0].empty()) return std::nullopt;
+  auto range = [](std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    return Interval{percentile_linear(values, 10), percentile_linear(values, 90)};
+  };
+  Interval* ttft_out[3] = {&spread.ttft_ms.p50, &spread.ttft_ms.p95, &spread.ttft_ms.p99};
+  Interval* tpot_out[3] = {&spread.tpot_ms.p50, &spread.tpot_ms.p95, &spread.tpot_ms.p99};
+  for (int figure = 0; figure < 3; ++figure) {
+    *ttft_out[figure] = range(ttft[figure]);
+    *tpot_out[figure] = range(tpot[figure]);
+  }
+  return spread;
 }
 
 }  // namespace brisk::plan

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -42,6 +43,32 @@ struct Percentiles {
   double at(const std::string& stat) const;  // "mean", "p50", "p95", "p99"
 };
 
+// A range a figure falls in: [low, high].
+struct Interval {
+  double low = 0;
+  double high = 0;
+  bool contains(double value) const { return value >= low && value <= high; }
+};
+
+// What one finite run of Poisson arrivals may measure: each percentile over `runs` seeded runs
+// of `requests` arrivals each (the arrivals `brisk bench --rate R --arrival poisson --seed S
+// --num-requests N` sends, for S = first_seed, first_seed + 1, ...), as the range from its 10th
+// to its 90th percentile across the runs. A p99 of 100 requests is one clump of arrivals more or
+// less: this says how far apart two honest measurements of the same load can land.
+struct PredictionSpread {
+  int runs = 0;
+  int requests = 0;        // per run
+  int saturated_runs = 0;  // runs whose rate the replica cannot keep up with (left out)
+  struct Of {
+    Interval p50;
+    Interval p95;
+    Interval p99;
+    const Interval& at(const std::string& stat) const;  // "p50", "p95", "p99" (else p50)
+  };
+  Of ttft_ms;
+  Of tpot_ms;
+};
+
 // Steady state of one replica under a load.
 struct LoadPrediction {
   bool saturated = false;    // the offered load exceeds what the replica can serve
@@ -54,6 +81,8 @@ struct LoadPrediction {
   double e2e_ms = 0;
   double request_throughput = 0;       // requests/s
   double output_token_throughput = 0;  // tokens/s
+  // Open loops the plan reports: the spread of finite runs (predict_open_loop_spread).
+  std::optional<PredictionSpread> spread;
 };
 
 // Continuous batching with chunked prefill, decode first (brisk's and vLLM's policy), simulated
@@ -78,6 +107,15 @@ LoadPrediction predict_open_loop(const Deployment& deployment, int input_tokens,
                                  double rate_per_s,
                                  const std::optional<ArrivalSample>& sample = std::nullopt,
                                  int cached_tokens = 0);
+
+// The spread of `runs` seeded runs of `requests` Poisson arrivals at `rate_per_s` (seeds
+// first_seed, first_seed + 1, ...), each predicted as predict_open_loop predicts one brisk bench
+// run's arrivals. Nullopt when every run saturates.
+std::optional<PredictionSpread> predict_open_loop_spread(const Deployment& deployment,
+                                                         int input_tokens, int output_tokens,
+                                                         double rate_per_s, int requests,
+                                                         uint64_t first_seed, int runs,
+                                                         int cached_tokens = 0);
 
 // When request `index` of a burst reaches the server: one after another, a microsecond apart
 // (a client sends "all at once" one request after another; the first step carries the first

@@ -2,12 +2,14 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <vector>
 
 #include "common/arrival_schedule.h"
+#include "common/percentile.h"
 #include "plan/calibration.h"
 #include "plan/capacity_planner.h"
 #include "plan/queueing_model.h"
@@ -276,6 +278,58 @@ TEST_F(PlanPrediction, OpenLoopSaturatesPastCapacity) {
   const LoadPrediction light = predict_open_loop(deployment, 512, 256, 0.2);
   const LoadPrediction heavy = predict_open_loop(deployment, 512, 256, 2.0);
   EXPECT_LT(light.ttft_ms.p99, heavy.ttft_ms.p99);
+}
+
+TEST_F(PlanPrediction, TheSpreadIsTheRangeOfSeededRunsOfTheSampleLength) {
+  // Ten runs of 100 arrivals, each predicted as the bench run of its seed; the interval is the
+  // 10th to 90th percentile of their p99s. A p99 of 100 requests moves with the clumps of its
+  // arrivals: the runs disagree, and the long run's p50 lies between theirs.
+  const Deployment deployment = on(*catalog_.find("l4"));
+  const double rate = 1.2;
+  const auto spread = predict_open_loop_spread(deployment, 512, 256, rate, 100, 7, 10);
+  ASSERT_TRUE(spread);
+  EXPECT_EQ(spread->runs, 10);
+  EXPECT_EQ(spread->requests, 100);
+  EXPECT_EQ(spread->saturated_runs, 0);
+  std::vector<double> p99s;
+  for (uint64_t seed = 7; seed < 17; ++seed) {
+    p99s.push_back(
+        predict_open_loop(deployment, 512, 256, rate, ArrivalSample{seed, 100}).ttft_ms.p99);
+  }
+  std::sort(p99s.begin(), p99s.end());
+  EXPECT_NEAR(spread->ttft_ms.p99.low, percentile_linear(p99s, 10), 1e-9);
+  EXPECT_NEAR(spread->ttft_ms.p99.high, percentile_linear(p99s, 90), 1e-9);
+  EXPECT_GT(spread->ttft_ms.p99.high, 1.05 * spread->ttft_ms.p99.low);
+  const LoadPrediction long_run = predict_open_loop(deployment, 512, 256, rate);
+  EXPECT_TRUE(spread->tpot_ms.p50.contains(long_run.tpot_ms.p50));
+  // Past capacity every run saturates: no spread to tell.
+  EXPECT_FALSE(predict_open_loop_spread(deployment, 512, 256, 1000, 100, 7, 3));
+}
+
+TEST_F(PlanPrediction, ThePlanReportsTheSpreadOfAnOpenLoopOnly) {
+  PlanRequest request;
+  request.model = model_;
+  request.precision = *parse_precision("bf16");
+  request.devices = {"l4"};
+  request.workload.rate_per_s = 1.0;
+  std::string error;
+  auto plan = make_plan(request, catalog_, &error);
+  ASSERT_TRUE(plan) << error;
+  ASSERT_TRUE(plan->recommended);
+  const auto& spread = plan->candidates[*plan->recommended].at_target.spread;
+  ASSERT_TRUE(spread);
+  EXPECT_EQ(spread->requests, PlanRequest::kSpreadRequests);
+  EXPECT_LE(spread->ttft_ms.p50.low, spread->ttft_ms.p50.high);
+  request.spread_runs = 0;
+  plan = make_plan(request, catalog_, &error);
+  ASSERT_TRUE(plan && plan->recommended) << error;
+  EXPECT_FALSE(plan->candidates[*plan->recommended].at_target.spread);
+  request.spread_runs = 10;
+  request.workload.rate_per_s = 0;
+  request.workload.concurrency = 4;
+  plan = make_plan(request, catalog_, &error);
+  ASSERT_TRUE(plan && plan->recommended) << error;
+  EXPECT_FALSE(plan->candidates[*plan->recommended].at_target.spread);
 }
 
 TEST_F(PlanPrediction, TensorParallelismSplitsTheStep) {
