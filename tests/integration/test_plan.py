@@ -333,3 +333,22 @@ def test_a_poisson_explanation_names_the_simulation_that_made_its_numbers():
                      "--explain", "h100-sxm").stdout
     assert "simulated step by step: 1,500 seeded Poisson arrivals" in explained, explained
     assert "M/D/1" not in explained and "step / (1 -" not in explained, explained
+
+
+def test_a_poisson_plan_says_where_one_run_can_land():
+    # --rate: ten seeded runs of --num-requests (100 without it), the 10th-90th percentile range
+    # of each percentile, in the text and in --json; a closed loop has no arrivals to vary.
+    args = ("--model", "llama-3.1-8b", "--devices", "h100-sxm", "--rate", "8")
+    result = json.loads(plan(*args, "--seed", "3", "--num-requests", "120", "--json").stdout)
+    spread = result["candidates"][0]["spread"]
+    assert spread["runs"] == 10 and spread["requests"] == 120, spread
+    for metric in ("ttft_ms", "tpot_ms"):
+        for stat in ("p50", "p95", "p99"):
+            low, high = spread[metric][stat]
+            assert 0 < low <= high, spread
+    text = plan(*args).stdout
+    assert "Spread: one run of 100 requests" in text, text
+    assert json.loads(plan(*args, "--spread-runs", "0", "--json").stdout)[
+        "candidates"][0]["spread"] is None
+    assert json.loads(plan("--model", "llama-3.1-8b", "--devices", "h100-sxm", "--concurrency",
+                           "8", "--json").stdout)["candidates"][0]["spread"] is None
