@@ -29,7 +29,8 @@ struct PlanRequest {
   // --simulator serve: where a calibration measured the model's steps, predict loads with brisk
   // serve's own scheduler on them (plan/served_simulation.h) instead of the roofline simulation.
   bool simulate_server = false;
-  // An open loop's spread (LoadPrediction::spread of the recommended load): this many seeded
+  // An open loop's spread (LoadPrediction::spread of each candidate's target load; the report
+  // prints the recommended one's): this many seeded
   // runs of the sample's requests from its seed on (workload.arrival_sample), else of
   // kSpreadRequests from seed 0 (brisk bench's default) on; 0: none.
   int spread_runs = 10;

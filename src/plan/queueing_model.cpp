@@ -20,12 +20,6 @@ double Percentiles::at(const std::string& stat) const {
   return mean;
 }
 
-const Interval& PredictionSpread::Of::at(const std::string& stat) const {
-  if (stat == "p95") return p95;
-  if (stat == "p99") return p99;
-  return p50;
-}
-
 Percentiles percentiles_of(std::vector<double> values) {
   if (values.empty()) return {};
   std::sort(values.begin(), values.end());

@@ -63,7 +63,6 @@ struct PredictionSpread {
     Interval p50;
     Interval p95;
     Interval p99;
-    const Interval& at(const std::string& stat) const;  // "p50", "p95", "p99" (else p50)
   };
   Of ttft_ms;
   Of tpot_ms;

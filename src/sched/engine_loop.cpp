@@ -33,19 +33,23 @@ void EngineLoop::share_device(DeviceArbiter& arbiter, DeviceArbiter::TenantId te
 
 void EngineLoop::start() {
   // The warm-up runs on the engine thread, as every later step does, and start() returns once
-  // it is done. ggml-cpu runs a step on an OpenMP team of the thread that calls llama_decode; a
-  // second calling thread leaves a second team idle, and libgomp, counting more threads than
-  // cores, then sleeps in the kernel at every barrier of every step instead of spinning: a
-  // warm-up on the caller's thread made each served step of one stream 1.6x the warm-up's own
-  // (Gemma 3 270M, 2 vCPUs: 27-36 ms against 17-18 ms, llama-completion's 18.3 ms).
+  // it is done (or rethrows what it threw). ggml-cpu runs a step on an OpenMP team of the thread
+  // that calls llama_decode; a second calling thread leaves a second team idle, and libgomp,
+  // counting more threads than cores, then sleeps in the kernel at every barrier of every step
+  // instead of spinning (BENCHMARKS.md, "The warm-up on the engine thread").
   std::promise<void> warmed_up;
   std::future<void> ready = warmed_up.get_future();
   engine_thread_ = std::thread([this, &warmed_up] {
-    warm_up();
+    try {
+      warm_up();
+    } catch (...) {
+      warmed_up.set_exception(std::current_exception());
+      return;
+    }
     warmed_up.set_value();
     run();
   });
-  ready.wait();
+  ready.get();
 }
 
 void EngineLoop::warm_up() {
