@@ -128,14 +128,6 @@ Candidate size_device(const PlanRequest& request, const DeviceSpec& device) {
             predict_open_loop(candidate.deployment, workload.input_tokens, workload.output_tokens,
                               workload.rate_per_s / candidate.replicas, workload.arrival_sample,
                               workload.cached_prompt_tokens);
-        if (!candidate.at_target.saturated && request.spread_runs > 0) {
-          const auto& sample = workload.arrival_sample;
-          candidate.at_target.spread = predict_open_loop_spread(
-              candidate.deployment, workload.input_tokens, workload.output_tokens,
-              workload.rate_per_s / candidate.replicas,
-              sample ? sample->requests : PlanRequest::kSpreadRequests, sample ? sample->seed : 0,
-              request.spread_runs, workload.cached_prompt_tokens);
-        }
         resident_sequences = candidate.at_target.in_flight_p99;
       }
     } else {
@@ -168,7 +160,19 @@ Candidate size_device(const PlanRequest& request, const DeviceSpec& device) {
         (candidate.meets_slo == best->meets_slo && candidate.usd_per_hour < best->usd_per_hour);
     if (better) best = candidate;
   }
-  return best ? *best : *failure;
+  if (!best) return *failure;
+  // The spread of the one group size kept, not of every size tried.
+  LoadPrediction& target = best->at_target;
+  if (workload.rate_per_s > 0 && best->replicas > 0 && !target.saturated &&
+      request.spread_runs > 0) {
+    const auto& sample = workload.arrival_sample;
+    target.spread = predict_open_loop_spread(
+        best->deployment, workload.input_tokens, workload.output_tokens,
+        workload.rate_per_s / best->replicas,
+        sample ? sample->requests : PlanRequest::kSpreadRequests, sample ? sample->seed : 0,
+        request.spread_runs, workload.cached_prompt_tokens);
+  }
+  return *best;
 }
 
 bool ranks_before(const Candidate& a, const Candidate& b) {

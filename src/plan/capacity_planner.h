@@ -30,9 +30,9 @@ struct PlanRequest {
   // serve's own scheduler on them (plan/served_simulation.h) instead of the roofline simulation.
   bool simulate_server = false;
   // An open loop's spread (LoadPrediction::spread of each candidate's target load; the report
-  // prints the recommended one's): this many seeded
-  // runs of the sample's requests from its seed on (workload.arrival_sample), else of
-  // kSpreadRequests from seed 0 (brisk bench's default) on; 0: none.
+  // prints the recommended one's): this many seeded runs of the sample's requests from its
+  // seed on (workload.arrival_sample), else of kSpreadRequests from seed 0 (brisk bench's
+  // default) on; 0: none.
   int spread_runs = 10;
   static constexpr int kSpreadRequests = 100;
   // The request trace `workload` was taken from (--workload TRACE), for the report.

@@ -376,34 +376,31 @@ std::optional<PredictionSpread> predict_open_loop_spread(const Deployment& deplo
   PredictionSpread spread;
   spread.runs = std::max(1, runs);
   spread.requests = std::max(1, requests);
-  // By figure: the runs' values.
-  std::vector<double> ttft[3], tpot[3];
+  std::vector<LoadPrediction> kept;  // the runs the replica keeps up with
   for (int run = 0; run < spread.runs; ++run) {
     const ArrivalSample sample{first_seed + static_cast<uint64_t>(run), spread.requests};
-    const LoadPrediction one = predict_open_loop(deployment, input_tokens, output_tokens,
-                                                 rate_per_s, sample, cached_tokens);
+    LoadPrediction one = predict_open_loop(deployment, input_tokens, output_tokens, rate_per_s,
+                                           sample, cached_tokens);
     if (one.saturated) {
       ++spread.saturated_runs;
-      continue;
-    }
-    const double ttft_run[3] = {one.ttft_ms.p50, one.ttft_ms.p95, one.ttft_ms.p99};
-    const double tpot_run[3] = {one.tpot_ms.p50, one.tpot_ms.p95, one.tpot_ms.p99};
-    for (int figure = 0; figure < 3; ++figure) {
-      ttft[figure].push_back(ttft_run[figure]);
-      tpot[figure].push_back(tpot_run[figure]);
+    } else {
+      kept.push_back(std::move(one));
     }
   }
-  if (ttft[0].empty()) return std::nullopt;
-  auto range = [](std::vector<double> values) {
+  if (kept.empty()) return std::nullopt;
+  // One figure (a metric's percentile) across the kept runs: its 10th to 90th percentile.
+  auto range = [&](Percentiles LoadPrediction::*metric, double Percentiles::*stat) {
+    std::vector<double> values;
+    for (const LoadPrediction& one : kept) values.push_back((one.*metric).*stat);
     std::sort(values.begin(), values.end());
     return Interval{percentile_linear(values, 10), percentile_linear(values, 90)};
   };
-  Interval* ttft_out[3] = {&spread.ttft_ms.p50, &spread.ttft_ms.p95, &spread.ttft_ms.p99};
-  Interval* tpot_out[3] = {&spread.tpot_ms.p50, &spread.tpot_ms.p95, &spread.tpot_ms.p99};
-  for (int figure = 0; figure < 3; ++figure) {
-    *ttft_out[figure] = range(ttft[figure]);
-    *tpot_out[figure] = range(tpot[figure]);
-  }
+  auto of = [&](Percentiles LoadPrediction::*metric) {
+    return PredictionSpread::Of{range(metric, &Percentiles::p50), range(metric, &Percentiles::p95),
+                                range(metric, &Percentiles::p99)};
+  };
+  spread.ttft_ms = of(&LoadPrediction::ttft_ms);
+  spread.tpot_ms = of(&LoadPrediction::tpot_ms);
   return spread;
 }
 
