@@ -83,13 +83,17 @@ CommandRunner register_tune_command(CLI::App& app) {
   app.add_option("--seed", options->seed, "Seed of the prompts and the arrivals")
       ->capture_default_str();
   app.add_option("--requests-per-run", options->requests_per_run,
-                 "Measured requests of one rate trial (2 warm-up requests come first)")
-      ->check(CLI::Range(4, 100000))
-      ->capture_default_str();
+                 "Measured requests of one rate trial (2 warm-up requests come first); default: "
+                 "what the SLO's highest percentile needs (100 for a p99), at least 24")
+      ->check(CLI::Range(4, 100000));
   app.add_option("--margin", options->margin,
                  "A challenger wins when it meets the SLO at the best goodput so far times 1 + "
                  "this")
       ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--measure-top", options->measure_top,
+                 "Best configurations of the simulated grid measured beside the baseline")
+      ->check(CLI::Range(0, 64))
       ->capture_default_str();
   app.add_option("--confirm-top", options->confirm_top,
                  "Best configurations re-measured beside the baseline at the end")

@@ -57,7 +57,8 @@ int max_users(const PlanRequest& request, const Deployment& deployment, int memo
 }
 
 // The highest Poisson rate one replica serves within the SLO and memory (bisection).
-double max_rate(const PlanRequest& request, const Deployment& deployment, int memory_users) {
+double max_rate(const PlanRequest& request, const Deployment& deployment, int memory_users,
+                double tolerance = 0) {
   const Workload& workload = request.workload;
   auto ok = [&](double rate) {
     const LoadPrediction prediction =
@@ -73,7 +74,7 @@ double max_rate(const PlanRequest& request, const Deployment& deployment, int me
     bad *= 2;
   }
   // brisk serve's own scheduler costs more per simulation than the roofline's: to 1%.
-  const double tolerance = deployment.measured_steps() ? 1e-2 : 1e-4;
+  if (tolerance <= 0) tolerance = deployment.measured_steps() ? 1e-2 : 1e-4;
   for (int step = 0; step < 40 && bad - good > tolerance * bad; ++step) {
     const double middle = (good + bad) / 2;
     (ok(middle) ? good : bad) = middle;
@@ -270,7 +271,8 @@ bool meets(const std::vector<SloLimit>& slo, const LoadPrediction& prediction,
   return all;
 }
 
-double predict_max_rate(const PlanRequest& request, const DeviceSpec& device, int max_sequences) {
+double predict_max_rate(const PlanRequest& request, const DeviceSpec& device, int max_sequences,
+                        double tolerance) {
   Deployment deployment = deployment_for(request, device, 1);
   const MemoryBreakdown one =
       memory_for(deployment, 1, sequence_tokens(request.workload), request.headroom);
@@ -278,7 +280,7 @@ double predict_max_rate(const PlanRequest& request, const DeviceSpec& device, in
   // More than --max-seqs wait in the queue (their TTFT tells); more than memory holds cannot run.
   deployment.max_sequences = max_sequences > 0 ? std::min(max_sequences, one.max_sequences)
                                                : one.max_sequences;
-  return max_rate(request, deployment, one.max_sequences);
+  return max_rate(request, deployment, one.max_sequences, tolerance);
 }
 
 std::optional<Plan> make_plan(const PlanRequest& request, const HardwareCatalog& catalog,

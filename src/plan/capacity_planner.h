@@ -79,7 +79,10 @@ Deployment deployment_for(const PlanRequest& request, const DeviceSpec& device, 
 // SLO (request.workload's lengths; its rate is ignored), with at most `max_sequences` requests
 // running (brisk serve --max-seqs: the rest queue, and their wait counts in TTFT; 0: as many as
 // the device's memory holds). 0 when even the lowest rate misses or the model does not fit.
-double predict_max_rate(const PlanRequest& request, const DeviceSpec& device, int max_sequences);
+// `tolerance`: the bisection stops within this share of the rate (0: plan's own, 1e-4 on the
+// roofline, 1e-2 with brisk serve's scheduler).
+double predict_max_rate(const PlanRequest& request, const DeviceSpec& device, int max_sequences,
+                        double tolerance = 0);
 
 // Whether a prediction meets every limit; `misses` lists the ones it does not.
 bool meets(const std::vector<SloLimit>& slo, const LoadPrediction& prediction,

@@ -1,19 +1,14 @@
 #include "tune/config_search.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 namespace brisk::tune {
 
 namespace {
-
-std::optional<double> predicted_value(const PredictFn& predict, const Setting& base,
-                                      const Knob& knob, const std::string& label) {
-  if (!predict || !knob.predicted) return std::nullopt;
-  Setting setting = base;
-  setting[knob.name] = label;
-  return predict(setting);
-}
 
 // Student's t at 97.5% for 1..6 degrees of freedom; the normal quantile beyond.
 double t_quantile_975(size_t degrees) {
@@ -33,9 +28,15 @@ class Search {
         on_event_(on_event) {}
 
   SearchResult run(const Setting& baseline) {
+    const bool grid = predict_ && std::any_of(knobs_.begin(), knobs_.end(),
+                                              [](const Knob& knob) { return knob.predicted; });
+    if (grid) result_.grid = predict_grid(knobs_, baseline, predict_, options_.refusal);
     measure_baseline(baseline);
-    for (const Knob* knob : knob_search_order(knobs_, result_.candidates[0].setting, predict_)) {
-      if (!challenge_with(*knob)) break;
+    bool in_budget = true;
+    if (grid) in_budget = challenge_with_grid();
+    for (const Knob& knob : knobs_) {
+      if (!in_budget) break;
+      if (!grid || !knob.predicted) in_budget = challenge_with(knob);
     }
     confirm();
     result_.best = best_measured();
@@ -111,67 +112,82 @@ class Search {
     return !budget_.spent() && budget_.left_s() - reserve_s >= estimate_s;
   }
 
-  std::optional<double> predicted_with(const Setting& base, const Knob& knob,
-                                       const std::string& label) const {
-    return predicted_value(predict_, base, knob, label);
+  // Measures the grid's best configurations, skipping each that only adds changes to one
+  // already chosen without moving the prediction (within 1%: knobs that do not matter there).
+  // False when the budget ends the search.
+  bool challenge_with_grid() {
+    const Setting baseline = result_.candidates.front().setting;  // candidates grow below
+    std::vector<const GridPoint*> chosen;
+    for (const GridPoint& point : result_.grid->ranked) {
+      if (static_cast<int>(chosen.size()) >= options_.measure_top) break;
+      if (point.setting == baseline) continue;
+      const bool adds_nothing = std::any_of(chosen.begin(), chosen.end(), [&](const GridPoint* c) {
+        return std::abs(c->predicted_rps - point.predicted_rps) <= 0.01 * c->predicted_rps &&
+               extends(point.setting, c->setting, baseline);
+      });
+      if (adds_nothing) continue;
+      chosen.push_back(&point);
+      if (!challenge(point.setting, "grid")) return false;
+    }
+    return true;
+  }
+
+  // Whether `setting` keeps every change `base` makes to `baseline` and makes more.
+  static bool extends(const Setting& setting, const Setting& base, const Setting& baseline) {
+    for (const auto& [name, label] : base) {
+      if (label != baseline.at(name) && setting.at(name) != label) return false;
+    }
+    return setting != base;
   }
 
   // Challenges the best configuration so far with each other value of `knob`. False when the
   // budget ends the search.
   bool challenge_with(const Knob& knob) {
-    std::vector<std::pair<std::optional<double>, std::string>> values;
     for (const KnobValue& value : knob.values) {
-      values.push_back({predicted_with(result_.candidates[best_].setting, knob, value.label),
-                        value.label});
-    }
-    std::stable_sort(values.begin(), values.end(), [](const auto& a, const auto& b) {
-      return a.first.value_or(0) > b.first.value_or(0);
-    });
-    const double best_predicted = values.empty() ? 0 : values.front().first.value_or(0);
-    for (const auto& [predicted, label] : values) {
       Setting setting = result_.candidates[best_].setting;
-      setting[knob.name] = label;
+      setting[knob.name] = value.label;
       if (considered(setting)) continue;
       if (const auto refused = options_.refusal ? options_.refusal(setting) : std::nullopt) {
         consider(setting, "pruned").note = *refused;
         continue;
       }
-      if (predicted && best_predicted > 0 && *predicted < options_.prune_below * best_predicted) {
-        Candidate& pruned = consider(setting, "pruned");
-        pruned.note = "predicted goodput under " +
-                      std::to_string(static_cast<int>(options_.prune_below * 100)) +
-                      "% of this knob's best prediction";
-        continue;
-      }
-      // Time is kept for the confirmation only once there is a winner to confirm.
-      if (!fits(has_challenger_goodput() ? options_.confirm_share * budget_.total_s() : 0)) {
-        result_.stopped = "budget";
-        return false;
-      }
-      const Candidate& incumbent = result_.candidates[best_];
-      const double to_beat = incumbent.measured() ? incumbent.measurements.front().rate : 0;
-      if (std::isinf(to_beat)) {
-        result_.stopped =
-            "the baseline meets the SLO even with every request at once: nothing to beat (send "
-            "more: --requests-per-run, longer prompts or answers, or a stricter --slo)";
-        return false;
-      }
-      GoodputSearchOptions challenge;
-      if (to_beat > 0) {
-        challenge.start_rate = to_beat * (1 + options_.margin);
-        challenge.give_up_at_or_below = challenge.start_rate;
-        challenge.growth = 1.25;
-        challenge.refine_steps = 1;
-      } else {  // nothing met the SLO yet: any rate that meets it wins, if it is not too slow
-        challenge.start_rate = lowest_rate_tried();
-        challenge.growth = 2;
-        challenge.max_backoff = 4;
-      }
-      consider(setting, "search");
-      const size_t index = result_.candidates.size() - 1;
-      measure(index, challenge);
-      if (result_.candidates[index].measurements.front().rate > to_beat) best_ = index;
+      if (!challenge(setting, "search")) return false;
     }
+    return true;
+  }
+
+  // Measures `setting` against the best so far: it starts at the best's goodput times
+  // 1 + margin and becomes the best if it meets the SLO there. False when the budget ends the
+  // search before it.
+  bool challenge(const Setting& setting, const std::string& stage) {
+    // Time is kept for the confirmation only once there is a winner to confirm.
+    if (!fits(has_challenger_goodput() ? options_.confirm_share * budget_.total_s() : 0)) {
+      result_.stopped = "budget";
+      return false;
+    }
+    const Candidate& incumbent = result_.candidates[best_];
+    const double to_beat = incumbent.measured() ? incumbent.measurements.front().rate : 0;
+    if (std::isinf(to_beat)) {
+      result_.stopped =
+          "the baseline meets the SLO even with every request at once: nothing to beat (send "
+          "more: --requests-per-run, longer prompts or answers, or a stricter --slo)";
+      return false;
+    }
+    GoodputSearchOptions challenge;
+    if (to_beat > 0) {
+      challenge.start_rate = to_beat * (1 + options_.margin);
+      challenge.give_up_at_or_below = challenge.start_rate;
+      challenge.growth = 1.25;
+      challenge.refine_steps = 1;
+    } else {  // nothing met the SLO yet: any rate that meets it wins, if it is not too slow
+      challenge.start_rate = lowest_rate_tried();
+      challenge.growth = 2;
+      challenge.max_backoff = 4;
+    }
+    consider(setting, stage);
+    const size_t index = result_.candidates.size() - 1;
+    measure(index, challenge);
+    if (result_.candidates[index].measurements.front().rate > to_beat) best_ = index;
     return true;
   }
 
@@ -282,32 +298,63 @@ double Candidate::goodput_ci95_rps() const {
          std::sqrt(static_cast<double>(n));
 }
 
-std::vector<const Knob*> knob_search_order(const std::vector<Knob>& knobs, const Setting& baseline,
-                                           const PredictFn& predict) {
-  std::vector<std::pair<double, const Knob*>> predicted;
-  std::vector<const Knob*> unpredicted;
+GridPrediction predict_grid(const std::vector<Knob>& knobs, const Setting& baseline,
+                            const PredictFn& predict, const SearchOptions::Refusal& refusal) {
+  GridPrediction grid;
+  const auto started = std::chrono::steady_clock::now();
+  std::vector<const Knob*> predicted;
   for (const Knob& knob : knobs) {
-    double low = INFINITY, high = 0;
-    for (const KnobValue& value : knob.values) {
-      if (const auto rps = predicted_value(predict, baseline, knob, value.label)) {
-        low = std::min(low, *rps);
-        high = std::max(high, *rps);
-      }
+    if (knob.predicted && !knob.values.empty()) predicted.push_back(&knob);
+  }
+  std::vector<size_t> odometer(predicted.size(), 0);
+  while (true) {
+    GridPoint point;
+    point.setting = baseline;
+    for (size_t i = 0; i < predicted.size(); ++i) {
+      point.setting[predicted[i]->name] = predicted[i]->values[odometer[i]].label;
     }
-    if (high > 0) {
-      predicted.push_back({high - low, &knob});
+    for (const auto& [name, label] : point.setting) {
+      const auto base = baseline.find(name);
+      if (base == baseline.end() || base->second != label) ++point.changes;
+    }
+    if (refusal && refusal(point.setting)) {
+      ++grid.refused;
     } else {
-      unpredicted.push_back(&knob);
+      grid.ranked.push_back(std::move(point));
     }
+    size_t digit = 0;
+    while (digit < odometer.size() && ++odometer[digit] == predicted[digit]->values.size()) {
+      odometer[digit++] = 0;
+    }
+    if (digit == odometer.size()) break;
   }
-  std::stable_sort(predicted.begin(), predicted.end(),
-                   [](const auto& a, const auto& b) { return a.first > b.first; });
-  std::vector<const Knob*> order;
-  for (size_t i = 0; i < std::max(predicted.size(), unpredicted.size()); ++i) {
-    if (i < predicted.size()) order.push_back(predicted[i].second);
-    if (i < unpredicted.size()) order.push_back(unpredicted[i]);
-  }
-  return order;
+  // Each prediction is a simulation of its own: on every core at once.
+  std::atomic<size_t> next{0};
+  auto predict_rest = [&] {
+    for (size_t i = next++; i < grid.ranked.size(); i = next++) {
+      grid.ranked[i].predicted_rps = predict(grid.ranked[i].setting).value_or(0);
+    }
+  };
+  std::vector<std::thread> workers;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  for (unsigned i = 1; i < cores && i < grid.ranked.size(); ++i) workers.emplace_back(predict_rest);
+  predict_rest();
+  for (std::thread& worker : workers) worker.join();
+  // Predictions within 1% of each other rank alike (a step of the log at base 1.01), and the
+  // configuration that changes fewest knobs goes first among them.
+  auto level = [](double rps) {
+    return rps > 0 ? std::floor(std::log(rps) / std::log(1.01)) : -1e300;
+  };
+  std::stable_sort(grid.ranked.begin(), grid.ranked.end(),
+                   [&](const GridPoint& a, const GridPoint& b) {
+                     const double x = level(a.predicted_rps);
+                     const double y = level(b.predicted_rps);
+                     if (x != y) return x > y;
+                     return a.changes < b.changes;
+                   });
+  grid.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return grid;
 }
 
 SearchResult search_configurations(const std::vector<Knob>& knobs, const Setting& baseline,

@@ -49,9 +49,10 @@ struct SearchOptions {
   // A challenger must meet the SLO at the best goodput so far times (1 + margin) to win: less is
   // within the noise of one run.
   double margin = 0.08;
-  // Knob values whose predicted goodput is below this share of the best prediction are not
-  // measured (pruned), where brisk plan models the knob.
-  double prune_below = 0.5;
+  // The simulated grid's best configurations measured besides the baseline (one that only adds
+  // changes to a configuration measured already, without moving the prediction by 1%, is
+  // skipped: the simulation says the knobs it adds do not matter there).
+  int measure_top = 4;
   int confirm_top = 2;      // configurations re-measured besides the baseline
   int confirm_repeats = 1;  // re-measurements of each, interleaved
   double confirm_share = 0.3;  // of the budget kept for the confirmation
@@ -68,23 +69,41 @@ using PredictFn = std::function<std::optional<double>(const Setting&)>;
 // Progress: the stage and the candidate about to be measured.
 using EventFn = std::function<void(const std::string& stage, const Setting&)>;
 
+// One configuration of the simulated grid and its predicted goodput.
+struct GridPoint {
+  Setting setting;
+  double predicted_rps = 0;
+  int changes = 0;  // knobs set away from the baseline
+};
+
+// The simulated grid: every combination of the predicted knobs' values (the other knobs at the
+// baseline's), each predicted, best first.
+struct GridPrediction {
+  std::vector<GridPoint> ranked;  // best first; within 1% of each other, fewest changes first
+  size_t refused = 0;             // combinations the refusal turned away, not predicted
+  double seconds = 0;             // wall time of the predictions
+};
+
+// Predicts every combination of the values of `knobs` marked predicted (the rest at
+// `baseline`'s values), on every core at once (`predict` is called from several threads); a
+// configuration `refusal` turns away is left out.
+GridPrediction predict_grid(const std::vector<Knob>& knobs, const Setting& baseline,
+                            const PredictFn& predict, const SearchOptions::Refusal& refusal);
+
 struct SearchResult {
   std::vector<Candidate> candidates;  // in the order they were considered; [0] is the baseline
   size_t best = 0;
   std::string stopped;  // "budget", or empty when every knob was searched
+  std::optional<GridPrediction> grid;  // when the prediction saw a knob
 };
 
-// The order the knobs are searched in: the knobs the prediction sees, those whose values it
-// spreads most (around `baseline`) first, alternating with the knobs it does not see, in their
-// order, whose effect is unknown and may be the largest: a tight budget tries both kinds.
-std::vector<const Knob*> knob_search_order(const std::vector<Knob>& knobs, const Setting& baseline,
-                                           const PredictFn& predict);
-
-// Greedy coordinate search guided by the prediction: measure the baseline; then, one knob at a
-// time (the knobs the prediction says matter most first), challenge the best configuration so
-// far with each of the knob's other values, most promising first, and keep a challenger that
-// meets the SLO at a rate the best could not (its goodput times 1 + margin); finally re-measure
-// the best few and the baseline, interleaved, and pick the best mean.
+// Measures the baseline; then, where the prediction sees knobs, predicts the whole grid of
+// their values (predict_grid) and measures its `measure_top` best configurations, each as a
+// challenger of the best so far; then, one knob at a time, challenges the best with each other
+// value of each knob the prediction does not see (every knob without a prediction). A
+// challenger starts at the best goodput times 1 + margin and is kept when it meets the SLO
+// there. Finally it re-measures the best few and the baseline, interleaved, each in a fresh
+// server, and picks the best mean.
 SearchResult search_configurations(const std::vector<Knob>& knobs, const Setting& baseline,
                                    const PredictFn& predict, const MeasureFn& measure,
                                    Budget& budget, const SearchOptions& options,

@@ -72,7 +72,10 @@ double GoodputPrediction::predict(const Setting& setting) const {
   if (const auto type = setting.find("kv-type"); type != setting.end()) {
     request.kv_bytes_per_element = plan::kv_cache_bytes_per_element(type->second).value_or(2);
   }
-  return plan::predict_max_rate(request, *device_, int_value(setting, "max-seqs").value_or(0));
+  // To half a percent: the search tells configurations apart from 1% on.
+  constexpr double kTolerance = 5e-3;
+  return plan::predict_max_rate(request, *device_, int_value(setting, "max-seqs").value_or(0),
+                                kTolerance);
 }
 
 }  // namespace brisk::tune

@@ -22,6 +22,20 @@ std::vector<std::string> trial_misses(const bench::Slo& slo, const bench::RunSta
   return misses;
 }
 
+TrialResolution requests_to_resolve(const bench::Slo& slo) {
+  TrialResolution resolution;
+  for (const SloLimit& limit : slo.limits) {
+    if (limit.stat.size() < 2 || limit.stat[0] != 'p') continue;  // mean, max
+    const double q = std::stod(limit.stat.substr(1));
+    const int requests = static_cast<int>(std::ceil(100 / (100 - q) - 1e-9));
+    if (requests > resolution.requests) {
+      resolution.requests = requests;
+      resolution.limit = limit.metric + "_" + limit.stat;
+    }
+  }
+  return resolution;
+}
+
 namespace {
 
 // How many of `samples` values must exceed a limit for their `stat` (p50 … p99, max; the

@@ -45,6 +45,16 @@ struct Goodput {
 // is unbounded, so with fewer than 100 requests a single one is the P99 (more than 1% misses).
 std::vector<std::string> trial_misses(const bench::Slo& slo, const bench::RunStatistics& stats);
 
+// The fewest measured requests whose percentiles a trial can tell apart from its slowest
+// request, for every limit of `slo`: a pXX needs 100 / (100 - XX) (a p99 100, a p95 20, a p90
+// 10, a p50 2); a mean or a max, 1. With fewer, a p99 is the latency of the one slowest
+// request: a single Poisson clump decides the trial. `limit` names the limit that needs most.
+struct TrialResolution {
+  int requests = 1;
+  std::string limit;  // "ttft_p99"; empty when none needs more than one request
+};
+TrialResolution requests_to_resolve(const bench::Slo& slo);
+
 // Why a trial can no longer meet `slo`, judged from its records so far at `now` (latencies from
 // each request's scheduled send, as trials measure them; every measured record is there from
 // the start, sent or not): more than 1% of its requests failed, or so many have already missed

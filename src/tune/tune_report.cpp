@@ -19,12 +19,30 @@ std::string rate_text(double rps) {
   return fmt::format("{:.3g} req/s", rps);
 }
 
+// One measurement's goodput: the rate it met, or below the rate it first missed.
+std::string measured_text(const Goodput& goodput) {
+  if (goodput.rate > 0) return fmt::format("{:.3g}", goodput.rate);
+  return std::isfinite(goodput.missed_at) ? "< " + fmt::format("{:.3g}", goodput.missed_at) : "0";
+}
+
+// The search's measurement; the re-measurements in fresh servers; their mean with its 95%
+// confidence interval (from two measurements up).
+std::string search_text(const Candidate& candidate) {
+  return candidate.measured() ? measured_text(candidate.measurements.front()) : "-";
+}
+
+std::string remeasured_text(const Candidate& candidate) {
+  if (candidate.measurements.size() < 2) return "-";
+  std::vector<std::string> each;
+  for (size_t i = 1; i < candidate.measurements.size(); ++i) {
+    each.push_back(measured_text(candidate.measurements[i]));
+  }
+  return fmt::format("{}", fmt::join(each, ", "));
+}
+
 std::string goodput_text(const Candidate& candidate) {
   if (!candidate.measured()) return "-";
-  const Goodput& first = candidate.measurements.front();
-  if (candidate.goodput_rps() <= 0) {
-    return std::isfinite(first.missed_at) ? "< " + rate_text(first.missed_at) : "0";
-  }
+  if (candidate.goodput_rps() <= 0) return measured_text(candidate.measurements.front());
   std::string text = fmt::format("{:.3g}", candidate.goodput_rps());
   if (candidate.measurements.size() > 1) {
     text += fmt::format(" ± {:.2g} (n={})", candidate.goodput_ci95_rps(),
@@ -109,6 +127,58 @@ const bench::RateTrial* met_at_or_above(const Candidate& candidate, double rate)
   return found;
 }
 
+// The measured candidate of `setting`, if the search measured it.
+const Candidate* measured_candidate(const SearchResult& search, const Setting& setting) {
+  for (const Candidate& candidate : search.candidates) {
+    if (candidate.setting == setting && candidate.measured()) return &candidate;
+  }
+  return nullptr;
+}
+
+constexpr size_t kGridShown = 10;
+
+nlohmann::json grid_json(const TuneReport& report) {
+  const SearchResult& search = report.search;
+  if (!search.grid) return nullptr;
+  const Setting& baseline = search.candidates.front().setting;
+  nlohmann::json best = nlohmann::json::array();
+  for (size_t i = 0; i < search.grid->ranked.size() && i < kGridShown; ++i) {
+    const GridPoint& point = search.grid->ranked[i];
+    const Candidate* measured = measured_candidate(search, point.setting);
+    best.push_back({{"setting", point.setting},
+                    {"change", describe_change(report.knobs, baseline, point.setting)},
+                    {"predicted_goodput_rps", point.predicted_rps},
+                    {"goodput_rps", measured ? nlohmann::json(measured->goodput_rps())
+                                             : nlohmann::json(nullptr)}});
+  }
+  return {{"configurations", search.grid->ranked.size()},
+          {"refused", search.grid->refused},
+          {"seconds", search.grid->seconds},
+          {"best", std::move(best)}};
+}
+
+std::string grid_markdown(const TuneReport& report) {
+  const SearchResult& search = report.search;
+  if (!search.grid) return "";
+  const Setting& baseline = search.candidates.front().setting;
+  std::string text = fmt::format(
+      "\n## The simulated grid\n\n{} configurations predicted in {:.1f} s{}; the best {}, and "
+      "what the search measured of them:\n\n| rank | change from baseline | predicted req/s | "
+      "goodput req/s |\n|---|---|---|---|\n",
+      search.grid->ranked.size(), search.grid->seconds,
+      search.grid->refused > 0 ? fmt::format(" ({} refused the workload)", search.grid->refused)
+                               : "",
+      std::min(kGridShown, search.grid->ranked.size()));
+  for (size_t i = 0; i < search.grid->ranked.size() && i < kGridShown; ++i) {
+    const GridPoint& point = search.grid->ranked[i];
+    const Candidate* measured = measured_candidate(search, point.setting);
+    text += fmt::format("| {} | {} | {:.3g} | {} |\n", i + 1,
+                        describe_change(report.knobs, baseline, point.setting),
+                        point.predicted_rps, measured ? goodput_text(*measured) : "-");
+  }
+  return text;
+}
+
 }  // namespace
 
 std::vector<std::string> why_it_wins(const TuneReport& report) {
@@ -149,10 +219,12 @@ std::vector<std::string> why_it_wins(const TuneReport& report) {
 std::string ranked_table(const TuneReport& report) {
   std::string table =
       embeddings(report)
-          ? "| rank | change from baseline | predicted req/s | goodput req/s | E2E p99 ms | "
-            "inputs/s | peak memory MiB | stage |\n|---|---|---|---|---|---|---|---|\n"
-          : "| rank | change from baseline | predicted req/s | goodput req/s | TTFT p99 ms | TPOT "
-            "p99 ms | peak memory MiB | stage |\n|---|---|---|---|---|---|---|---|\n";
+          ? "| rank | change from baseline | predicted req/s | search req/s | re-measured req/s | "
+            "goodput req/s | E2E p99 ms | inputs/s | peak memory MiB | stage |\n"
+            "|---|---|---|---|---|---|---|---|---|---|\n"
+          : "| rank | change from baseline | predicted req/s | search req/s | re-measured req/s | "
+            "goodput req/s | TTFT p99 ms | TPOT p99 ms | peak memory MiB | stage |\n"
+            "|---|---|---|---|---|---|---|---|---|---|\n";
   const Setting& baseline = report.search.candidates.front().setting;
   int rank = 0;
   for (const size_t index : ranking(report.search)) {
@@ -160,11 +232,11 @@ std::string ranked_table(const TuneReport& report) {
     const bench::RateTrial* at = nullptr;
     if (candidate.measured()) at = candidate.measurements.front().at_goodput();
     table += fmt::format(
-        "| {} | {} | {} | {} | {} | {} | {} | {}{} |\n",
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {}{} |\n",
         candidate.measured() ? std::to_string(++rank) : "-",
         describe_change(report.knobs, baseline, candidate.setting),
         candidate.predicted_rps ? fmt::format("{:.3g}", *candidate.predicted_rps) : "-",
-        goodput_text(candidate),
+        search_text(candidate), remeasured_text(candidate), goodput_text(candidate),
         !at                  ? "-"
         : embeddings(report) ? fmt::format("{:.0f}", at->stats.e2e_ms.p99)
                              : fmt::format("{:.0f}", at->stats.ttft_ms.p99),
@@ -212,6 +284,7 @@ nlohmann::json report_json(const TuneReport& report) {
                : nlohmann::json{{"origin", report.prediction_origin},
                                 {"unpredicted_limits", report.unpredicted_limits}}},
           {"knobs", std::move(knobs)},
+          {"grid", grid_json(report)},
           {"baseline", candidate_json(report, baseline)},
           {"best", candidate_json(report, best)},
           {"improvement", baseline.goodput_rps() > 0
@@ -233,7 +306,7 @@ std::string report_markdown(const TuneReport& report) {
   if (!report.prediction_origin.empty()) {
     text += "Predictions: brisk plan, " + report.prediction_origin + ".\n\n";
   }
-  text += ranked_table(report) + "\n## Why it wins\n\n";
+  text += ranked_table(report) + grid_markdown(report) + "\n## Why it wins\n\n";
   for (const std::string& line : why_it_wins(report)) text += "- " + line + "\n";
   text += "\n## Command\n\n```\n" + best.command + "\n```\n";
   return text;

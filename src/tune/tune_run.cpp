@@ -210,9 +210,11 @@ class CandidateMeasurer {
     // Every arrival after the budget's end is dropped, and no request outlives it by much.
     run.schedule_s = bench::arrival_offsets_s(run.load, run.num_requests, options_.seed);
     // A slow trial is cut short: arrivals past a twentieth of the budget (at least 30 s) are
-    // dropped, keeping 4; and none comes after the budget's end.
+    // dropped, but never below the requests the SLO's percentile needs; and none comes after
+    // the budget's end.
     const double longest_s = std::max(30.0, budget_.total_s() / 20);
-    while (run.schedule_s.size() > 4 && run.schedule_s.back() > longest_s) {
+    const size_t resolving = static_cast<size_t>(std::max(4, requests_to_resolve(slo_).requests));
+    while (run.schedule_s.size() > resolving && run.schedule_s.back() > longest_s) {
       run.schedule_s.pop_back();
     }
     while (run.schedule_s.size() > 1 && run.schedule_s.back() > budget_.left_s()) {
@@ -425,6 +427,25 @@ std::optional<std::string> emitted(const TuneOptions& options, const TuneReport&
                                : plan::haproxy_backend(measured);
 }
 
+// What one rate trial sends and why, and how long it takes at the baseline's predicted goodput:
+// a p99 needs 100 requests, and at a low rate a budget holds few such trials.
+std::string trial_length_note(const TuneOptions& options, const bench::Slo& slo,
+                              std::optional<double> baseline_rps) {
+  const TrialResolution resolution = requests_to_resolve(slo);
+  std::string note = fmt::format("each rate trial sends {} requests", options.requests_per_run);
+  if (!resolution.limit.empty()) {
+    note += fmt::format(" ({} needs {})", resolution.limit, resolution.requests);
+  }
+  if (baseline_rps && *baseline_rps > 0) {
+    const double trial_s = options.requests_per_run / *baseline_rps;
+    note += fmt::format(": about {} at the baseline's predicted {:.3g} req/s; the budget holds "
+                        "about {} such trials",
+                        format_duration(std::round(trial_s)), *baseline_rps,
+                        static_cast<int>(options.budget_s / trial_s));
+  }
+  return note;
+}
+
 void print_result(const TuneReport& report) {
   std::cout << ranked_table(report) << "\n";
   for (const std::string& line : why_it_wins(report)) std::cout << "- " << line << "\n";
@@ -466,6 +487,7 @@ int run_tune_resolved(const TuneOptions& options, const bench::Slo& slo) {
   SearchOptions search;
   search.refusal = space.refusal;
   search.margin = options.margin;
+  search.measure_top = options.measure_top;
   search.confirm_top = options.confirm_top;
   search.confirm_repeats = options.confirm_repeats;
   std::cerr << fmt::format("brisk tune: {} on {}, SLO {}, budget {}, {}\n", report.server,
@@ -485,6 +507,7 @@ int run_tune_resolved(const TuneOptions& options, const bench::Slo& slo) {
                              stage, describe_change(report.knobs, baseline, setting));
   };
   const PredictFn predict = prediction_of(space);
+  std::cerr << trial_length_note(options, slo, predict ? predict(baseline) : std::nullopt) << "\n";
   report.search = space.verify.empty()
                       ? search_configurations(report.knobs, baseline, predict, measure, budget,
                                               search, on_event)
@@ -525,6 +548,18 @@ int run_tune(const TuneOptions& options) {
   const auto slo = bench::parse_slo(options.slo, error);
   if (!slo) return fail("--slo: " + error);
   TuneOptions resolved = options;
+  const TrialResolution resolution = requests_to_resolve(*slo);
+  if (options.requests_per_run == 0) {
+    resolved.requests_per_run = std::max(TuneOptions::kDefaultRequestsPerRun, resolution.requests);
+  } else if (options.requests_per_run < resolution.requests) {
+    return fail(fmt::format(
+        "--requests-per-run {} cannot resolve {}: a trial needs at least {} requests for it (with "
+        "fewer it is the one slowest request's latency, and one clump of arrivals decides the "
+        "trial); give --requests-per-run {} or more, leave it out (tune then sends {}), or limit "
+        "a lower percentile or the max",
+        options.requests_per_run, resolution.limit, resolution.requests, resolution.requests,
+        resolution.requests));
+  }
   resolved.endpoint = resolved_endpoint(options);
   if (resolved.endpoint == "rerank") {
     return fail("--model is a reranker: brisk tune searches completion and embedding servers, "

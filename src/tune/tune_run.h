@@ -33,9 +33,13 @@ struct TuneOptions {
   // Open-loop arrivals of every rate trial: "poisson" (what users send) or "constant" (evenly
   // spaced: a server's capacity shows as a sharp edge).
   std::string arrival = "poisson";
-  int requests_per_run = 24;  // measured requests of one rate trial (plus 2 warm-up requests)
+  // Measured requests of one rate trial (plus 2 warm-up requests); 0: what the SLO's highest
+  // percentile needs (requests_to_resolve), at least kDefaultRequestsPerRun.
+  int requests_per_run = 0;
+  static constexpr int kDefaultRequestsPerRun = 24;
   // Search tuning.
   double margin = 0.08;
+  int measure_top = 4;  // the simulated grid's best, measured
   int confirm_top = 2;
   int confirm_repeats = 1;
   double ready_timeout_s = 300;

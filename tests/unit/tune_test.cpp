@@ -1,9 +1,12 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "tune/command_line.h"
 #include "tune/config_search.h"
@@ -368,25 +371,136 @@ TEST(TuneSearch, TheConfirmationSharesTheBudgetLeftBetweenBaselineAndWinner) {
       << "the winner was not re-measured: " << result.candidates[result.best].stage;
 }
 
-TEST(TuneSearch, PredictionOrdersTheKnobsAndPrunesHopelessValues) {
+// With every knob predicted, the whole grid is predicted and only its best few are measured:
+// the search measures the baseline and the grid's top two, and the best of them wins.
+TEST(TuneSearch, TheWholeGridIsPredictedAndOnlyItsBestAreMeasured) {
   FakeClock clock;
   int runs = 0;
   Budget budget(1e6, [&] { return clock.now_s; });
   std::vector<Knob> knobs = fake_knobs();
   for (Knob& knob : knobs) knob.predicted = true;
+  std::atomic<int> predictions{0};  // the grid predicts on every core at once
+  const PredictFn predict = [&](const Setting& setting) -> std::optional<double> {
+    ++predictions;
+    return true_goodput(setting);
+  };
+  SearchOptions options;
+  options.measure_top = 2;
+  const SearchResult result = search_configurations(knobs, baseline_setting(knobs), predict,
+                                                    fake_measure(clock, runs, budget), budget,
+                                                    options);
+  ASSERT_TRUE(result.grid);
+  ASSERT_EQ(result.grid->ranked.size(), 12u);  // 4 slots x 3 batches, combinations included
+  EXPECT_GE(predictions, 12);
+  EXPECT_EQ(result.grid->ranked[0].setting, (Setting{{"slots", "8"}, {"batch", "1024"}}));
+  EXPECT_EQ(result.grid->ranked[0].changes, 2);
+  ASSERT_EQ(result.candidates.size(), 3u) << "the baseline and the grid's best two, no more";
+  EXPECT_EQ(result.candidates[1].stage.rfind("grid", 0), 0u);
+  EXPECT_EQ(result.candidates[1].setting, result.grid->ranked[0].setting);
+  EXPECT_EQ(result.candidates[result.best].setting.at("slots"), "8");
+  EXPECT_EQ(result.candidates[result.best].setting.at("batch"), "1024");
+  EXPECT_NEAR(result.candidates[result.best].goodput_rps(), 6.0, 0.6);
+  // The report shows the grid's best beside what was measured of them, and the search's figure
+  // beside the re-measurement's.
+  TuneReport report;
+  report.knobs = knobs;
+  report.search = result;
+  const nlohmann::json json = report_json(report);
+  EXPECT_EQ(json["grid"]["configurations"], 12);
+  EXPECT_EQ(json["grid"]["best"][0]["change"], "slots=8 batch=1024");
+  EXPECT_GT(json["grid"]["best"][0]["goodput_rps"].get<double>(), 5);
+  EXPECT_TRUE(json["grid"]["best"][2]["goodput_rps"].is_null());  // not measured
+  const std::string markdown = report_markdown(report);
+  EXPECT_NE(markdown.find("12 configurations predicted"), std::string::npos) << markdown;
+  const Candidate& best = result.candidates[result.best];
+  ASSERT_EQ(best.measurements.size(), 2u);  // the search's and the confirmation's
+  EXPECT_NE(markdown.find(fmt::format("| {:.3g} | {:.3g} | ", best.measurements[0].rate,
+                                      best.measurements[1].rate)),
+            std::string::npos)
+      << markdown;
+}
+
+// A configuration that only adds a change the prediction does not move to one measured already
+// is skipped (the simulation says the knob does not matter there); the knobs it does not see
+// are then challenged one at a time from the grid's winner.
+TEST(TuneSearch, TheGridMeasuresDistinctPredictionsThenTheKnobsItCannotSee) {
+  FakeClock clock;
+  int runs = 0;
+  Budget budget(1e6, [&] { return clock.now_s; });
+  std::vector<Knob> knobs = fake_knobs();
+  knobs[0].predicted = true;  // slots: predicted; batch: not
+  Knob alike = knobs[1];
+  alike.name = "alike";
+  alike.predicted = true;  // predicted, but the prediction does not move with it
+  knobs.push_back(alike);
   const PredictFn predict = [](const Setting& setting) -> std::optional<double> {
     return true_goodput(setting);
   };
-  const SearchResult result = search_configurations(knobs, baseline_setting(knobs), predict,
-                                                    fake_measure(clock, runs, budget), budget, {});
-  ASSERT_GE(result.candidates.size(), 2u);
-  EXPECT_EQ(result.candidates[1].setting.at("slots"), "8");  // widest predicted spread, best first
-  const bool pruned = std::any_of(result.candidates.begin(), result.candidates.end(),
-                                  [](const Candidate& candidate) {
-                                    return candidate.stage == "pruned" && !candidate.measured();
-                                  });
-  EXPECT_TRUE(pruned);
+  const MeasureFn inner = fake_measure(clock, runs, budget);
+  std::vector<Setting> measured;
+  const MeasureFn measure = [&](const Setting& setting, const GoodputSearchOptions& options,
+                                Candidate& candidate) {
+    measured.push_back(setting);
+    return inner(setting, options, candidate);
+  };
+  SearchOptions options;
+  options.measure_top = 3;
+  options.confirm_top = 0;
+  const SearchResult result =
+      search_configurations(knobs, baseline_setting(knobs), predict, measure, budget, options);
+  ASSERT_TRUE(result.grid);
+  EXPECT_EQ(result.grid->ranked.size(), 12u);  // slots x alike; batch stays at the baseline
+  ASSERT_GE(measured.size(), 4u);
+  // The grid's three: slots 8, 4 and 16, each with alike at its baseline value.
+  EXPECT_EQ(measured[1], (Setting{{"slots", "8"}, {"batch", "512"}, {"alike", "512"}}));
+  EXPECT_EQ(measured[2].at("slots"), "4");
+  EXPECT_EQ(measured[3].at("slots"), "16");
+  for (size_t i = 1; i <= 3; ++i) EXPECT_EQ(measured[i].at("alike"), "512");
+  // Then batch, unseen, challenges the winner (slots 8).
+  ASSERT_EQ(measured.size(), 6u);
+  EXPECT_EQ(measured[4].at("slots"), "8");
+  EXPECT_NE(measured[4].at("batch"), "512");
   EXPECT_EQ(result.candidates[result.best].setting.at("batch"), "1024");
+}
+
+// A simulation that predicts every configuration alike cannot rank them: the grid's measured
+// best are then single changes from the baseline, each a different knob's or value's, not one
+// configuration and its twins.
+TEST(TuneSearch, AFlatPredictionMeasuresSingleChangesFromTheBaseline) {
+  FakeClock clock;
+  int runs = 0;
+  Budget budget(1e6, [&] { return clock.now_s; });
+  std::vector<Knob> knobs = fake_knobs();
+  for (Knob& knob : knobs) knob.predicted = true;
+  const PredictFn predict = [](const Setting&) -> std::optional<double> { return 2.0; };
+  SearchOptions options;
+  options.measure_top = 3;
+  options.confirm_top = 0;
+  const SearchResult result = search_configurations(knobs, baseline_setting(knobs), predict,
+                                                    fake_measure(clock, runs, budget), budget,
+                                                    options);
+  ASSERT_EQ(result.candidates.size(), 4u);
+  std::set<Setting> measured;
+  for (size_t i = 1; i < result.candidates.size(); ++i) {
+    const Setting& setting = result.candidates[i].setting;
+    const int changes = (setting.at("slots") != "1") + (setting.at("batch") != "512");
+    EXPECT_EQ(changes, 1) << describe_change(knobs, baseline_setting(knobs), setting);
+    measured.insert(setting);
+  }
+  EXPECT_EQ(measured.size(), 3u);
+}
+
+TEST(TuneSearch, ATrialHoldsTheRequestsTheSlosPercentileNeeds) {
+  std::string error;
+  auto resolution = [&](const char* text) {
+    return requests_to_resolve(*bench::parse_slo(text, error));
+  };
+  EXPECT_EQ(resolution("ttft_p99=2s,tpot_p95=100ms").requests, 100);
+  EXPECT_EQ(resolution("ttft_p99=2s,tpot_p95=100ms").limit, "ttft_p99");
+  EXPECT_EQ(resolution("tpot_p95=100ms").requests, 20);
+  EXPECT_EQ(resolution("e2e_p90=1s,ttft_p50=1s").requests, 10);
+  EXPECT_EQ(resolution("ttft_max=1s,e2e_mean=2s").requests, 1);
+  EXPECT_TRUE(resolution("ttft_max=1s").limit.empty());
 }
 
 // A configuration that cannot serve the workload (brisk serve would refuse its longest request)
@@ -483,26 +597,6 @@ TEST(TuneServeKnobs, AnEmbeddingModelsKnobsAreItsBatchersAndATooSmallBatchIsNotM
   ASSERT_NE(pruned, result.candidates.end());
   EXPECT_EQ(pruned->stage, "pruned");
   EXPECT_NE(pruned->note.find("longest input"), std::string::npos);
-}
-
-TEST(TuneSearch, KnobsThePredictionCannotSeeAlternateWithThoseItCan) {
-  std::vector<Knob> knobs = fake_knobs();  // slots (not predicted), batch
-  knobs[1].predicted = true;
-  Knob chunk = knobs[1];
-  chunk.name = "chunk";
-  knobs.push_back(chunk);
-  Knob threads = knobs[0];
-  threads.name = "threads";
-  knobs.push_back(threads);
-  const PredictFn predict = [](const Setting& setting) -> std::optional<double> {
-    return true_goodput(setting) + (setting.at("chunk") == "256" ? 0.1 : 0);
-  };
-  std::vector<std::string> order;
-  for (const Knob* knob : knob_search_order(knobs, baseline_setting(knobs), predict)) {
-    order.push_back(knob->name);
-  }
-  // batch spreads the prediction most, chunk a little; slots and threads are not predicted.
-  EXPECT_EQ(order, (std::vector<std::string>{"batch", "slots", "chunk", "threads"}));
 }
 
 TEST(TuneReport, HoldsBaselineBestEveryCandidateAndWhyItWins) {
