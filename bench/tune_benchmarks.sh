@@ -5,7 +5,8 @@
 #     winner's flags as the one prescription, so both are measured in full, interleaved);
 #  3. the same search on llama-server through --server-cmd (its defaults first: 4 slots, ubatch 512).
 # Usage: bench/tune_benchmarks.sh OUT_DIR [BUDGET]   (BUDGET of 1: 20m; REMEASURE_BUDGET of 2:
-# 8m; LLAMA_BUDGET of 3: 10m, 0 to skip it)
+# 8m, REMEASURE_REPEATS its confirmation repeats: 2; LLAMA_BUDGET of 3: 10m, 0 to skip it;
+# SLO, INPUT_TOKENS: the workload's)
 set -euo pipefail
 out=${1:?usage: bench/tune_benchmarks.sh OUT_DIR [BUDGET]}
 budget=${2:-20m}
@@ -14,7 +15,8 @@ brisk=build/bin/brisk
 model=smollm2-135m
 model_file=${BRISK_HOME:-$HOME/.cache/brisk}/models/SmolLM2-135M-Instruct.Q4_1.gguf
 slo=${SLO:-ttft_p99=8s,tpot_p99=200ms}
-workload=(--input-tokens uniform:32:768 --output-tokens 32)  # trials of what the SLO needs (100 for a p99)
+# Trials hold what the SLO's percentile needs (100 requests for a p99).
+workload=(--input-tokens "${INPUT_TOKENS:-uniform:32:768}" --output-tokens 32)
 # THREADS=1 when another job holds a core: two ggml threads on one shared core spin at barriers.
 threads=${THREADS:-$(nproc)}
 mkdir -p "$out"
@@ -34,7 +36,7 @@ json.dump({"findings": [{"id": "tuned", "serve_flags": flags}]}, open(f"{out}/wi
 print("winner:", best, "\nbaseline:", base)
 PY
 "$brisk" tune --model "$model" --slo "$slo" --budget "${REMEASURE_BUDGET:-8m}" "${workload[@]}" \
-  --base-flags "--threads $threads" --verify "$out/winner.json" --confirm-top 1 --confirm-repeats 2 --progress off \
+  --base-flags "--threads $threads" --verify "$out/winner.json" --confirm-top 1 --confirm-repeats "${REMEASURE_REPEATS:-2}" --progress off \
   --out "$out/remeasure" 2> "$out/remeasure.log"
 
 [[ ${LLAMA_BUDGET:-10m} == 0 ]] && exit 0  # LLAMA_BUDGET=0: parts 1 and 2 only

@@ -11,14 +11,16 @@ namespace brisk {
 Sampler::Sampler(const SamplingParams& params, std::shared_ptr<TokenConstraint> constraint)
     : params_(params),
       constraint_(std::move(constraint)),
+      penalties_(params.penalties),
       rng_(params.seed.value_or(std::random_device{}())) {}
 
 bool Sampler::truncates() const {
-  return params_.top_k > 0 || params_.top_p < 1.0f || params_.min_p > 0.0f;
+  return params_.top_k > 0 || params_.top_p < 1.0f || params_.min_p > 0.0f ||
+         params_.typical_p < 1.0f;
 }
 
 SampledToken Sampler::sample(const float* model_logits, int vocabulary_size, int top_logprobs) {
-  const float* logits = biased(model_logits, vocabulary_size);
+  const float* logits = adjusted(model_logits, vocabulary_size);
   SampledToken sampled;
   sampled.token = draw(logits, vocabulary_size);
   if (constraint_) {
@@ -34,6 +36,7 @@ SampledToken Sampler::sample(const float* model_logits, int vocabulary_size, int
       return sampled;
     }
   }
+  if (params_.penalties.any()) penalties_.add_generated(sampled.token);
   if (top_logprobs < 0) return sampled;
 
   // logprobs are the model's: from its own logits, whatever the bias and the constraint did.
@@ -52,15 +55,16 @@ SampledToken Sampler::sample(const float* model_logits, int vocabulary_size, int
   return sampled;
 }
 
-const float* Sampler::biased(const float* logits, int count) {
-  if (params_.logit_bias.empty()) return logits;
-  biased_logits_.assign(logits, logits + count);
+const float* Sampler::adjusted(const float* logits, int count) {
+  if (params_.logit_bias.empty() && !params_.penalties.any()) return logits;
+  adjusted_logits_.assign(logits, logits + count);
   for (const auto& [token, bias] : params_.logit_bias) {
     if (token < 0 || token >= count) continue;
-    float& logit = biased_logits_[size_t(token)];
+    float& logit = adjusted_logits_[size_t(token)];
     logit = bias <= -100.0f ? -std::numeric_limits<float>::infinity() : logit + bias;
   }
-  return biased_logits_.data();
+  penalties_.apply(adjusted_logits_.data(), count);
+  return adjusted_logits_.data();
 }
 
 Token Sampler::draw(const float* logits, int count) {
@@ -159,18 +163,21 @@ Token Sampler::redraw(const float* logits, int count) {
   return draw(logits, count);
 }
 
-// The truncations run as llama.cpp's chain applies them: top-k, then top-p over what is left
-// (renormalized), then min-p relative to the best, then temperature; the draw is over the
-// survivors. With top-k the survivors are a short sorted list. Without it top-p and min-p each
+// The truncations run as llama.cpp's chain applies them: top-k, then typical, then top-p over
+// what is left (renormalized), then min-p relative to the best, then temperature; the draw is
+// over the survivors. With top-k or typical the survivors are a sorted list. Without it top-p and min-p each
 // keep every token at or above a logit cut, so the draw is a full-distribution draw above the
 // higher cut, and nothing is sorted but the one histogram bucket where the top-p cut falls.
 Token Sampler::draw_from_truncated(const float* logits, int count, float max) {
-  if (params_.top_k > 0) {
-    select_top_k(logits, count, params_.top_k, candidates_);
+  if (params_.top_k > 0 || params_.typical_p < 1.0f) {
+    if (params_.top_k > 0) select_top_k(logits, count, params_.top_k, candidates_);
+    if (params_.typical_p < 1.0f) keep_typical(logits, count);
     size_t size = candidates_.size();
-    if (params_.top_p < 1.0f) {
+    if (params_.top_p < 1.0f && size > 0) {
+      // Against the best candidate: typical sampling may have dropped the most likely token.
+      const double front = candidates_.front().logit;
       double mass = 0;
-      for (const TokenLogit& c : candidates_) mass += std::exp(double(c.logit) - max);
+      for (const TokenLogit& c : candidates_) mass += std::exp(double(c.logit) - front);
       size = std::min(size, top_p_cut(mass));
     }
     return draw_from_candidates(min_p_cut(size));
@@ -179,6 +186,89 @@ Token Sampler::draw_from_truncated(const float* logits, int count, float max) {
   if (params_.top_p < 1.0f) cut = top_p_logit_cut(logits, count, max);
   if (params_.min_p > 0.0f) cut = std::max(cut, max + std::log(params_.min_p));
   return draw_from_full_distribution(logits, count, max, cut);
+}
+
+// As llama.cpp's typical sampler: with p the candidates' softmax and H its entropy, the
+// candidates are taken in order of |-log p - H| until their mass exceeds typical_p. That order
+// is by distance from one logit, best + log(sum) - H, so the kept set is found by a selection
+// weighted by mass (a quickselect that keeps the side the cut falls in), with nothing sorted:
+// linear in the candidates, as top-p's cut is.
+void Sampler::keep_typical(const float* logits, int count) {
+  // The candidates: top-k's, else the whole vocabulary as it lies.
+  const bool after_top_k = params_.top_k > 0;
+  const size_t size = after_top_k ? candidates_.size() : size_t(count);
+  if (size == 0) return;
+  const float* candidate_logits = logits;
+  if (after_top_k) {
+    typical_logits_.resize(size);
+    for (size_t i = 0; i < size; ++i) typical_logits_[i] = candidates_[i].logit;
+    candidate_logits = typical_logits_.data();
+  }
+  const float best = max_logit(candidate_logits, int(size));
+  typical_weights_.resize(size);
+  exp_scaled(candidate_logits, int(size), best, 1.0f, typical_weights_.data());
+  double total = 0;
+  double weighted = 0;  // sum of w (logit - best)
+  for (size_t i = 0; i < size; ++i) {
+    const double w = typical_weights_[i];
+    if (w <= 0) continue;  // a banned token (-inf) has no mass and no surprise to weigh
+    total += w;
+    weighted += w * (double(candidate_logits[i]) - best);
+  }
+  const double entropy = std::log(total) - weighted / total;
+  const double center = best + std::log(total) - entropy;
+  typical_.resize(size);
+  for (size_t i = 0; i < size; ++i) {
+    const Token token = after_top_k ? candidates_[i].token : Token(i);
+    typical_[i] = {{token, candidate_logits[i]}, std::fabs(center - candidate_logits[i]),
+                   typical_weights_[i] / total};
+  }
+  // Invariant: [0, lo) are nearer than the rest and hold `before` of the mass, not more than
+  // typical_p; the cut falls in [lo, hi).
+  size_t lo = 0;
+  size_t hi = typical_.size();
+  double before = 0;
+  std::optional<size_t> kept;
+  while (lo < hi && !kept) {
+    const double pivot = typical_[lo + (hi - lo) / 2].distance;
+    const auto first = typical_.begin() + long(lo);
+    const auto last = typical_.begin() + long(hi);
+    const auto nearer = std::partition(first, last, [&](const TypicalCandidate& c) {
+      return c.distance < pivot;
+    });
+    const auto tied = std::partition(nearer, last, [&](const TypicalCandidate& c) {
+      return c.distance == pivot;
+    });
+    double near_mass = 0;
+    for (auto it = first; it != nearer; ++it) near_mass += it->mass;
+    if (before + near_mass > params_.typical_p && nearer != first) {
+      hi = size_t(nearer - typical_.begin());  // the cut is among the nearer ones
+      continue;
+    }
+    before += near_mass;
+    // The tied ones (the pivot's distance), in turn.
+    for (auto it = nearer; it != tied && !kept; ++it) {
+      before += it->mass;
+      if (before > params_.typical_p) kept = size_t(it - typical_.begin()) + 1;
+    }
+    lo = size_t(tied - typical_.begin());
+  }
+  // Never crossing (typical_p near 1, or rounding): everything up to where the walk ended.
+  const size_t kept_size = std::max<size_t>(1, kept.value_or(lo));
+  candidates_.resize(kept_size);
+  for (size_t i = 0; i < kept_size; ++i) candidates_[i] = typical_[i].candidate;
+  if (params_.top_p < 1.0f || params_.min_p > 0.0f) {
+    // top-p and min-p walk the survivors best first.
+    std::sort(candidates_.begin(), candidates_.end(), [](const TokenLogit& a, const TokenLogit& b) {
+      return a.logit > b.logit || (a.logit == b.logit && a.token < b.token);
+    });
+  } else {  // the draw needs only the best first
+    std::iter_swap(candidates_.begin(),
+                   std::max_element(candidates_.begin(), candidates_.end(),
+                                    [](const TokenLogit& a, const TokenLogit& b) {
+                                      return a.logit < b.logit;
+                                    }));
+  }
 }
 
 // The logit of the last token top-p keeps, the tokens sorted best first: the cumulative mass
@@ -229,17 +319,21 @@ Token Sampler::draw_from_candidates(size_t size) {
   return pick_from_candidates(size);
 }
 
+// The candidates' terms in one vectorized pass (typical sampling may keep thousands), then the
+// inverse-CDF walk.
 Token Sampler::pick_from_candidates(size_t size) {
   if (size <= 1) return candidates_.front().token;
-  const double best = candidates_.front().logit;
-  const double inverse_temperature = 1.0 / params_.temperature;
+  typical_logits_.resize(size);
+  for (size_t i = 0; i < size; ++i) typical_logits_[i] = candidates_[i].logit;
+  typical_weights_.resize(size);
+  exp_scaled(typical_logits_.data(), int(size), candidates_.front().logit,
+             1.0f / params_.temperature, typical_weights_.data());
   double total = 0;
-  for (size_t i = 0; i < size; ++i)
-    total += std::exp((candidates_[i].logit - best) * inverse_temperature);
+  for (size_t i = 0; i < size; ++i) total += typical_weights_[i];
   const double target = uniform_(rng_) * total;
   double cumulative = 0;
   for (size_t i = 0; i < size; ++i) {
-    cumulative += std::exp((candidates_[i].logit - best) * inverse_temperature);
+    cumulative += typical_weights_[i];
     if (cumulative >= target) return candidates_[i].token;
   }
   return candidates_[size - 1].token;

@@ -4,11 +4,13 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <span>
 #include <utility>
 #include <vector>
 
 #include "engine/logit_kernels.h"
 #include "engine/token.h"
+#include "engine/token_penalties.h"
 #include "engine/token_constraint.h"
 
 namespace brisk {
@@ -20,9 +22,12 @@ struct SamplingParams {
   float top_p = 1.0f;
   int top_k = 0;  // 0 = off
   float min_p = 0.0f;
+  float typical_p = 1.0f;  // locally typical sampling (llama.cpp's typ_p): 1 = off
   std::optional<uint32_t> seed;
   // Added to a token's logit before the draw (OpenAI's logit_bias); -100 or less bans the token.
   std::vector<std::pair<Token, float>> logit_bias;
+  // Against the tokens the sequence has seen, after logit_bias and before everything else.
+  PenaltyParams penalties;
 };
 
 struct TokenLogprob {
@@ -40,8 +45,8 @@ struct SampledToken {
   bool constraint_dead_end = false;
 };
 
-// Draws from the distribution llama.cpp's sampler chain top-k -> top-p -> min-p -> temperature
-// -> dist defines (llama-server's order), in a few vectorized passes over the logits and
+// Draws from the distribution llama.cpp's sampler chain top-k -> typical -> top-p -> min-p ->
+// temperature -> dist defines (llama-server's order), in a few vectorized passes over the logits and
 // without copying the vocabulary. One per sequence: it holds the sequence's random state, so a
 // given seed reproduces its draws. Independent samplers may run on different threads.
 class Sampler {
@@ -61,14 +66,17 @@ class Sampler {
   SampledToken sample(const float* logits, int vocabulary_size, int top_logprobs = -1);
 
   const SamplingParams& params() const { return params_; }
+  // The prompt, for a repetition penalty (which counts its tokens); nothing without one.
+  void add_prompt(std::span<const Token> prompt) { penalties_.add_prompt(prompt); }
 
   static constexpr int kConstrainedRedraws = 64;
   static constexpr int kGreedyCandidates = 64;
 
  private:
   bool truncates() const;
-  // The logits the draw sees: the model's, or a copy with the request's logit_bias applied.
-  const float* biased(const float* logits, int count);
+  // The logits the draw sees: the model's, or a copy with the request's logit_bias and
+  // penalties applied.
+  const float* adjusted(const float* logits, int count);
   Token draw(const float* logits, int count);
   // Replaces a draw the constraint refused; false when it allows no token.
   bool redraw_allowed(const float* logits, int count, Token* token);
@@ -77,6 +85,10 @@ class Sampler {
   // Draws among the tokens whose logit is at least `floor` (-infinity: all of them).
   Token draw_from_full_distribution(const float* logits, int count, float max, float floor);
   Token draw_from_truncated(const float* logits, int count, float max);
+  // Locally typical sampling: the candidates (top-k's, else the vocabulary) whose surprise is
+  // nearest the distribution's entropy, until they hold more than typical_p of its mass; left
+  // in candidates_, best first.
+  void keep_typical(const float* logits, int count);
   float top_p_logit_cut(const float* logits, int count, float max);
   size_t top_p_cut(double mass) const;
   size_t min_p_cut(size_t size) const;
@@ -101,7 +113,8 @@ class Sampler {
   };
   LastDraw last_draw_;
   std::vector<float> masked_logits_;
-  std::vector<float> biased_logits_;
+  std::vector<float> adjusted_logits_;
+  TokenPenalties penalties_;
   std::mt19937 rng_;
   std::uniform_real_distribution<double> uniform_{0.0, 1.0};
   // Scratch reused between draws (no allocation per token once warm).
@@ -109,6 +122,16 @@ class Sampler {
   std::vector<float> block_terms_;
   std::vector<double> mass_buckets_;
   std::vector<TokenLogit> candidates_;
+  // keep_typical()'s scratch: each candidate with its distance from the entropy and its mass.
+  struct TypicalCandidate {
+    TokenLogit candidate;
+    double distance;
+    double mass;
+  };
+  std::vector<TypicalCandidate> typical_;
+  // Candidates' logits, contiguous, and their exp terms (keep_typical, pick_from_candidates).
+  std::vector<float> typical_logits_;
+  std::vector<float> typical_weights_;
   std::vector<TokenLogit> top_logprob_candidates_;
   // log(sum(exp(logit - max))) at temperature 1, when this draw already computed it.
   std::optional<double> log_sum_at_unit_temperature_;

@@ -30,7 +30,9 @@ Sequence::Sequence(std::shared_ptr<Request> request, int slot, TimePoint schedul
       sampler_(request_->sampling, request_->constraint),
       stop_matcher_(request_->stop),
       prefill_target_(request_->prompt_tokens.size()),
-      scheduled_at_(scheduled_at) {}
+      scheduled_at_(scheduled_at) {
+  sampler_.add_prompt(request_->prompt_tokens);
+}
 
 int Sequence::prompt_remaining() const {
   return static_cast<int>(prefill_target_ - prompt_cursor_);

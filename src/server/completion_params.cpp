@@ -200,6 +200,41 @@ void read_stop(FieldReader& reader, CompletionParams& params) {
   reader.fail("'stop' must be a string or a list of at most 16 strings", "stop");
 }
 
+// OpenAI's presence and frequency penalties; the repetition penalty by vLLM's name (over the
+// whole prompt and answer) or llama-server's (over its last repeat_last_n tokens, 64 unless
+// given), not both with different values.
+void read_penalties(FieldReader& reader, PenaltyParams& penalties) {
+  if (auto p = reader.number("presence_penalty", -2.0, 2.0)) penalties.presence = float(*p);
+  if (auto f = reader.number("frequency_penalty", -2.0, 2.0)) penalties.frequency = float(*f);
+  constexpr int kLlamaServerLastN = 64;
+  std::optional<double> repetition;
+  for (const char* name : {"repetition_penalty", "repeat_penalty"}) {
+    const auto value = reader.number(name, 0.0, 10.0);
+    if (!value) continue;
+    if (*value <= 0.0) {
+      return reader.fail(std::string("'") + name + "' must be greater than 0 (1 is off)", name);
+    }
+    if (repetition && *repetition != *value) {
+      return reader.fail("'repetition_penalty' (vLLM's name) and 'repeat_penalty' "
+                         "(llama-server's) ask for different penalties: send one",
+                         name);
+    }
+    repetition = value;
+    penalties.repetition = float(*value);
+    if (std::string_view(name) == "repeat_penalty" && !reader.find("repetition_penalty")) {
+      penalties.repetition_last_n = kLlamaServerLastN;
+    }
+  }
+  if (auto last_n = reader.integer("repeat_last_n")) {
+    if (*last_n < -1) {
+      return reader.fail("'repeat_last_n' must be -1 (the whole prompt and answer), 0 (off) or "
+                         "a count of tokens",
+                         "repeat_last_n");
+    }
+    penalties.repetition_last_n = static_cast<int>(std::min<int64_t>(*last_n, 1 << 30));
+  }
+}
+
 void read_sampling(FieldReader& reader, SamplingParams& sampling) {
   if (auto t = reader.number("temperature", 0.0, 2.0)) sampling.temperature = float(*t);
   if (auto p = reader.number("top_p", 0.0, 1.0)) {
@@ -212,7 +247,12 @@ void read_sampling(FieldReader& reader, SamplingParams& sampling) {
     sampling.top_k = *k > 0 ? static_cast<int>(std::min<int64_t>(*k, 1 << 20)) : 0;
   }
   if (auto m = reader.number("min_p", 0.0, 1.0)) sampling.min_p = float(*m);
+  if (auto p = reader.number("typical_p", 0.0, 1.0)) {
+    if (float(*p) <= 0.0f) return reader.fail("'typical_p' must be greater than 0", "typical_p");
+    sampling.typical_p = float(*p);
+  }
   if (auto seed = reader.integer("seed")) sampling.seed = static_cast<uint32_t>(*seed);
+  read_penalties(reader, sampling.penalties);
 }
 
 // Chat: "logprobs": true plus optional "top_logprobs": N. Completions: "logprobs": N.

@@ -29,6 +29,21 @@ constexpr RequestField kFields[] = {
     {"top_p", true, true, H, "(0, 1]"},
     {"top_k", true, true, H, "0 or -1 is off (llama.cpp's and vLLM's extension)"},
     {"min_p", true, true, H, "[0, 1] (llama.cpp's and vLLM's extension)"},
+    {"typical_p", true, true, H,
+     "(0, 1], 1 is off: locally typical sampling, after top_k (llama.cpp's and vLLM's "
+     "extension)"},
+    {"presence_penalty", true, true, H,
+     "[-2, 2]: subtracted once from the logit of each token the answer already holds "
+     "(OpenAI's and vLLM's: the answer's tokens, not the prompt's)"},
+    {"frequency_penalty", true, true, H,
+     "[-2, 2]: subtracted from a token's logit for each time the answer holds it"},
+    {"repetition_penalty", true, true, H,
+     "(0, 10], 1 is off: the logit of a token of the prompt or the answer is divided by it "
+     "(multiplied when negative); vLLM's name, over the whole prompt and answer"},
+    {"repeat_penalty", true, true, H,
+     "llama-server's name for the same penalty, over the last repeat_last_n tokens (64)"},
+    {"repeat_last_n", true, true, H,
+     "tokens of the prompt and answer the repetition penalty looks back over: -1 all, 0 off"},
     {"seed", true, true, H, "reproducible draws for the same request"},
     {"stop", true, true, H, "a string or up to 16 strings"},
     {"stream", true, true, H, "server-sent events"},
@@ -49,8 +64,6 @@ constexpr RequestField kFields[] = {
     {"best_of", false, true, R, "only 1: server-side ranking of choices is not built (send n)"},
     {"echo", false, true, H, "true: the prompt comes first in the text (not with logprobs)"},
     {"suffix", false, true, R, "no fill-in-the-middle: only empty"},
-    {"frequency_penalty", true, true, R, "only 0: no penalties are applied"},
-    {"presence_penalty", true, true, R, "only 0: no penalties are applied"},
     {"tools", true, false, H,
      "functions the model may call, rendered by the model's Jinja template; its output is parsed "
      "into tool_calls"},
@@ -77,9 +90,6 @@ bool asks_for_nothing(std::string_view name, const json& value) {
   if (value.is_null()) return true;
   if (name == "n" || name == "best_of") return value.is_number_integer() && value == 1;
   if (name == "suffix") return value.is_string() && value.get<std::string>().empty();
-  if (name == "frequency_penalty" || name == "presence_penalty") {
-    return value.is_number() && value.get<double>() == 0.0;
-  }
   if (name == "functions") return value.is_array() && value.empty();
   if (name == "function_call") {
     return value.is_string() && (value == "none" || value == "auto");

@@ -145,6 +145,69 @@ def test_logprobs_agree_with_llama_server(client, llama_server):
     assert compared >= 4, (ours["tokens"], [t["token"] for t in reference])
 
 
+# --- penalties -----------------------------------------------------------------------------------
+
+REPETITIVE = "one two one two one two one two one two one two one"
+
+
+def test_presence_and_frequency_penalties_steer_every_greedy_token(client):
+    """Each greedy token is the best of the model's own logprobs less the penalties of what the
+    answer already holds (OpenAI's formula): checked at every position from the 20 best."""
+    presence, frequency = 0.4, 0.7
+    plain = completion(client, REPETITIVE, max_tokens=16, temperature=0, ignore_eos=True)
+    result = completion(client, REPETITIVE, max_tokens=16, temperature=0, ignore_eos=True,
+                        logprobs=20, presence_penalty=presence, frequency_penalty=frequency)
+    logprobs = result["choices"][0]["logprobs"]
+    assert result["choices"][0]["text"] != plain["choices"][0]["text"], "no penalty took effect"
+    counts: dict[str, int] = {}
+    checked = 0
+    for token, alternatives in zip(logprobs["tokens"], logprobs["top_logprobs"]):
+        def penalized(t: str) -> float:
+            n = counts.get(t, 0)
+            return alternatives[t] - frequency * n - (presence if n else 0.0)
+        best = max(alternatives, key=penalized)
+        if token in alternatives:
+            assert penalized(token) >= penalized(best) - 1e-3, (token, best, counts)
+            checked += 1
+        counts[token] = counts.get(token, 0) + 1
+    assert checked >= 12, logprobs["tokens"]
+
+
+def test_the_openai_sdks_penalties_are_honoured(sdk):
+    response = sdk.chat.completions.create(model=MODEL_NAME, messages=CHAT, max_tokens=8,
+                                           presence_penalty=0.5, frequency_penalty=0.5)
+    assert response.choices[0].message.content
+
+
+def test_repeat_penalty_gives_llama_servers_greedy_text(client, llama_server):
+    """llama-server's repeat_penalty over its last repeat_last_n tokens of prompt and answer."""
+    payload = {"model": MODEL_NAME, "prompt": REPETITIVE, "max_tokens": 16, "temperature": 0,
+               "ignore_eos": True, "repeat_penalty": 1.8, "repeat_last_n": 8}
+    ours = client.post("/v1/completions", json=payload)
+    assert ours.status_code == 200, ours.text
+    plain = completion_text(client, REPETITIVE, max_tokens=16, temperature=0, ignore_eos=True)
+    with llama_server.client() as reference_client:
+        reference = reference_client.post("/v1/completions",
+                                          json={**payload, "cache_prompt": False})
+    assert reference.status_code == 200, reference.text
+    text = ours.json()["choices"][0]["text"]
+    assert text != plain, "the penalty changed nothing"
+    assert text == reference.json()["choices"][0]["text"]
+
+
+@pytest.mark.parametrize("fields, param", [
+    ({"presence_penalty": 2.5}, "presence_penalty"),
+    ({"frequency_penalty": "high"}, "frequency_penalty"),
+    ({"repetition_penalty": 0}, "repetition_penalty"),
+    ({"repetition_penalty": 1.1, "repeat_penalty": 1.2}, "repeat_penalty"),
+    ({"repeat_last_n": -2}, "repeat_last_n"),
+])
+def test_a_bad_penalty_is_a_400_naming_it(client, fields, param):
+    r = client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 2, **fields})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param, r.text
+
+
 # --- server defaults -----------------------------------------------------------------------------
 
 

@@ -167,7 +167,6 @@ def _documented_fields() -> list[tuple[str, bool, bool, str]]:
 
 # A value that asks for something, for each refused field.
 ASKING = {"best_of": 2, "suffix": "end",
-          "frequency_penalty": 0.5, "presence_penalty": 0.5,
           "functions": [{"name": "f", "parameters": {}}],
           "function_call": {"name": "f"}, "modalities": ["text", "audio"],
           "audio": {"voice": "alloy", "format": "wav"},
@@ -221,6 +220,6 @@ def test_logit_bias_bans_and_forces_tokens(sdk, client):
 def test_an_unknown_field_is_refused_by_name(sdk):
     with pytest.raises(openai.BadRequestError) as raised:
         sdk.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=2,
-                                    extra_body={"repetition_penalty": 1.2})
-    assert raised.value.body["param"] == "repetition_penalty"
+                                    extra_body={"mirostat_tau": 1.2})
+    assert raised.value.body["param"] == "mirostat_tau"
     assert "unrecognized request field" in raised.value.body["message"]

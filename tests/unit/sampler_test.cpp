@@ -31,11 +31,14 @@ std::vector<float> random_logits(int count, float spread, uint32_t seed) {
   return logits;
 }
 
-// Token -> probability under llama.cpp's chain top-k -> top-p -> min-p -> temperature -> dist.
+// Token -> probability under llama.cpp's chain top-k -> typical -> top-p -> min-p -> temperature
+// -> dist.
 std::map<Token, double> llama_chain_distribution(const std::vector<float>& logits,
                                                  const SamplingParams& params) {
   llama_sampler* chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
   if (params.top_k > 0) llama_sampler_chain_add(chain, llama_sampler_init_top_k(params.top_k));
+  if (params.typical_p < 1.0f)
+    llama_sampler_chain_add(chain, llama_sampler_init_typical(params.typical_p, 1));
   if (params.top_p < 1.0f)
     llama_sampler_chain_add(chain, llama_sampler_init_top_p(params.top_p, 1));
   if (params.min_p > 0.0f)
@@ -152,6 +155,11 @@ SamplingParams make(float temperature, int top_k, float top_p, float min_p) {
   return params;
 }
 
+SamplingParams typical(SamplingParams params, float p) {
+  params.typical_p = p;
+  return params;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     EachSamplerCombination, SamplerDistributionTest,
     ::testing::Values(Case{"full_t1", make(1.0f, 0, 1.0f, 0.0f), 3.0f},
@@ -166,7 +174,17 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"llama_server_defaults", make(0.8f, 40, 0.95f, 0.05f), 3.0f},
                       Case{"small_top_p09", make(1.0f, 0, 0.9f, 0.0f), 0.5f, 300},
                       Case{"small_min_p03", make(1.0f, 0, 1.0f, 0.3f), 0.5f, 300},
-                      Case{"small_top_k40_top_p07", make(1.0f, 40, 0.7f, 0.0f), 0.3f, 300}),
+                      Case{"small_top_k40_top_p07", make(1.0f, 40, 0.7f, 0.0f), 0.3f, 300},
+                      Case{"small_typical09", typical(make(1.0f, 0, 1.0f, 0.0f), 0.9f), 1.0f,
+                           300},
+                      Case{"small_typical05_flat", typical(make(1.0f, 0, 1.0f, 0.0f), 0.5f),
+                           0.3f, 300},
+                      Case{"top_k40_typical07_t08", typical(make(0.8f, 40, 1.0f, 0.0f), 0.7f),
+                           2.0f},
+                      Case{"small_typical08_top_p05_min_p01",
+                           typical(make(1.0f, 0, 0.5f, 0.1f), 0.8f), 1.0f, 300},
+                      Case{"small_typical06", typical(make(1.0f, 0, 1.0f, 0.0f), 0.6f), 0.5f,
+                           300}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Sampler, GreedyPicksTheFirstMaximum) {
@@ -423,6 +441,108 @@ TEST(Sampler, LogitBiasBansAndForcesButLogprobsStayTheModels) {
   params.logit_bias = {{7, 100.0f}, {kVocabulary + 5, 3.0f}};  // an id past the end is skipped
   Sampler forced(params);
   EXPECT_EQ(forced.sample(logits.data(), kVocabulary).token, 7);  // 5 + 100 > 100
+}
+
+// llama.cpp's penalties sampler applied to `logits` after it has seen `history` (its window
+// holding the last `last_n`).
+std::vector<float> llama_penalized(const std::vector<float>& logits,
+                                   const std::vector<Token>& history, int last_n,
+                                   const PenaltyParams& params) {
+  llama_sampler* penalties =
+      llama_sampler_init_penalties(static_cast<int32_t>(logits.size()), last_n, params.repetition,
+                                   params.frequency, params.presence);
+  for (const Token token : history) llama_sampler_accept(penalties, token);
+  std::vector<llama_token_data> data;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    data.push_back({static_cast<llama_token>(i), logits[i], 0.0f});
+  }
+  llama_token_data_array array{data.data(), data.size(), -1, false};
+  llama_sampler_apply(penalties, &array);
+  llama_sampler_free(penalties);
+  std::vector<float> penalized(logits.size());
+  for (size_t i = 0; i < array.size; ++i) penalized[size_t(array.data[i].id)] = array.data[i].logit;
+  return penalized;
+}
+
+std::vector<Token> repetitive_tokens(int count, int distinct, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<Token> pick(0, distinct - 1);
+  std::vector<Token> tokens;
+  for (int i = 0; i < count; ++i) tokens.push_back(pick(rng) * 37);  // spread over the vocabulary
+  return tokens;
+}
+
+// Over an answer alone (what presence and frequency count) every penalty equals llama.cpp's,
+// to the bit: repetition first, then frequency per occurrence and presence once.
+TEST(TokenPenalties, EqualLlamaCppsOverTheAnswersTokens) {
+  const std::vector<float> logits = random_logits(kVocabulary, 3.0f, 41);
+  const std::vector<Token> answer = repetitive_tokens(300, 40, 7);
+  PenaltyParams params;
+  params.presence = 0.6f;
+  params.frequency = 0.25f;
+  params.repetition = 1.3f;
+  TokenPenalties penalties(params);
+  for (const Token token : answer) penalties.add_generated(token);
+  std::vector<float> ours = logits;
+  penalties.apply(ours.data(), kVocabulary);
+  const std::vector<float> reference =
+      llama_penalized(logits, answer, static_cast<int>(answer.size()), params);
+  int changed = 0;
+  for (int i = 0; i < kVocabulary; ++i) {
+    ASSERT_EQ(ours[size_t(i)], reference[size_t(i)]) << "token " << i;
+    changed += ours[size_t(i)] != logits[size_t(i)];
+  }
+  EXPECT_EQ(changed, 40);
+}
+
+// The repetition penalty counts the prompt too, over a window of the last N tokens (llama-server
+// counts prompt and answer alike, and its repeat_last_n is that window).
+TEST(TokenPenalties, TheRepetitionWindowSlidesOverThePromptAndTheAnswer) {
+  const std::vector<float> logits = random_logits(kVocabulary, 3.0f, 43);
+  const std::vector<Token> prompt = repetitive_tokens(100, 60, 9);
+  const std::vector<Token> answer = repetitive_tokens(50, 60, 10);
+  for (const int last_n : {-1, 64, 120, 1}) {
+    PenaltyParams params;
+    params.repetition = 1.5f;
+    params.repetition_last_n = last_n;
+    TokenPenalties penalties(params);
+    penalties.add_prompt(prompt);
+    for (const Token token : answer) penalties.add_generated(token);
+    std::vector<float> ours = logits;
+    penalties.apply(ours.data(), kVocabulary);
+    std::vector<Token> history = prompt;
+    history.insert(history.end(), answer.begin(), answer.end());
+    const std::vector<float> reference = llama_penalized(
+        logits, history, last_n < 0 ? static_cast<int>(history.size()) : last_n, params);
+    for (int i = 0; i < kVocabulary; ++i) {
+      ASSERT_EQ(ours[size_t(i)], reference[size_t(i)]) << "token " << i << ", last_n " << last_n;
+    }
+  }
+}
+
+// Greedy draws from the penalized logits, and logprobs stay the model's own.
+TEST(Sampler, PenaltiesSteerTheDrawButLogprobsStayTheModels) {
+  std::vector<float> logits(kVocabulary, 0.0f);
+  logits[5] = 3.0f;
+  logits[9] = 2.5f;
+  SamplingParams params = make(0.0f, 0, 1.0f, 0.0f);
+  params.penalties.frequency = 0.3f;
+  Sampler sampler(params);
+  std::vector<Token> drawn;
+  for (int i = 0; i < 4; ++i) drawn.push_back(sampler.sample(logits.data(), kVocabulary, 0).token);
+  // 5 until twice drawn (3.0 - 0.6 = 2.4 < 2.5), then 9, then 5 again (2.4 > 2.5 - 0.3).
+  EXPECT_EQ(drawn, (std::vector<Token>{5, 5, 9, 5}));
+  const SampledToken last = sampler.sample(logits.data(), kVocabulary, 0);
+  EXPECT_NEAR(last.logprob, logits[size_t(last.token)] -
+                                std::log(std::exp(3.0) + std::exp(2.5) + (kVocabulary - 2)),
+              1e-4);
+  // Presence once per token: -0.5 takes 5 below 9 after one draw and keeps it there.
+  params.penalties = {};
+  params.penalties.presence = 0.6f;
+  Sampler present(params);
+  drawn.clear();
+  for (int i = 0; i < 3; ++i) drawn.push_back(present.sample(logits.data(), kVocabulary).token);
+  EXPECT_EQ(drawn, (std::vector<Token>{5, 9, 5}));
 }
 
 TEST(ConstrainedSampler, NothingAllowedIsADeadEndNotAToken) {
