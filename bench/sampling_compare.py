@@ -12,6 +12,8 @@ llama-server, brisk, ... so both see the same machine state. Settings:
   greedy    temperature 0
   full      temperature 1, top_k 0, top_p 1, min_p 0 sent to both: the whole distribution
   llama     temperature 0.8, top_k 40, top_p 0.95, min_p 0.05 sent to both
+  penalties presence_penalty 0.5 and frequency_penalty 0.5, nothing else
+  repeat    llama, and repeat_penalty 1.1 over repeat_last_n 64
 
 Prints a markdown table of medians (output tokens/s, TTFT p50, ITL p50/p99) and brisk/llama-server
 ratios; --out writes every run's numbers as JSON, and --keep-results keeps brisk bench's
@@ -40,6 +42,11 @@ SETTINGS = {
     "greedy": ["--temperature", "0"],
     "full": ["--temperature", "1", "--top-k", "0", "--top-p", "1", "--min-p", "0"],
     "llama": ["--temperature", "0.8", "--top-k", "40", "--top-p", "0.95", "--min-p", "0.05"],
+    # What OpenAI SDK users send: nothing else, and OpenAI's penalties.
+    "penalties": ["--extra-body", '{"presence_penalty": 0.5, "frequency_penalty": 0.5}'],
+    # llama-server's defaults with its repeat penalty (over the last 64 tokens).
+    "repeat": ["--temperature", "0.8", "--top-k", "40", "--top-p", "0.95", "--min-p", "0.05",
+               "--extra-body", '{"repeat_penalty": 1.1, "repeat_last_n": 64}'],
 }
 
 

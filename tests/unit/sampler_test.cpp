@@ -31,6 +31,20 @@ std::vector<float> random_logits(int count, float spread, uint32_t seed) {
   return logits;
 }
 
+// `sampler` applied to a candidate array of `logits`, as llama-server applies it to a row: the
+// entries it leaves. The sampler is freed.
+std::vector<llama_token_data> apply_and_free(llama_sampler* sampler,
+                                             const std::vector<float>& logits) {
+  std::vector<llama_token_data> data;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    data.push_back({static_cast<llama_token>(i), logits[i], 0.0f});
+  }
+  llama_token_data_array array{data.data(), data.size(), -1, false};
+  llama_sampler_apply(sampler, &array);
+  llama_sampler_free(sampler);
+  return {array.data, array.data + array.size};
+}
+
 // Token -> probability under llama.cpp's chain top-k -> typical -> top-p -> min-p -> temperature
 // -> dist.
 std::map<Token, double> llama_chain_distribution(const std::vector<float>& logits,
@@ -44,21 +58,15 @@ std::map<Token, double> llama_chain_distribution(const std::vector<float>& logit
   if (params.min_p > 0.0f)
     llama_sampler_chain_add(chain, llama_sampler_init_min_p(params.min_p, 1));
   llama_sampler_chain_add(chain, llama_sampler_init_temp(params.temperature));
-  std::vector<llama_token_data> data;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    data.push_back({static_cast<llama_token>(i), logits[i], 0.0f});
-  }
-  llama_token_data_array array{data.data(), data.size(), -1, false};
-  llama_sampler_apply(chain, &array);
-  llama_sampler_free(chain);
+  const std::vector<llama_token_data> kept = apply_and_free(chain, logits);
 
   double best = -INFINITY;
-  for (size_t i = 0; i < array.size; ++i) best = std::max(best, double(array.data[i].logit));
+  for (const llama_token_data& entry : kept) best = std::max(best, double(entry.logit));
   std::map<Token, double> probability;
   double total = 0;
-  for (size_t i = 0; i < array.size; ++i) {
-    const double weight = std::exp(double(array.data[i].logit) - best);
-    probability[array.data[i].id] = weight;
+  for (const llama_token_data& entry : kept) {
+    const double weight = std::exp(double(entry.logit) - best);
+    probability[entry.id] = weight;
     total += weight;
   }
   for (auto& [token, p] : probability) p /= total;
@@ -452,15 +460,10 @@ std::vector<float> llama_penalized(const std::vector<float>& logits,
       llama_sampler_init_penalties(static_cast<int32_t>(logits.size()), last_n, params.repetition,
                                    params.frequency, params.presence);
   for (const Token token : history) llama_sampler_accept(penalties, token);
-  std::vector<llama_token_data> data;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    data.push_back({static_cast<llama_token>(i), logits[i], 0.0f});
-  }
-  llama_token_data_array array{data.data(), data.size(), -1, false};
-  llama_sampler_apply(penalties, &array);
-  llama_sampler_free(penalties);
   std::vector<float> penalized(logits.size());
-  for (size_t i = 0; i < array.size; ++i) penalized[size_t(array.data[i].id)] = array.data[i].logit;
+  for (const llama_token_data& entry : apply_and_free(penalties, logits)) {
+    penalized[size_t(entry.id)] = entry.logit;
+  }
   return penalized;
 }
 
