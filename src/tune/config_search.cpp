@@ -206,7 +206,8 @@ class Search {
     return lowest;
   }
 
-  // Re-measures the baseline and the best few, interleaved, while the budget lasts.
+  // Re-measures the baseline and the best few, interleaved, while the budget lasts (the
+  // baseline alone when nothing beat it).
   void confirm() {
     std::vector<size_t> chosen;
     for (size_t i = 1; i < result_.candidates.size(); ++i) {
@@ -220,7 +221,12 @@ class Search {
     if (chosen.size() > static_cast<size_t>(options_.confirm_top)) {
       chosen.resize(options_.confirm_top);
     }
-    if (chosen.empty()) return;
+    // A baseline that no challenger beat is the winner, and is re-measured as one; one that met
+    // nothing has no goodput to confirm.
+    if (options_.confirm_top <= 0 ||
+        (chosen.empty() && result_.candidates.front().goodput_rps() <= 0)) {
+      return;
+    }
     chosen.insert(chosen.begin(), 0);
     int measurements_left = options_.confirm_repeats * static_cast<int>(chosen.size());
     for (int repeat = 0; repeat < options_.confirm_repeats; ++repeat) {

@@ -322,6 +322,25 @@ TEST(TuneSearch, FindsTheTrueOptimumOfAServerWithKnownGoodput) {
   EXPECT_EQ(result.candidates.size(), 6u);
 }
 
+// A baseline no challenger beats is the winner, and is re-measured before the report as a
+// winner is.
+TEST(TuneSearch, ABaselineNothingBeatsIsReMeasured) {
+  FakeClock clock;
+  int runs = 0;
+  Budget budget(1e6, [&] { return clock.now_s; });
+  std::vector<Knob> knobs = fake_knobs();
+  knobs[0].baseline = "8";
+  knobs[1].baseline = "1024";  // the optimum
+  const SearchResult result = search_configurations(knobs, baseline_setting(knobs), {},
+                                                    fake_measure(clock, runs, budget), budget, {});
+  ASSERT_EQ(result.best, 0u);
+  EXPECT_EQ(result.candidates.front().measurements.size(), 2u);
+  EXPECT_NE(result.candidates.front().stage.find("+confirm"), std::string::npos);
+  for (size_t i = 1; i < result.candidates.size(); ++i) {
+    EXPECT_EQ(result.candidates[i].measurements.size(), 1u);  // the losers are not
+  }
+}
+
 TEST(TuneSearch, TheBudgetStopsItAndTheBestMeasuredSoFarWins) {
   FakeClock clock;
   int runs = 0;
