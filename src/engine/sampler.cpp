@@ -165,9 +165,10 @@ Token Sampler::redraw(const float* logits, int count) {
 
 // The truncations run as llama.cpp's chain applies them: top-k, then typical, then top-p over
 // what is left (renormalized), then min-p relative to the best, then temperature; the draw is
-// over the survivors. With top-k or typical the survivors are a sorted list. Without it top-p and min-p each
-// keep every token at or above a logit cut, so the draw is a full-distribution draw above the
-// higher cut, and nothing is sorted but the one histogram bucket where the top-p cut falls.
+// over the survivors. With top-k or typical the survivors are a list, the best first. Without
+// them top-p and min-p each keep every token at or above a logit cut, so the draw is a
+// full-distribution draw above the higher cut, and nothing is sorted but the one histogram
+// bucket where the top-p cut falls.
 Token Sampler::draw_from_truncated(const float* logits, int count, float max) {
   if (params_.top_k > 0 || params_.typical_p < 1.0f) {
     if (params_.top_k > 0) select_top_k(logits, count, params_.top_k, candidates_);
@@ -198,19 +199,14 @@ void Sampler::keep_typical(const float* logits, int count) {
   const bool after_top_k = params_.top_k > 0;
   const size_t size = after_top_k ? candidates_.size() : size_t(count);
   if (size == 0) return;
-  const float* candidate_logits = logits;
-  if (after_top_k) {
-    typical_logits_.resize(size);
-    for (size_t i = 0; i < size; ++i) typical_logits_[i] = candidates_[i].logit;
-    candidate_logits = typical_logits_.data();
-  }
+  const float* candidate_logits = after_top_k ? gather_candidate_logits(size) : logits;
   const float best = max_logit(candidate_logits, int(size));
-  typical_weights_.resize(size);
-  exp_scaled(candidate_logits, int(size), best, 1.0f, typical_weights_.data());
+  candidate_weights_.resize(size);
+  exp_scaled(candidate_logits, int(size), best, 1.0f, candidate_weights_.data());
   double total = 0;
   double weighted = 0;  // sum of w (logit - best)
   for (size_t i = 0; i < size; ++i) {
-    const double w = typical_weights_[i];
+    const double w = candidate_weights_[i];
     if (w <= 0) continue;  // a banned token (-inf) has no mass and no surprise to weigh
     total += w;
     weighted += w * (double(candidate_logits[i]) - best);
@@ -221,7 +217,7 @@ void Sampler::keep_typical(const float* logits, int count) {
   for (size_t i = 0; i < size; ++i) {
     const Token token = after_top_k ? candidates_[i].token : Token(i);
     typical_[i] = {{token, candidate_logits[i]}, std::fabs(center - candidate_logits[i]),
-                   typical_weights_[i] / total};
+                   candidate_weights_[i] / total};
   }
   // Invariant: [0, lo) are nearer than the rest and hold `before` of the mass, not more than
   // typical_p; the cut falls in [lo, hi).
@@ -319,21 +315,25 @@ Token Sampler::draw_from_candidates(size_t size) {
   return pick_from_candidates(size);
 }
 
+const float* Sampler::gather_candidate_logits(size_t size) {
+  candidate_logits_.resize(size);
+  for (size_t i = 0; i < size; ++i) candidate_logits_[i] = candidates_[i].logit;
+  return candidate_logits_.data();
+}
+
 // The candidates' terms in one vectorized pass (typical sampling may keep thousands), then the
 // inverse-CDF walk.
 Token Sampler::pick_from_candidates(size_t size) {
   if (size <= 1) return candidates_.front().token;
-  typical_logits_.resize(size);
-  for (size_t i = 0; i < size; ++i) typical_logits_[i] = candidates_[i].logit;
-  typical_weights_.resize(size);
-  exp_scaled(typical_logits_.data(), int(size), candidates_.front().logit,
-             1.0f / params_.temperature, typical_weights_.data());
+  candidate_weights_.resize(size);
+  exp_scaled(gather_candidate_logits(size), int(size), candidates_.front().logit,
+             1.0f / params_.temperature, candidate_weights_.data());
   double total = 0;
-  for (size_t i = 0; i < size; ++i) total += typical_weights_[i];
+  for (size_t i = 0; i < size; ++i) total += candidate_weights_[i];
   const double target = uniform_(rng_) * total;
   double cumulative = 0;
   for (size_t i = 0; i < size; ++i) {
-    cumulative += typical_weights_[i];
+    cumulative += candidate_weights_[i];
     if (cumulative >= target) return candidates_[i].token;
   }
   return candidates_[size - 1].token;

@@ -46,8 +46,8 @@ struct SampledToken {
 };
 
 // Draws from the distribution llama.cpp's sampler chain top-k -> typical -> top-p -> min-p ->
-// temperature -> dist defines (llama-server's order), in a few vectorized passes over the logits and
-// without copying the vocabulary. One per sequence: it holds the sequence's random state, so a
+// temperature -> dist defines (llama-server's order), in a few vectorized passes over the logits
+// and without copying the vocabulary. One per sequence: it holds the sequence's random state, so a
 // given seed reproduces its draws. Independent samplers may run on different threads.
 class Sampler {
  public:
@@ -93,6 +93,8 @@ class Sampler {
   size_t top_p_cut(double mass) const;
   size_t min_p_cut(size_t size) const;
   Token draw_from_candidates(size_t size);
+  // The logits of the first `size` candidates, contiguous (in candidate_logits_).
+  const float* gather_candidate_logits(size_t size);
   Token pick_from_blocks(const float* logits, int count);
   Token pick_from_candidates(size_t size);
   // Another draw from the distribution of the last draw(), reusing its sums.
@@ -129,9 +131,10 @@ class Sampler {
     double mass;
   };
   std::vector<TypicalCandidate> typical_;
-  // Candidates' logits, contiguous, and their exp terms (keep_typical, pick_from_candidates).
-  std::vector<float> typical_logits_;
-  std::vector<float> typical_weights_;
+  // The first candidates' logits, contiguous, and their exp terms (keep_typical,
+  // pick_from_candidates), so that one vectorized pass computes the terms.
+  std::vector<float> candidate_logits_;
+  std::vector<float> candidate_weights_;
   std::vector<TokenLogit> top_logprob_candidates_;
   // log(sum(exp(logit - max))) at temperature 1, when this draw already computed it.
   std::optional<double> log_sum_at_unit_temperature_;

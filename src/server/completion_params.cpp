@@ -219,11 +219,12 @@ void read_penalties(FieldReader& reader, PenaltyParams& penalties) {
                          "(llama-server's) ask for different penalties: send one",
                          name);
     }
-    repetition = value;
-    penalties.repetition = float(*value);
-    if (std::string_view(name) == "repeat_penalty" && !reader.find("repetition_penalty")) {
+    // llama-server's name alone brings its window.
+    if (std::string_view(name) == "repeat_penalty" && !repetition) {
       penalties.repetition_last_n = kLlamaServerLastN;
     }
+    repetition = value;
+    penalties.repetition = float(*value);
   }
   if (auto last_n = reader.integer("repeat_last_n")) {
     if (*last_n < -1) {

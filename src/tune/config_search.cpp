@@ -80,11 +80,14 @@ class Search {
     measure(0, first);
   }
 
-  Candidate& consider(const Setting& setting, const std::string& stage) {
+  // `predicted`: the setting's prediction where the grid has it already.
+  Candidate& consider(const Setting& setting, const std::string& stage,
+                      std::optional<double> predicted = std::nullopt) {
     Candidate candidate;
     candidate.setting = setting;
     candidate.stage = stage;
-    if (predict_) candidate.predicted_rps = predict_(setting);
+    candidate.predicted_rps = predicted;
+    if (!predicted && predict_) candidate.predicted_rps = predict_(setting);
     result_.candidates.push_back(std::move(candidate));
     return result_.candidates.back();
   }
@@ -127,7 +130,7 @@ class Search {
       });
       if (adds_nothing) continue;
       chosen.push_back(&point);
-      if (!challenge(point.setting, "grid")) return false;
+      if (!challenge(point.setting, "grid", point.predicted_rps)) return false;
     }
     return true;
   }
@@ -159,7 +162,8 @@ class Search {
   // Measures `setting` against the best so far: it starts at the best's goodput times
   // 1 + margin and becomes the best if it meets the SLO there. False when the budget ends the
   // search before it.
-  bool challenge(const Setting& setting, const std::string& stage) {
+  bool challenge(const Setting& setting, const std::string& stage,
+                 std::optional<double> predicted = std::nullopt) {
     // Time is kept for the confirmation only once there is a winner to confirm.
     if (!fits(has_challenger_goodput() ? options_.confirm_share * budget_.total_s() : 0)) {
       result_.stopped = "budget";
@@ -184,7 +188,7 @@ class Search {
       challenge.growth = 2;
       challenge.max_backoff = 4;
     }
-    consider(setting, stage);
+    consider(setting, stage, predicted);
     const size_t index = result_.candidates.size() - 1;
     measure(index, challenge);
     if (result_.candidates[index].measurements.front().rate > to_beat) best_ = index;
